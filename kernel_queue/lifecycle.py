@@ -1,0 +1,169 @@
+"""The pure state machine of one queued kernel, and the sentences that describe each state.
+
+`step(lifecycle, observation)` maps what a backend reported (a `GroupPhase`) or what the
+provisioner decided (a `Command`) to the next state and the actions the provisioner must carry
+out. No I/O, no clock, no backend knowledge: the provisioner executes the actions.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from kernel_queue.model import GroupPhase, GroupStatus
+
+
+class KernelState(enum.StrEnum):
+    """What a user is told about their kernel."""
+
+    QUEUED = "queued"
+    ADMITTED = "admitted"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    REQUEUED = "requeued"
+    RESUMED = "resumed"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL = frozenset({KernelState.FINISHED, KernelState.FAILED, KernelState.CANCELLED})
+WAITING = frozenset({KernelState.QUEUED, KernelState.PREEMPTED, KernelState.REQUEUED})
+LIVE = frozenset({KernelState.RUNNING, KernelState.RESUMED})
+
+
+class Command(enum.StrEnum):
+    """Observations that come from the provisioner rather than the backend."""
+
+    CANCEL = "cancel"  # the user shut the kernel down while it waited
+    ADMISSION_TIMEOUT = "admission-timeout"
+    STARTUP_TIMEOUT = "startup-timeout"
+
+
+class Action(enum.StrEnum):
+    """What the provisioner must do after a transition."""
+
+    NOTIFY = "notify"  # update `reason`, emit a status event, refresh `last_activity`
+    CONNECT = "connect"  # the kernel can be reached: a waiting launch returns
+    REQUEUE = "requeue"  # ask the backend for replacement pods (the local backend requeues itself)
+    RELEASE = "release"  # free the queue place or quota and delete what was created
+    FAIL = "fail"  # a waiting launch raises; a live kernel is reported dead
+
+
+Observation = GroupPhase | Command
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """One kernel's state and how often it was preempted."""
+
+    state: KernelState = KernelState.QUEUED
+    preemptions: int = 0
+
+
+@dataclass(frozen=True)
+class Transition:
+    """The outcome of one `step`."""
+
+    lifecycle: Lifecycle
+    actions: frozenset[Action]
+
+
+_N, _C, _Q, _R, _F = Action.NOTIFY, Action.CONNECT, Action.REQUEUE, Action.RELEASE, Action.FAIL
+_S = KernelState
+_P = GroupPhase
+
+# (state, observation) -> (next state, actions). Pairs not listed leave the state unchanged and
+# do nothing. A preemption is counted when entering PREEMPTED (or REQUEUED without PREEMPTED).
+_TABLE: dict[tuple[KernelState, Observation], tuple[KernelState, frozenset[Action]]] = {}
+
+
+def _rows(
+    states: tuple[KernelState, ...], observed: Observation, to: KernelState, *acts: Action
+) -> None:
+    for state in states:
+        _TABLE[(state, observed)] = (to, frozenset(acts))
+
+
+_BEFORE_LIVE = (_S.QUEUED, _S.ADMITTED)
+_AFTER_PREEMPTION = (_S.PREEMPTED, _S.REQUEUED)
+_rows((_S.QUEUED,), _P.PENDING, _S.QUEUED, _N)
+_rows((_S.QUEUED,), _P.QUEUED, _S.QUEUED, _N)
+_rows((_S.ADMITTED,), _P.QUEUED, _S.QUEUED, _N)
+_rows((_S.QUEUED,), _P.ADMITTED, _S.ADMITTED, _N)
+_rows(_BEFORE_LIVE, _P.RUNNING, _S.RUNNING, _N, _C)
+_rows(_BEFORE_LIVE, _P.EVICTED, _S.PREEMPTED, _N, _Q)
+_rows(_BEFORE_LIVE, _P.FINISHED, _S.FAILED, _N, _F, _R)
+_rows(_BEFORE_LIVE, Command.STARTUP_TIMEOUT, _S.FAILED, _N, _F, _R)
+_rows((_S.QUEUED,), Command.ADMISSION_TIMEOUT, _S.FAILED, _N, _F, _R)
+_rows(_BEFORE_LIVE + _AFTER_PREEMPTION, Command.CANCEL, _S.CANCELLED, _N, _F, _R)
+_rows(_BEFORE_LIVE + _AFTER_PREEMPTION + (_S.RUNNING, _S.RESUMED), _P.FAILED, _S.FAILED, _N, _F, _R)
+_rows((_S.RUNNING, _S.RESUMED), _P.EVICTED, _S.PREEMPTED, _N, _Q)
+_rows((_S.RUNNING, _S.RESUMED), _P.QUEUED, _S.REQUEUED, _N, _Q)
+_rows((_S.RUNNING, _S.RESUMED), _P.FINISHED, _S.FINISHED, _N)
+_rows(_AFTER_PREEMPTION, _P.PENDING, _S.REQUEUED, _N)
+_rows(_AFTER_PREEMPTION, _P.QUEUED, _S.REQUEUED, _N)
+_rows(_AFTER_PREEMPTION, _P.ADMITTED, _S.ADMITTED, _N)
+_rows(_AFTER_PREEMPTION, _P.RUNNING, _S.RESUMED, _N, _C)
+
+
+def step(current: Lifecycle, observed: Observation) -> Transition:
+    """Apply one observation. Terminal states absorb everything; unknown pairs change nothing.
+
+    An ADMITTED kernel that was preempted before becomes RESUMED (not RUNNING) once running.
+    """
+    row = _TABLE.get((current.state, observed))
+    if row is None:
+        return Transition(current, frozenset())
+    state, actions = row
+    preemptions = current.preemptions
+    if state is _S.RUNNING and preemptions:
+        state = _S.RESUMED
+    if state is _S.PREEMPTED or (state is _S.REQUEUED and current.state in LIVE):
+        preemptions += 1
+    return Transition(Lifecycle(state, preemptions), actions)
+
+
+def describe(
+    lifecycle: Lifecycle,
+    status: GroupStatus,
+    *,
+    queue: str,
+    needs: str,
+    restored: bool = False,
+) -> str:
+    """The sentence shown as the kernel's `reason` and in status events."""
+    state = lifecycle.state
+    place = status.place
+    where = f"in '{queue}'"
+    if place is not None:
+        where = f"in '{place.queue}', position {place.position} of {place.length}"
+    on = _devices(status)
+    if state is _S.QUEUED:
+        return f"queued {where}, needs {needs}"
+    if state is _S.REQUEUED:
+        return f"preempted; requeued {where}, needs {needs}"
+    if state is _S.ADMITTED:
+        flavor = f" on flavor '{status.flavor}'" if status.flavor else ""
+        return f"admitted{flavor}{on}; starting the kernel"
+    if state is _S.RUNNING:
+        return f"running{on}"
+    if state is _S.PREEMPTED:
+        why = f": {status.message}" if status.message else ""
+        return f"preempted{why}; the kernel will wait in '{queue}' again"
+    if state is _S.RESUMED:
+        if restored:
+            return f"resumed{on}; variables restored"
+        return f"resumed{on}; the kernel restarted fresh, variables were not restored"
+    if state is _S.FINISHED:
+        return f"finished with exit code {status.exit_code}"
+    if state is _S.CANCELLED:
+        return f"cancelled while waiting in '{queue}'"
+    return status.message or "failed"
+
+
+def _devices(status: GroupStatus) -> str:
+    if not status.devices:
+        return ""
+    label = "GPU" if len(status.devices) == 1 else "GPUs"
+    return f" with {label} {', '.join(status.devices)}"

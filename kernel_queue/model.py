@@ -1,0 +1,171 @@
+"""Frozen values passed between the provisioner, the lifecycle and the backends.
+
+No behaviour beyond conversion to and from plain dicts (for `get_provisioner_info`) and the
+short texts users read. Nothing here performs I/O or knows a particular backend.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+
+
+@dataclass(frozen=True)
+class ConnectionInfo:
+    """Where a kernel listens and the key that signs its messages."""
+
+    ip: str
+    shell_port: int
+    iopub_port: int
+    stdin_port: int
+    control_port: int
+    hb_port: int
+    key: str
+    transport: str = "tcp"
+    signature_scheme: str = "hmac-sha256"
+
+    @property
+    def ports(self) -> tuple[int, int, int, int, int]:
+        """The five ports in the launcher's order: shell, iopub, stdin, control, hb."""
+        return (self.shell_port, self.iopub_port, self.stdin_port, self.control_port, self.hb_port)
+
+    def to_dict(self) -> dict[str, Any]:
+        """jupyter_client's connection-info dict (`KernelConnectionInfo`)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ConnectionInfo:
+        """Inverse of `to_dict`; a bytes key is decoded."""
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        if isinstance(values.get("key"), bytes):
+            values["key"] = values["key"].decode()
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """Everything a backend needs to queue and run one kernel; built by the provisioner."""
+
+    kernel_id: str
+    name: str
+    queue: str
+    argv: tuple[str, ...]
+    connection: ConnectionInfo
+    kernelspec: str = ""
+    gpus: int = 0
+    cpu: str | None = None
+    memory: str | None = None
+    priority_class: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    user: str = ""
+    grace_seconds: float = 30.0
+    namespace: str | None = None
+    image: str | None = None
+    gpu_resource: str = "nvidia.com/gpu"
+    pod_group_size: int = 1
+    pod_template: Mapping[str, Any] = field(default_factory=dict)
+    service_account: str | None = None
+
+    def needs(self) -> str:
+        """What the kernel asks for, as users read it: "1 GPU", "2 GPUs, 4 CPU, 8Gi memory"."""
+        parts = [f"{self.gpus} GPU" + ("" if self.gpus == 1 else "s")] if self.gpus else []
+        if self.cpu:
+            parts.append(f"{self.cpu} CPU")
+        if self.memory:
+            parts.append(f"{self.memory} memory")
+        return ", ".join(parts) or "no GPU"
+
+
+@dataclass(frozen=True)
+class GroupRef:
+    """What identifies a submitted group; JSON-safe so a restarted server can reattach."""
+
+    backend: str
+    name: str
+    kernel_id: str
+    connection: ConnectionInfo
+    namespace: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe dict for `get_provisioner_info`."""
+        return {
+            "backend": self.backend,
+            "name": self.name,
+            "kernel_id": self.kernel_id,
+            "namespace": self.namespace,
+            "connection": self.connection.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GroupRef:
+        """Inverse of `to_dict`."""
+        return cls(
+            backend=data["backend"],
+            name=data["name"],
+            kernel_id=data["kernel_id"],
+            namespace=data.get("namespace"),
+            connection=ConnectionInfo.from_dict(data["connection"]),
+        )
+
+
+class GroupPhase(enum.StrEnum):
+    """Where a group stands, in Kueue's words, as a backend observes it."""
+
+    PENDING = "pending"  # submitted, not yet in a queue
+    QUEUED = "queued"  # waiting for quota (Kueue: gated pods, Workload not admitted)
+    ADMITTED = "admitted"  # quota reserved, the kernel process is starting
+    RUNNING = "running"  # the kernel process runs and can be reached
+    EVICTED = "evicted"  # preempted: stopping, then back to the queue
+    FINISHED = "finished"  # the kernel process ended; `exit_code` says how
+    FAILED = "failed"  # the group cannot run; `message` says why
+
+
+class StopCause(enum.StrEnum):
+    """Why the provisioner stops a group; backends act differently on each."""
+
+    SHUTDOWN = "shutdown"  # the user shut the kernel down
+    RESTART = "restart"  # restart the kernel process in place, keep the admission
+    KILL = "kill"  # stop at once (jupyter_client's kill)
+
+
+@dataclass(frozen=True)
+class QueuePlace:
+    """A waiting group's place: 1-based position among `length` waiting in `queue`."""
+
+    queue: str
+    position: int
+    length: int
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    """One observation of a group, published by a backend's `watch`."""
+
+    phase: GroupPhase
+    message: str = ""
+    place: QueuePlace | None = None
+    flavor: str | None = None
+    devices: tuple[str, ...] = ()
+    exit_code: int | None = None
+    generation: int = 0  # kernel processes started so far in this admission, minus one
+    kernel_alive: bool = False  # a kernel process of `generation` is up
+    restarting: bool = False  # the last kernel process exited to be restarted in place
+
+    def evolve(self, **changes: Any) -> GroupStatus:
+        """A copy with `changes` applied."""
+        return replace(self, **changes)
+
+
+def short_id(kernel_id: str) -> str:
+    """The first eight hex digits of a kernel id, used in names and messages."""
+    return kernel_id.replace("-", "")[:8].lower()
+
+
+def group_name(kernel_id: str) -> str:
+    """The group's name: `kq-` and the kernel's short id."""
+    return f"kq-{short_id(kernel_id)}"

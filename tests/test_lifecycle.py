@@ -1,0 +1,176 @@
+"""Table tests of the pure kernel state machine and the sentences users read."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernel_queue.lifecycle import Action, Command, KernelState, Lifecycle, describe, step
+from kernel_queue.model import GroupPhase, GroupStatus, QueuePlace
+
+S, P, A = KernelState, GroupPhase, Action
+NOTIFY, CONNECT, REQUEUE, RELEASE, FAIL = A.NOTIFY, A.CONNECT, A.REQUEUE, A.RELEASE, A.FAIL
+
+
+@pytest.mark.parametrize(
+    ("state", "preemptions", "observed", "expected_state", "expected_preemptions", "actions"),
+    [
+        pytest.param(S.QUEUED, 0, P.QUEUED, S.QUEUED, 0, {NOTIFY}, id="queued-position-update"),
+        pytest.param(S.QUEUED, 0, P.PENDING, S.QUEUED, 0, {NOTIFY}, id="pending-stays-queued"),
+        pytest.param(S.QUEUED, 0, P.ADMITTED, S.ADMITTED, 0, {NOTIFY}, id="admission"),
+        pytest.param(
+            S.QUEUED, 0, P.RUNNING, S.RUNNING, 0, {NOTIFY, CONNECT}, id="admitted-and-ready-at-once"
+        ),
+        pytest.param(
+            S.ADMITTED, 0, P.RUNNING, S.RUNNING, 0, {NOTIFY, CONNECT}, id="ready-connects"
+        ),
+        pytest.param(S.ADMITTED, 0, P.QUEUED, S.QUEUED, 0, {NOTIFY}, id="admission-lost-requeues"),
+        pytest.param(
+            S.RUNNING, 0, P.EVICTED, S.PREEMPTED, 1, {NOTIFY, REQUEUE}, id="running-preempted"
+        ),
+        pytest.param(
+            S.ADMITTED, 0, P.EVICTED, S.PREEMPTED, 1, {NOTIFY, REQUEUE}, id="starting-preempted"
+        ),
+        pytest.param(S.PREEMPTED, 1, P.QUEUED, S.REQUEUED, 1, {NOTIFY}, id="preempted-requeued"),
+        pytest.param(S.PREEMPTED, 1, P.EVICTED, S.PREEMPTED, 1, set(), id="eviction-repeats"),
+        pytest.param(
+            S.PREEMPTED, 1, P.FINISHED, S.PREEMPTED, 1, set(), id="exit-during-eviction-ignored"
+        ),
+        pytest.param(S.REQUEUED, 1, P.QUEUED, S.REQUEUED, 1, {NOTIFY}, id="requeued-moves-up"),
+        pytest.param(S.REQUEUED, 1, P.ADMITTED, S.ADMITTED, 1, {NOTIFY}, id="readmitted"),
+        pytest.param(
+            S.ADMITTED, 1, P.RUNNING, S.RESUMED, 1, {NOTIFY, CONNECT}, id="readmitted-resumes"
+        ),
+        pytest.param(
+            S.REQUEUED, 1, P.RUNNING, S.RESUMED, 1, {NOTIFY, CONNECT}, id="requeued-resumes"
+        ),
+        pytest.param(
+            S.RESUMED, 1, P.EVICTED, S.PREEMPTED, 2, {NOTIFY, REQUEUE}, id="preempted-twice"
+        ),
+        pytest.param(
+            S.RUNNING, 0, P.QUEUED, S.REQUEUED, 1, {NOTIFY, REQUEUE}, id="missed-eviction-counts"
+        ),
+        pytest.param(S.RUNNING, 0, P.RUNNING, S.RUNNING, 0, set(), id="running-repeats"),
+        pytest.param(S.RUNNING, 0, P.FINISHED, S.FINISHED, 0, {NOTIFY}, id="kernel-exits"),
+        pytest.param(
+            S.ADMITTED, 0, P.FINISHED, S.FAILED, 0, {NOTIFY, FAIL, RELEASE}, id="exit-before-ready"
+        ),
+        pytest.param(
+            S.RUNNING, 0, P.FAILED, S.FAILED, 0, {NOTIFY, FAIL, RELEASE}, id="running-fails"
+        ),
+        pytest.param(
+            S.QUEUED, 0, Command.CANCEL, S.CANCELLED, 0, {NOTIFY, FAIL, RELEASE}, id="cancel-queued"
+        ),
+        pytest.param(
+            S.REQUEUED,
+            1,
+            Command.CANCEL,
+            S.CANCELLED,
+            1,
+            {NOTIFY, FAIL, RELEASE},
+            id="cancel-requeued",
+        ),
+        pytest.param(S.RUNNING, 0, Command.CANCEL, S.RUNNING, 0, set(), id="cancel-ignored-live"),
+        pytest.param(
+            S.QUEUED,
+            0,
+            Command.ADMISSION_TIMEOUT,
+            S.FAILED,
+            0,
+            {NOTIFY, FAIL, RELEASE},
+            id="admission-timeout",
+        ),
+        pytest.param(
+            S.ADMITTED, 0, Command.ADMISSION_TIMEOUT, S.ADMITTED, 0, set(), id="timeout-too-late"
+        ),
+        pytest.param(
+            S.ADMITTED,
+            0,
+            Command.STARTUP_TIMEOUT,
+            S.FAILED,
+            0,
+            {NOTIFY, FAIL, RELEASE},
+            id="startup-timeout",
+        ),
+        pytest.param(S.FINISHED, 0, P.RUNNING, S.FINISHED, 0, set(), id="finished-absorbs"),
+        pytest.param(S.CANCELLED, 0, P.ADMITTED, S.CANCELLED, 0, set(), id="cancelled-absorbs"),
+        pytest.param(S.FAILED, 0, Command.CANCEL, S.FAILED, 0, set(), id="failed-absorbs"),
+    ],
+)
+def test_step(
+    state: KernelState,
+    preemptions: int,
+    observed: GroupPhase | Command,
+    expected_state: KernelState,
+    expected_preemptions: int,
+    actions: set[Action],
+) -> None:
+    transition = step(Lifecycle(state, preemptions), observed)
+    assert transition.lifecycle == Lifecycle(expected_state, expected_preemptions)
+    assert transition.actions == actions
+
+
+def _status(phase: GroupPhase, **kw: object) -> GroupStatus:
+    return GroupStatus(phase, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("lifecycle", "status", "text"),
+    [
+        pytest.param(
+            Lifecycle(S.QUEUED),
+            _status(P.QUEUED, place=QueuePlace("gpu", 2, 3)),
+            "queued in 'gpu', position 2 of 3, needs 1 GPU",
+            id="queued",
+        ),
+        pytest.param(
+            Lifecycle(S.QUEUED),
+            _status(P.PENDING),
+            "queued in 'gpu', needs 1 GPU",
+            id="queued-no-position-yet",
+        ),
+        pytest.param(
+            Lifecycle(S.ADMITTED),
+            _status(P.ADMITTED, flavor="local", devices=("1",)),
+            "admitted on flavor 'local' with GPU 1; starting the kernel",
+            id="admitted",
+        ),
+        pytest.param(
+            Lifecycle(S.RUNNING),
+            _status(P.RUNNING, devices=("0", "1")),
+            "running with GPUs 0, 1",
+            id="running",
+        ),
+        pytest.param(
+            Lifecycle(S.PREEMPTED, 1),
+            _status(P.EVICTED, message="preempted by a higher-priority kernel"),
+            "preempted: preempted by a higher-priority kernel; the kernel will wait in 'gpu' again",
+            id="preempted",
+        ),
+        pytest.param(
+            Lifecycle(S.REQUEUED, 1),
+            _status(P.QUEUED, place=QueuePlace("gpu", 1, 1)),
+            "preempted; requeued in 'gpu', position 1 of 1, needs 1 GPU",
+            id="requeued",
+        ),
+        pytest.param(
+            Lifecycle(S.RESUMED, 1),
+            _status(P.RUNNING, devices=("0",)),
+            "resumed with GPU 0; the kernel restarted fresh, variables were not restored",
+            id="resumed-fresh",
+        ),
+        pytest.param(
+            Lifecycle(S.CANCELLED),
+            _status(P.QUEUED),
+            "cancelled while waiting in 'gpu'",
+            id="cancelled",
+        ),
+        pytest.param(
+            Lifecycle(S.FAILED),
+            _status(P.FAILED, message="the launcher could not start"),
+            "the launcher could not start",
+            id="failed",
+        ),
+    ],
+)
+def test_describe(lifecycle: Lifecycle, status: GroupStatus, text: str) -> None:
+    assert describe(lifecycle, status, queue="gpu", needs="1 GPU") == text
