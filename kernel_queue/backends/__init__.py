@@ -1,0 +1,81 @@
+"""The seam between the provisioner and where kernels run, and the choice of backend.
+
+`ClusterBackend` is what the provisioner calls; `get_backend` returns the one instance of a
+backend shared by every kernel of one kernel manager (a Jupyter server), created on first use.
+Nothing here reads config at import time.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from kernel_queue import errors
+from kernel_queue.model import GroupRef, GroupSpec, GroupStatus, StopCause
+
+NAMES = ("local", "kubernetes")
+
+
+class ClusterBackend(Protocol):
+    """Queues, runs and stops kernel groups. One instance serves all kernels of a server."""
+
+    name: str
+
+    async def submit(self, spec: GroupSpec) -> GroupRef:
+        """Queue the group, or return its ref if it is already queued or running.
+
+        Raises a `KernelQueueError` naming the fix, having created nothing, when the spec
+        cannot be served (unknown queue or priority class, a request that can never fit).
+        """
+        ...
+
+    def watch(self, ref: GroupRef) -> AsyncIterator[GroupStatus]:
+        """Yield the current status, then every change, ending after a terminal phase."""
+        ...
+
+    def current(self, ref: GroupRef) -> GroupStatus | None:
+        """The last status known, from memory; None when the group is unknown."""
+        ...
+
+    async def stop(self, ref: GroupRef, *, grace: float, cause: StopCause) -> None:
+        """Stop the kernel (or restart it in place for `StopCause.RESTART`); keep the admission."""
+        ...
+
+    async def send_signal(self, ref: GroupRef, signum: int) -> None:
+        """Deliver a signal to the kernel where the backend can; otherwise do nothing."""
+        ...
+
+    async def release(self, ref: GroupRef) -> None:
+        """Stop everything, give back the queue place or quota, delete what was created."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release every group and stop background work."""
+        ...
+
+
+_shared: weakref.WeakKeyDictionary[Any, dict[str, ClusterBackend]] = weakref.WeakKeyDictionary()
+
+
+def get_backend(name: str, *, owner: Any, config: Any, log: Any) -> ClusterBackend:
+    """The backend `name` shared by everything `owner` (a kernel manager or an event loop) runs."""
+    backends = _shared.setdefault(owner, {})
+    backend = backends.get(name)
+    if backend is None:
+        backend = _create(name, config=config, log=log)
+        backends[name] = backend
+    return backend
+
+
+def _create(name: str, *, config: Any, log: Any) -> ClusterBackend:
+    if name == "local":
+        from kernel_queue.backends import local
+
+        return local.LocalBackend(config=config, log=log)
+    if name == "kubernetes":
+        raise errors.ConfigError(
+            "the 'kubernetes' backend is not part of this kernel-queue release yet; "
+            "use backend 'local' for now"
+        )
+    raise errors.ConfigError(f"unknown backend {name!r}: choose one of {', '.join(NAMES)}")

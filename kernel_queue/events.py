@@ -1,0 +1,36 @@
+"""The jupyter_events schema of queued-kernel status, and the payload of one event.
+
+The server extension registers `SCHEMA_PATH` at server start (never lazily: listeners attach
+only to schemas registered when they subscribe); the provisioner emits `SCHEMA_ID` events.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kernel_queue.lifecycle import KernelState, Lifecycle
+from kernel_queue.model import GroupSpec, GroupStatus
+
+SCHEMA_ID = "https://events.kernel-queue.dev/kernel-status/v1"
+SCHEMA_PATH = Path(__file__).parent / "schemas" / "kernel-status.yaml"
+
+
+def status_payload(
+    spec: GroupSpec, backend: str, lifecycle: Lifecycle, status: GroupStatus, message: str
+) -> dict[str, Any]:
+    """The event data (and the REST listing entry) for one kernel's current state."""
+    waiting = lifecycle.state in (KernelState.QUEUED, KernelState.REQUEUED)
+    place = status.place if waiting else None
+    return {
+        "kernel_id": spec.kernel_id,
+        "state": str(lifecycle.state),
+        "backend": backend,
+        "queue": place.queue if place else spec.queue,
+        "position": place.position if place else None,
+        "queue_length": place.length if place else None,
+        "gpus": spec.gpus,
+        "devices": list(status.devices),
+        "preemptions": lifecycle.preemptions,
+        "message": message,
+    }

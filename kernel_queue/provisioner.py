@@ -1,0 +1,330 @@
+"""`QueuedKernelProvisioner`: jupyter_client's provisioner API over a queueing backend.
+
+An adapter: each hook validates or translates and then calls the backend (`backends/`), the
+tracker (`tracking.py`, which runs the lifecycle) or the spec builder (`spec.py`). It keeps the
+Jupyter-facing side effects in one place: the kernel's `reason`, status events, `last_activity`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+from typing import Any
+
+from jupyter_client.connect import KernelConnectionInfo
+from jupyter_client.provisioning import KernelProvisionerBase
+from traitlets import Dict, Float, Int, TraitError, Unicode, Union, default
+from typing_extensions import override
+
+from kernel_queue import backends, events, lifecycle, spec
+from kernel_queue.lifecycle import KernelState, Lifecycle
+from kernel_queue.model import GroupRef, GroupSpec, GroupStatus, StopCause, short_id
+from kernel_queue.tracking import KernelTracker
+
+
+class _Count(Int):  # type: ignore[type-arg]
+    """A non-negative whole number whose type error says how to write it in kernel.json."""
+
+    def error(
+        self, obj: Any, value: Any, error: Exception | None = None, info: str | None = None
+    ) -> Any:
+        raise TraitError(
+            f"kernelspec config key '{self.name}' must be a whole number such as 1, "
+            f'not {value!r} ({type(value).__name__}); write "{self.name}": 1 without quotes '
+            "in kernel.json"
+        )
+
+
+def _quantity(help: str) -> Union:
+    return Union(
+        [Unicode(), Float(), Int()], default_value=None, allow_none=True, config=True, help=help
+    )
+
+
+class QueuedKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
+    """Run a kernel only once its queue admits it; show its place while it waits.
+
+    Every trait is a kernelspec `metadata.kernel_provisioner.config` key and can be set for all
+    kernelspecs as `c.QueuedKernelProvisioner.<key>`; kernel.json wins.
+    """
+
+    backend = Unicode(
+        config=True,
+        help="""Where kernels run: 'local' (this machine) or 'kubernetes'.
+        Env: KERNEL_QUEUE_BACKEND.""",
+    )
+    queue = Unicode("default", config=True, help="The queue (Kueue LocalQueue) to wait in.")
+    namespace = Unicode(None, allow_none=True, config=True, help="Kubernetes namespace.")
+    image = Unicode(None, allow_none=True, config=True, help="Container image of kernel pods.")
+    gpus = _Count(0, config=True, help="GPUs the kernel asks for.")
+    gpu_resource = Unicode("nvidia.com/gpu", config=True, help="Extended resource name of a GPU.")
+    cpu = _quantity("CPU the kernel asks for, a quantity such as 2 or '500m'.")
+    memory = _quantity("Memory the kernel asks for, a quantity such as '8Gi'.")
+    priority_class = Unicode(
+        None, allow_none=True, config=True, help="Priority class (Kueue WorkloadPriorityClass)."
+    )
+    pod_group_size = _Count(1, config=True, help="Pods in the kernel's group (kubernetes).")
+    pod_template = Dict(config=True, help="Pod fields merged under the ones kernel-queue sets.")
+    service_account = Unicode(None, allow_none=True, config=True, help="Pods' service account.")
+    admission_timeout = Float(
+        0.0, config=True, help="Seconds to wait in the queue before giving up; 0 waits forever."
+    )
+    startup_timeout = Float(
+        120.0, config=True, help="Seconds from admission until the kernel must be running."
+    )
+    checkpoint = Dict(
+        config=True,
+        help="Checkpoint settings: enabled, path or claim, grace_seconds, keep.",
+    )
+
+    @default("backend")
+    def _backend_from_env(self) -> str:
+        return os.environ.get("KERNEL_QUEUE_BACKEND", "local")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.connection_info: KernelConnectionInfo = {}
+        self._spec: GroupSpec | None = None
+        self._tracker: KernelTracker | None = None
+        self._backend: backends.ClusterBackend | None = None
+        self._restart_requested = False
+        self._restart_generation = 0
+        self._last_message: str | None = None
+
+    # -- jupyter_client hooks ----------------------------------------------------------------
+
+    @property
+    @override
+    def has_process(self) -> bool:
+        """True once the kernel's group was submitted and until it is released."""
+        return self._tracker is not None
+
+    @override
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        """KernelManager, before every (re)start: validate config, choose ports and key.
+
+        Bad config raises here, before anything is created.
+        """
+        extra = kwargs.pop("extra_arguments", [])
+        if self._spec is None:
+            self._spec = spec.build(self, argv_extra=extra, cwd=kwargs.get("cwd"))
+            self._backend = backends.get_backend(
+                self.backend, owner=self._owner(), config=self.config, log=self.log
+            )
+        kwargs = await super().pre_launch(cmd=list(self._spec.argv), **kwargs)
+        return kwargs
+
+    @override
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        """KernelManager: queue the kernel and return its connection info once it runs.
+
+        With pending kernels jupyter_server returns from `POST /api/kernels` at once and this
+        waits; `cancel_launch` ends the wait. A restart in place waits for the new process.
+        """
+        assert self._spec is not None and self._backend is not None
+        tracker = self._tracker
+        if tracker is not None and tracker.lifecycle.state in lifecycle.LIVE:
+            await tracker.wait_restarted(self._restart_generation, within=self.startup_timeout)
+        if tracker is None or tracker.lifecycle.state in lifecycle.TERMINAL:
+            tracker = await self._submit(self._spec, kwargs.get("env") or {})
+        try:
+            await tracker.wait_live(
+                admission_timeout=self.admission_timeout, startup_timeout=self.startup_timeout
+            )
+        except BaseException:
+            await self._release()
+            raise
+        self._restart_requested = False
+        info = tracker.ref.connection.to_dict()
+        info["key"] = info["key"].encode()  # jupyter_client compares keys as bytes
+        self.connection_info = info
+        return self.connection_info
+
+    @override
+    async def poll(self) -> int | None:
+        """None while the kernel runs or waits (also through preemption); else its exit code."""
+        tracker = self._tracker
+        if tracker is None:
+            return 0
+        state, status = tracker.lifecycle.state, tracker.status
+        if self._restart_requested and (
+            state in lifecycle.WAITING
+            or not status.kernel_alive
+            or status.generation > self._restart_generation
+        ):
+            return 0
+        if state in lifecycle.TERMINAL:
+            return status.exit_code if status.exit_code is not None else 1
+        return None
+
+    @override
+    async def wait(self) -> int | None:
+        """KernelManager, after stopping: return once `poll` reports an exit."""
+        while (code := await self.poll()) is None:
+            assert self._tracker is not None
+            await self._tracker.wait_changed()
+        return code
+
+    @override
+    async def send_signal(self, signum: int) -> None:
+        """KernelManager.signal_kernel and signal-mode interrupts; the launcher forwards it."""
+        if self._tracker is not None and self._backend is not None:
+            await self._backend.send_signal(self._tracker.ref, signum)
+
+    @override
+    async def kill(self, restart: bool = False) -> None:
+        """KernelManager: stop at once (an in-place restart when a restart was requested)."""
+        await self._stop(0.0, StopCause.RESTART if self._restarting(restart) else StopCause.KILL)
+
+    @override
+    async def terminate(self, restart: bool = False) -> None:
+        """KernelManager: stop gracefully. `restart` is always False here (jupyter_client #1061)."""
+        grace = self._spec.grace_seconds if self._spec else 5.0
+        await self._stop(
+            grace, StopCause.RESTART if self._restarting(restart) else StopCause.SHUTDOWN
+        )
+
+    @override
+    async def shutdown_requested(self, restart: bool = False) -> None:
+        """KernelManager, after sending `shutdown_request`: note a restart; drop a queued kernel."""
+        tracker = self._tracker
+        self._restart_requested = restart
+        if tracker is None:
+            return
+        self._restart_generation = tracker.status.generation
+        if not restart and tracker.waiting:
+            await self._stop(0.0, StopCause.SHUTDOWN)
+
+    @override
+    async def cleanup(self, restart: bool = False) -> None:
+        """KernelManager, at the end of every shutdown: a final one releases everything."""
+        if not restart:
+            await self._release()
+
+    @override
+    def get_stable_start_time(self, recommended: float = 10.0) -> float:
+        """The restarter's "alive long enough": counted from start, not from the queue wait."""
+        waited = self._tracker.waited if self._tracker else 0.0
+        return recommended + waited
+
+    @override
+    def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
+        """Time for a graceful stop: at least the kernel's grace period."""
+        return max(recommended, self._spec.grace_seconds if self._spec else 0.0)
+
+    @override
+    async def get_provisioner_info(self) -> dict[str, Any]:
+        """Persisted by gateways; carries the group reference for `load_provisioner_info`."""
+        info: dict[str, Any] = await super().get_provisioner_info()
+        if self._tracker is not None:
+            info["group"] = self._tracker.ref.to_dict()
+        return info
+
+    @override
+    async def load_provisioner_info(self, provisioner_info: dict[str, Any]) -> None:
+        """Reattach to a group after a server restart; `poll` answers right after."""
+        await super().load_provisioner_info(provisioner_info)
+        group = provisioner_info.get("group")
+        if group is None:
+            return
+        ref = GroupRef.from_dict(group)
+        self._backend = backends.get_backend(
+            ref.backend, owner=self._owner(), config=self.config, log=self.log
+        )
+        self._tracker = self._track(ref, queue="")
+        status = self._backend.current(ref)
+        if status is not None:
+            self._tracker.start()
+
+    # -- cooperative cancel and queue state (used by the server extension) ------------------
+
+    @property
+    def waiting_in_queue(self) -> bool:
+        """True while the kernel waits for (re-)admission; the culler leaves it alone."""
+        return self._tracker is not None and self._tracker.waiting
+
+    async def cancel_launch(self) -> None:
+        """Shut down a kernel that is still waiting: its launch raises `LaunchCancelled` now."""
+        if self._tracker is not None and self._tracker.waiting:
+            await self._tracker.observe(lifecycle.Command.CANCEL)
+
+    def queue_status(self) -> dict[str, Any] | None:
+        """The kernel's queue state, as in status events; None before the first launch."""
+        if self._tracker is None or self._spec is None:
+            return None
+        tracker = self._tracker
+        return events.status_payload(
+            self._spec, tracker.ref.backend, tracker.lifecycle, tracker.status, self._message()
+        )
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _owner(self) -> Any:
+        """What shares one backend instance: the server's multi-kernel manager, else the loop."""
+        km = self.parent
+        return getattr(km, "parent", None) or km or asyncio.get_running_loop()
+
+    def _restarting(self, restart: bool) -> bool:
+        return restart or self._restart_requested
+
+    async def _submit(self, group: GroupSpec, env: dict[str, str]) -> KernelTracker:
+        assert self._backend is not None
+        if self._tracker is not None:
+            await self._tracker.aclose()
+        group = spec.with_env(group, env)
+        ref = await self._backend.submit(group)
+        self._tracker = self._track(ref, queue=group.queue)
+        self._tracker.start()
+        return self._tracker
+
+    def _track(self, ref: GroupRef, *, queue: str) -> KernelTracker:
+        assert self._backend is not None
+        backend, group = self._backend, self._spec
+
+        async def requeue() -> object:
+            return await backend.submit(group) if group is not None else None
+
+        return KernelTracker(backend, ref, queue=queue, notify=self._on_change, requeue=requeue)
+
+    async def _stop(self, grace: float, cause: StopCause) -> None:
+        if self._tracker is not None and self._backend is not None:
+            await self._backend.stop(self._tracker.ref, grace=grace, cause=cause)
+
+    async def _release(self) -> None:
+        tracker, self._tracker = self._tracker, None
+        if tracker is not None and self._backend is not None:
+            await self._backend.release(tracker.ref)
+            await tracker.aclose()
+
+    def _message(self) -> str:
+        tracker = self._tracker
+        if tracker is None or self._spec is None:
+            return ""
+        return lifecycle.describe(
+            tracker.lifecycle, tracker.status, queue=self._spec.queue, needs=self._spec.needs()
+        )
+
+    def _on_change(self, state: Lifecycle, status: GroupStatus) -> None:
+        """Tell the user: `reason` while not live, a status event, `last_activity` while waiting."""
+        message = self._message()
+        if message == self._last_message:
+            return
+        self._last_message = message
+        km = self.parent
+        who = short_id(self.kernel_id or "")
+        self.log.info("kernel %s: %s", who, message)
+        if km is None:
+            return
+        if hasattr(km, "reason"):
+            km.reason = "" if state.state in lifecycle.LIVE else message
+        if state.state in lifecycle.WAITING or state.state is KernelState.ADMITTED:
+            km.last_activity = datetime.datetime.now(datetime.UTC)
+        logger = getattr(km, "event_logger", None)
+        if logger is not None and events.SCHEMA_ID in logger.schemas.schema_ids:
+            data = self.queue_status()
+            if data is not None:
+                logger.emit(schema_id=events.SCHEMA_ID, data=data)
+
+
+__all__ = ["QueuedKernelProvisioner"]

@@ -1,0 +1,38 @@
+"""The jupyter_server extension: status events, the queue listing, cooperative cancel.
+
+At link time (before the server builds its kernel manager) it selects
+`QueuedMappingKernelManager` unless the server runs in gateway mode or the admin chose another
+class; at load time it registers the status-event schema (early, so subscribers see it) and the
+REST handler. Enabled by `etc/jupyter/jupyter_server_config.d/kernel_queue.json`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_server.gateway.gateway_client import GatewayClient
+
+from kernel_queue import events
+from kernel_queue.server import handlers
+from kernel_queue.server.kernelmanager import QueuedMappingKernelManager
+
+
+def _link_jupyter_server_extension(serverapp: Any) -> None:
+    # Linking precedes the server's own `gateway_config`; the singleton it will use is this one.
+    gateway = GatewayClient.instance(parent=serverapp)
+    chosen = "kernel_manager_class" in serverapp.config.get("ServerApp", {})
+    if gateway.gateway_enabled or chosen:
+        serverapp.log.info(
+            "kernel-queue: keeping kernel manager %s; cancelling a queued kernel waits for its "
+            "admission unless it derives from %s",
+            serverapp.kernel_manager_class,
+            QueuedMappingKernelManager.__name__,
+        )
+        return
+    serverapp.kernel_manager_class = QueuedMappingKernelManager
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    serverapp.event_logger.register_event_schema(events.SCHEMA_PATH)
+    handlers.register(serverapp)
+    serverapp.log.info("kernel-queue extension loaded (status events: %s)", events.SCHEMA_ID)

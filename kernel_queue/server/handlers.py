@@ -1,0 +1,41 @@
+"""REST: `GET /api/kernel-queue/kernels` lists the server's kernels with their queue state.
+
+Authenticated and authorized like jupyter_server's own kernel API (resource "kernels"). Used by
+`jupyter kernel-queue status` and by a page reload that must rebuild its view of the queue.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+KERNELS_PATH = "api/kernel-queue/kernels"
+
+
+class QueueStatusHandler(APIHandler):  # type: ignore[misc]
+    """Every kernel's Jupyter model, plus `queue` (the status-event payload) for queued ones."""
+
+    auth_resource = "kernels"
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        manager = self.kernel_manager
+        listing = []
+        for model in manager.list_kernels():
+            km = manager.get_kernel(model["id"])
+            provisioner = getattr(km, "provisioner", None)
+            state = getattr(provisioner, "queue_status", None)
+            listing.append({**model, "queue": state() if callable(state) else None})
+        self.finish(json.dumps(listing))
+
+
+def register(serverapp: Any) -> None:
+    """Add the handlers under the server's base URL."""
+    route = url_path_join(serverapp.base_url, KERNELS_PATH)
+    serverapp.web_app.add_handlers(".*$", [(route, QueueStatusHandler)])

@@ -1,0 +1,45 @@
+"""`QueuedMappingKernelManager`: jupyter_server's kernel manager, aware of queued kernels.
+
+jupyter_server waits for a pending kernel's launch before shutting it down, so deleting a kernel
+that waits in a queue would wait for its admission. This subclass first asks the provisioner to
+cancel the wait (the launch then fails at once), and it never culls a kernel that is waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from typing import Any
+
+from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+
+# How long shutdown waits for a cancelled launch to end before going on regardless.
+_CANCEL_WAIT_SECONDS = 5.0
+
+
+class QueuedMappingKernelManager(AsyncMappingKernelManager):  # type: ignore[misc]
+    """Cancels queued launches on shutdown and keeps the culler away from waiting kernels."""
+
+    async def _async_shutdown_kernel(
+        self, kernel_id: str, now: bool = False, restart: bool = False
+    ) -> Any:
+        km = self._kernels.get(kernel_id)
+        if km is None and kernel_id in self._pending_kernels:
+            # Already shutting down (pending kernels return from DELETE at once): wait for it.
+            await asyncio.wait({self._pending_kernels[kernel_id]})
+            return None
+        cancel = getattr(getattr(km, "provisioner", None), "cancel_launch", None)
+        if km is not None and cancel is not None and not km.ready.done():
+            await cancel()
+            await asyncio.wait({km.ready}, timeout=_CANCEL_WAIT_SECONDS)
+        return await super()._async_shutdown_kernel(kernel_id, now=now, restart=restart)
+
+    shutdown_kernel = _async_shutdown_kernel
+
+    async def cull_kernel_if_idle(self, kernel_id: str) -> Any:
+        km = self._kernels.get(kernel_id)
+        if km is not None and getattr(km.provisioner, "waiting_in_queue", False):
+            km.last_activity = datetime.datetime.now(datetime.UTC)
+            self.log.debug("not culling kernel %s: it waits in a queue", kernel_id)
+            return None
+        return await super().cull_kernel_if_idle(kernel_id)

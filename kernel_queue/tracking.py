@@ -1,0 +1,162 @@
+"""Follow one kernel's group: feed backend observations through the lifecycle, and wait on it.
+
+A `KernelTracker` consumes the backend's `watch` stream in one task, keeps the last status and
+lifecycle in memory (so `poll()` never calls a backend), carries out the lifecycle's actions
+through the callbacks it was given, and lets the provisioner wait for "live" or "gone" without
+sleeping: every change sets an event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+
+from kernel_queue import errors, lifecycle
+from kernel_queue.backends import ClusterBackend
+from kernel_queue.lifecycle import Action, Command, KernelState, Lifecycle
+from kernel_queue.model import GroupPhase, GroupRef, GroupStatus, short_id
+
+Notify = Callable[[Lifecycle, GroupStatus], None]
+
+
+class KernelTracker:
+    """The in-memory view of one submitted group, shared by the provisioner's hooks."""
+
+    def __init__(
+        self,
+        backend: ClusterBackend,
+        ref: GroupRef,
+        *,
+        queue: str,
+        notify: Notify,
+        requeue: Callable[[], Awaitable[object]],
+    ) -> None:
+        self.backend = backend
+        self.ref = ref
+        self.queue = queue
+        self.lifecycle = Lifecycle()
+        self.status = GroupStatus(GroupPhase.PENDING)
+        self.failure: errors.KernelQueueError | None = None
+        self.waited = 0.0  # seconds the latest launch spent before the kernel was live
+        self._notify = notify
+        self._requeue = requeue
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- following ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Begin consuming the backend's watch stream (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._follow())
+
+    async def _follow(self) -> None:
+        async for status in self.backend.watch(self.ref):
+            self.status = status
+            await self.observe(status.phase)
+
+    async def observe(self, observed: lifecycle.Observation) -> None:
+        """Apply one observation and carry out the resulting actions."""
+        transition = lifecycle.step(self.lifecycle, observed)
+        before = self.lifecycle
+        self.lifecycle = transition.lifecycle
+        actions = transition.actions
+        if Action.FAIL in actions and self.failure is None:
+            self.failure = self._failure_for(observed)
+        # A queued kernel is re-notified on every status (its position moves); others on change.
+        if Action.NOTIFY in actions or before != self.lifecycle:
+            self._notify(self.lifecycle, self.status)
+        self._changed.set()
+        if Action.REQUEUE in actions:
+            await self._requeue()
+        if Action.RELEASE in actions:
+            await self.backend.release(self.ref)
+
+    def _failure_for(self, observed: lifecycle.Observation) -> errors.KernelQueueError:
+        who = f"kernel {short_id(self.ref.kernel_id)}"
+        if observed is Command.CANCEL:
+            return errors.LaunchCancelled(f"{who} was shut down while waiting in '{self.queue}'")
+        if observed is Command.ADMISSION_TIMEOUT:
+            return errors.AdmissionTimeout(
+                f"{who} waited {self.waited:.0f} s in '{self.queue}' without being admitted "
+                "(admission_timeout); it was removed from the queue. Try again later, ask for "
+                "fewer GPUs, or raise `admission_timeout` in the kernelspec (0 waits forever)."
+            )
+        if observed is Command.STARTUP_TIMEOUT:
+            return errors.StartupTimeout(
+                f"{who} was admitted but its kernel did not start within startup_timeout; "
+                "see the kernel's log, or raise `startup_timeout` in the kernelspec."
+            )
+        return errors.LaunchFailed(f"{who} failed: {self.status.message or 'the kernel ended'}")
+
+    async def aclose(self) -> None:
+        """Stop following the group."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    # -- waiting ---------------------------------------------------------------------------
+
+    @property
+    def waiting(self) -> bool:
+        """True while the kernel waits for (re-)admission."""
+        return self.lifecycle.state in lifecycle.WAITING
+
+    async def wait_live(self, *, admission_timeout: float, startup_timeout: float) -> None:
+        """Return once the kernel can be reached; raise the lifecycle's failure otherwise.
+
+        `admission_timeout` (0 = forever) bounds the time in the queue; `startup_timeout` the
+        time from admission to a running kernel. Both end the wait through the lifecycle.
+        """
+        started = time.monotonic()
+        admitted_at: float | None = None
+        while True:
+            self._changed.clear()
+            state = self.lifecycle.state
+            if self.failure is not None:
+                raise self.failure
+            if state in lifecycle.LIVE:
+                self.waited = time.monotonic() - started
+                return
+            if state in lifecycle.TERMINAL:
+                raise errors.LaunchFailed(
+                    f"kernel {short_id(self.ref.kernel_id)} ended while starting"
+                )
+            now = time.monotonic()
+            timeout: float | None = None
+            command = Command.ADMISSION_TIMEOUT
+            if state is KernelState.ADMITTED:
+                admitted_at = admitted_at or now
+                timeout, command = admitted_at + startup_timeout - now, Command.STARTUP_TIMEOUT
+            elif admission_timeout > 0:
+                timeout = started + admission_timeout - now
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except TimeoutError:
+                self.waited = time.monotonic() - started
+                await self.observe(command)
+
+    async def wait_restarted(self, generation: int, *, within: float) -> None:
+        """Return once a kernel process newer than `generation` runs (an in-place restart)."""
+        try:
+            async with asyncio.timeout(within):
+                while not (self.status.kernel_alive and self.status.generation > generation):
+                    if self.lifecycle.state not in lifecycle.LIVE:
+                        return  # preempted or ended meanwhile: the caller's wait_live takes over
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            await self.observe(Command.STARTUP_TIMEOUT)
+            raise errors.StartupTimeout(
+                f"kernel {short_id(self.ref.kernel_id)} did not come back within "
+                f"{within:.0f} s of a restart"
+            ) from None
+
+    async def wait_changed(self) -> None:
+        """Return at the next change of status or lifecycle."""
+        self._changed.clear()
+        await self._changed.wait()
