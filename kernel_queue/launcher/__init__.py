@@ -1,0 +1,22 @@
+"""The kernel launcher: a small parent process that owns one kernel in a pod or a local subprocess.
+
+This package holds the names its callers share (exit codes, ``KERNEL_QUEUE_LAUNCH_*`` variables).
+It runs in the kernel image, so it imports nothing server-side; ``kernel.py`` is the only module
+that imports ipykernel. Run it as ``python -m kernel_queue.launcher``.
+"""
+
+RESTART_EXIT_CODE = 75
+"""Exit status of a kernel that was asked to restart; the launcher starts a new one in place."""
+
+PREEMPTED_EXIT_CODE = 143
+"""Exit status of a launcher stopped by SIGTERM (128 + 15); never 0, or Kueue would not requeue."""
+
+ENV_IP = "KERNEL_QUEUE_LAUNCH_IP"
+ENV_PORTS = "KERNEL_QUEUE_LAUNCH_PORTS"
+ENV_KEY = "KERNEL_QUEUE_LAUNCH_KEY"
+ENV_KEY_FILE = "KERNEL_QUEUE_LAUNCH_KEY_FILE"
+ENV_TRANSPORT = "KERNEL_QUEUE_LAUNCH_TRANSPORT"
+ENV_SIGNATURE_SCHEME = "KERNEL_QUEUE_LAUNCH_SIGNATURE_SCHEME"
+ENV_STATUS_FD = "KERNEL_QUEUE_LAUNCH_STATUS_FD"
+ENV_PARENT_DEATH = "KERNEL_QUEUE_LAUNCH_PARENT_DEATH"
+ENV_STOP_TIMEOUT = "KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT"

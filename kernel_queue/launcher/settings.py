@@ -1,0 +1,219 @@
+"""The launcher's inputs: command-line options, each falling back to a KERNEL_QUEUE_LAUNCH_* name.
+
+``parse_settings`` turns argv and the environment into a frozen ``LaunchSettings`` or raises
+``SettingsError`` with one sentence naming the option and the variable to fix. It only reads:
+it creates no files and starts no processes (stdlib only, like the rest of the launcher).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from kernel_queue import launcher
+
+CONNECTION_FILE_PLACEHOLDER = "{connection_file}"
+PORT_NAMES = ("shell", "iopub", "stdin", "control", "hb")
+TRANSPORTS = ("tcp", "ipc")
+
+
+class SettingsError(Exception):
+    """A launcher input is missing or invalid; the message names the option and the variable."""
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """Everything the supervisor needs, validated."""
+
+    ip: str
+    ports: tuple[int, int, int, int, int]
+    """Kernel ports in the order shell, iopub, stdin, control, hb."""
+    key: str
+    transport: str
+    signature_scheme: str
+    kernel_argv: tuple[str, ...]
+    """Kernel command; ``{connection_file}`` is replaced by the connection file's path."""
+    status_fd: int | None = None
+    """Inherited descriptor that receives one JSON event per line, or None."""
+    parent_death: bool = False
+    """Ask Linux to SIGTERM the launcher when its parent dies (local backend)."""
+    stop_timeout: float = 25.0
+    """Seconds a SIGTERMed kernel gets to exit before SIGKILL."""
+
+
+def default_kernel_argv() -> tuple[str, ...]:
+    """The IPython kernel of ``kernel_queue.launcher.kernel`` run by this interpreter."""
+    return (sys.executable, "-m", "kernel_queue.launcher.kernel", "-f", CONNECTION_FILE_PLACEHOLDER)
+
+
+def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSettings:
+    """Build settings from ``argv`` (options, then ``--`` and the kernel command) and ``environ``.
+
+    Called by ``__main__``; raises ``SettingsError`` for bad input. Unknown options make argparse
+    exit with status 2 itself.
+    """
+    argv = list(argv)
+    kernel_argv: tuple[str, ...] = ()
+    if "--" in argv:
+        split = argv.index("--")
+        argv, kernel_argv = argv[:split], tuple(argv[split + 1 :])
+    args = _parser().parse_args(argv)
+
+    def pick(value: str | None, env: str, default: str | None = None) -> str | None:
+        return value if value is not None else environ.get(env, default)
+
+    return LaunchSettings(
+        ip=pick(args.ip, launcher.ENV_IP, "127.0.0.1") or "127.0.0.1",
+        ports=_parse_ports(pick(args.ports, launcher.ENV_PORTS)),
+        key=_read_key(pick(args.key_file, launcher.ENV_KEY_FILE), environ.get(launcher.ENV_KEY)),
+        transport=_parse_transport(pick(args.transport, launcher.ENV_TRANSPORT, "tcp")),
+        signature_scheme=_parse_signature_scheme(
+            pick(args.signature_scheme, launcher.ENV_SIGNATURE_SCHEME, "hmac-sha256")
+        ),
+        kernel_argv=kernel_argv or default_kernel_argv(),
+        status_fd=_parse_status_fd(pick(args.status_fd, launcher.ENV_STATUS_FD)),
+        parent_death=args.parent_death_signal
+        or _parse_flag(environ.get(launcher.ENV_PARENT_DEATH, "")),
+        stop_timeout=_parse_stop_timeout(pick(args.stop_timeout, launcher.ENV_STOP_TIMEOUT)),
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m kernel_queue.launcher",
+        description="Own one Jupyter kernel: connection file, signals, in-place restarts.",
+        epilog="Each option falls back to the KERNEL_QUEUE_LAUNCH_* variable named in its help. "
+        "The kernel command follows '--'.",
+    )
+    parser.add_argument("--ip", help=f"address to bind (${launcher.ENV_IP}, default 127.0.0.1)")
+    parser.add_argument(
+        "--ports", help=f"shell,iopub,stdin,control,hb ports (${launcher.ENV_PORTS}, required)"
+    )
+    parser.add_argument(
+        "--key-file",
+        help=f"file holding the HMAC key (${launcher.ENV_KEY_FILE}; else ${launcher.ENV_KEY})",
+    )
+    parser.add_argument("--transport", help=f"tcp or ipc (${launcher.ENV_TRANSPORT}, default tcp)")
+    parser.add_argument(
+        "--signature-scheme",
+        help=f"message signing (${launcher.ENV_SIGNATURE_SCHEME}, default hmac-sha256)",
+    )
+    parser.add_argument(
+        "--status-fd", help=f"inherited fd for JSON status lines (${launcher.ENV_STATUS_FD})"
+    )
+    parser.add_argument(
+        "--parent-death-signal",
+        action="store_true",
+        help=f"stop when the parent process dies, Linux only (${launcher.ENV_PARENT_DEATH}=1)",
+    )
+    parser.add_argument(
+        "--stop-timeout",
+        help=f"seconds between SIGTERM and SIGKILL of the kernel (${launcher.ENV_STOP_TIMEOUT}, "
+        "default 25)",
+    )
+    return parser
+
+
+def _parse_ports(raw: str | None) -> tuple[int, int, int, int, int]:
+    where = f"--ports or {launcher.ENV_PORTS}"
+    if not raw:
+        raise SettingsError(f"no kernel ports given: set {where} to five comma-separated ports")
+    try:
+        ports = tuple(int(part) for part in raw.split(","))
+    except ValueError:
+        ports = ()
+    if len(ports) != len(PORT_NAMES) or not all(0 < port < 65536 for port in ports):
+        raise SettingsError(
+            f"invalid kernel ports {raw!r}: set {where} to five comma-separated ports "
+            f"({','.join(PORT_NAMES)}), each 1-65535"
+        )
+    shell, iopub, stdin, control, hb = ports
+    return shell, iopub, stdin, control, hb
+
+
+def _read_key(key_file: str | None, key: str | None) -> str:
+    if key_file:
+        try:
+            with open(key_file, encoding="utf-8") as file:
+                key = file.read().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError(
+                f"cannot read the key file {key_file!r} ({exc.__class__.__name__}): fix "
+                f"--key-file or {launcher.ENV_KEY_FILE}"
+            ) from exc
+        if not key:
+            raise SettingsError(
+                f"the key file {key_file!r} is empty: fix --key-file or {launcher.ENV_KEY_FILE}"
+            )
+        return key
+    if not key:
+        raise SettingsError(
+            f"no connection key: set {launcher.ENV_KEY}, or pass --key-file or set "
+            f"{launcher.ENV_KEY_FILE}"
+        )
+    return key
+
+
+def _parse_transport(raw: str | None) -> str:
+    if raw not in TRANSPORTS:
+        raise SettingsError(
+            f"invalid transport {raw!r}: set --transport or {launcher.ENV_TRANSPORT} to tcp or ipc"
+        )
+    return raw
+
+
+def _parse_signature_scheme(raw: str | None) -> str:
+    raw = raw or ""
+    algorithm = raw.removeprefix("hmac-")
+    if algorithm == raw or algorithm not in hashlib.algorithms_available:
+        raise SettingsError(
+            f"invalid signature scheme {raw!r}: set --signature-scheme or "
+            f"{launcher.ENV_SIGNATURE_SCHEME} to hmac-<hash>, e.g. hmac-sha256"
+        )
+    return raw
+
+
+def _parse_status_fd(raw: str | None) -> int | None:
+    if not raw:
+        return None
+    try:
+        fd = int(raw)
+        os.fstat(fd)
+    except (ValueError, OSError) as exc:
+        raise SettingsError(
+            f"invalid status fd {raw!r} (not an open file descriptor): pass an inherited, open "
+            f"descriptor in --status-fd or {launcher.ENV_STATUS_FD}"
+        ) from exc
+    return fd
+
+
+def _parse_flag(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise SettingsError(
+        f"invalid {launcher.ENV_PARENT_DEATH}={raw!r}: set it to 1 or 0, or pass "
+        "--parent-death-signal"
+    )
+
+
+def _parse_stop_timeout(raw: str | None) -> float:
+    if raw is None or raw == "":
+        return 25.0
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise SettingsError(
+            f"invalid stop timeout {raw!r}: set --stop-timeout or {launcher.ENV_STOP_TIMEOUT} to "
+            "a number of seconds >= 0"
+        )
+    return seconds

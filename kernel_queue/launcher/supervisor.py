@@ -1,0 +1,279 @@
+"""The supervisor loop: owns the connection file, the kernel child and the launcher's signals.
+
+It starts the kernel in its own session, forwards signals, restarts the kernel in place (same
+connection file) on exit status 75 or SIGHUP, and otherwise exits with the kernel's status; after
+SIGTERM it always exits 143. Signals arrive through ``signal.set_wakeup_fd`` and a selector, so
+nothing sleeps or polls. Stdlib only: no ipykernel, no jupyter_client, no server-side code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from kernel_queue import launcher
+from kernel_queue.launcher import settings as launch_settings
+
+LOG_PREFIX = "[kernel-queue launcher] "
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+HANDLED_SIGNALS = (*FORWARDED_SIGNALS, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)
+RESTART_KILL_TIMEOUT = 5.0
+"""Seconds a kernel restarted by SIGHUP gets between SIGTERM and SIGKILL."""
+REAP_TIMEOUT = 5.0
+"""Seconds to wait for a SIGKILLed kernel to be reaped while the launcher exits."""
+START_FAILED_EXIT_CODE = 127
+"""Exit status when the kernel command cannot be executed (as a shell reports it)."""
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def log(message: str) -> None:
+    """Write one launcher line to stderr (the kernel's own output goes to the inherited streams)."""
+    print(f"{LOG_PREFIX}{message}", file=sys.stderr, flush=True)
+
+
+def set_parent_death_signal(signum: int) -> bool:
+    """Ask Linux to send ``signum`` to this process when its parent dies; False where unsupported.
+
+    Safe to call in a forked child before exec (``preexec_fn``): libc is loaded by the parent.
+    """
+    if _prctl is None:
+        return False
+    args = (ctypes.c_ulong(value) for value in (signum, 0, 0, 0))
+    return int(_prctl(ctypes.c_int(PR_SET_PDEATHSIG), *args)) == 0
+
+
+def _load_prctl() -> Callable[..., Any] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl: Callable[..., Any] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return prctl
+
+
+_prctl = _load_prctl()
+
+
+def write_connection_file(directory: Path, config: launch_settings.LaunchSettings) -> Path:
+    """Write the kernel's connection file (mode 0600) into ``directory`` and return its path."""
+    shell, iopub, stdin, control, hb = config.ports
+    info = {
+        "shell_port": shell,
+        "iopub_port": iopub,
+        "stdin_port": stdin,
+        "control_port": control,
+        "hb_port": hb,
+        "ip": config.ip,
+        "key": config.key,
+        "transport": config.transport,
+        "signature_scheme": config.signature_scheme,
+        "kernel_name": "",
+    }
+    path = directory / "kernel.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(fd, "w", encoding="utf-8") as file:
+        json.dump(info, file, indent=1)
+    return path
+
+
+def exit_status(wait_status: int) -> int:
+    """A wait status as a shell would report it: the exit code, or 128 + the killing signal."""
+    code = os.waitstatus_to_exitcode(wait_status)
+    return 128 - code if code < 0 else code
+
+
+class Supervisor:
+    """Runs one kernel at a time until it ends for good; ``run()`` returns the launcher's status."""
+
+    def __init__(self, config: launch_settings.LaunchSettings) -> None:
+        self.config = config
+        self.generation = -1
+        self.child: subprocess.Popen[bytes] | None = None
+        self._argv: list[str] = []
+        self._env = {
+            name: value
+            for name, value in os.environ.items()
+            if name not in (launcher.ENV_KEY, launcher.ENV_KEY_FILE)
+        }
+        self._stopping = False
+        self._restarting = False
+        self._deadline: float | None = None
+        self._status_broken = False
+        if config.status_fd is not None:
+            os.set_inheritable(config.status_fd, False)
+
+    def run(self) -> int:
+        """Start and supervise the kernel; on exit, remove the kernel and the connection file."""
+        with self._signals() as wakeup:
+            workdir = Path(tempfile.mkdtemp(prefix="kernel-queue-"))
+            try:
+                connection_file = str(write_connection_file(workdir, self.config))
+                self._argv = [
+                    arg.replace(launch_settings.CONNECTION_FILE_PLACEHOLDER, connection_file)
+                    for arg in self.config.kernel_argv
+                ]
+                return self._supervise(wakeup)
+            finally:
+                self._kill_child(wakeup)
+                shutil.rmtree(workdir, ignore_errors=True)
+
+    def _supervise(self, wakeup: selectors.BaseSelector) -> int:
+        if not self._start_child():
+            return START_FAILED_EXIT_CODE
+        while True:
+            timeout = (
+                None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
+            )
+            for signum in self._wait(wakeup, timeout):
+                self._on_signal(signum)
+            if self._deadline is not None and time.monotonic() >= self._deadline:
+                log("the kernel did not exit in time; sending SIGKILL")
+                self._signal_group(signal.SIGKILL)
+                self._deadline = None
+            status = self._reap()
+            if status is None:
+                continue
+            restart = not self._stopping and (
+                self._restarting or status == launcher.RESTART_EXIT_CODE
+            )
+            self._emit(event="exited", generation=self.generation, status=status, restart=restart)
+            self._signal_group(signal.SIGKILL)  # whatever the old kernel left in its group
+            self._restarting, self._deadline, self.child = False, None, None
+            if self._stopping:
+                return launcher.PREEMPTED_EXIT_CODE
+            if not restart:
+                log(f"the kernel exited with status {status}")
+                return status
+            log(f"restarting the kernel in place (it exited with status {status})")
+            if not self._start_child():
+                return START_FAILED_EXIT_CODE
+
+    def _start_child(self) -> bool:
+        parent = os.getpid()
+
+        def before_exec() -> None:  # runs in the child, after setsid
+            set_parent_death_signal(signal.SIGKILL)
+            if os.getppid() != parent:  # the launcher died before prctl took effect
+                os._exit(1)
+
+        try:
+            self.child = subprocess.Popen(
+                self._argv, env=self._env, start_new_session=True, preexec_fn=before_exec
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            log(f"cannot start the kernel {self._argv[0]!r}: {exc}")
+            return False
+        self.generation += 1
+        self._emit(event="started", generation=self.generation, pid=self.child.pid)
+        return True
+
+    def _on_signal(self, signum: int) -> None:
+        if signum == signal.SIGTERM and not self._stopping:
+            log("SIGTERM: stopping the kernel")
+            self._stopping = True
+            self._emit(event="stopping", signal=signum)
+            self._signal_child(signal.SIGTERM)
+            self._deadline = time.monotonic() + self.config.stop_timeout
+        elif signum == signal.SIGHUP and not (self._stopping or self._restarting):
+            log("SIGHUP: restarting the kernel in place")
+            self._restarting = True
+            self._signal_child(signal.SIGTERM)
+            self._deadline = time.monotonic() + RESTART_KILL_TIMEOUT
+        elif signum in FORWARDED_SIGNALS:
+            self._signal_child(signum)
+
+    def _signal_child(self, signum: int) -> None:
+        if self.child is not None and self.child.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.child.pid, signum)
+
+    def _signal_group(self, signum: int) -> None:
+        # The kernel leads its own session and cannot leave its process group, so the group id
+        # stays its pid; it stays reserved while any member lives, even after the kernel is reaped.
+        if self.child is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.child.pid, signum)
+
+    def _reap(self) -> int | None:
+        """Reap every exited child (as PID 1 that includes orphans); the kernel's status or None."""
+        status = None
+        while True:
+            try:
+                pid, wait_status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return status
+            if pid == 0:
+                return status
+            if self.child is not None and pid == self.child.pid:
+                status = exit_status(wait_status)
+                self.child.returncode = status  # reaped here, not by Popen.wait()
+
+    def _kill_child(self, wakeup: selectors.BaseSelector) -> None:
+        """Leave nothing behind: SIGKILL the kernel's group and wait (bounded) for the kernel."""
+        if self.child is None:
+            return
+        self._signal_group(signal.SIGKILL)
+        deadline = time.monotonic() + REAP_TIMEOUT
+        while self.child.returncode is None and self._reap() is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                log(f"the kernel (pid {self.child.pid}) was not reaped after SIGKILL")
+                return
+            self._wait(wakeup, remaining)
+
+    @staticmethod
+    def _wait(wakeup: selectors.BaseSelector, timeout: float | None) -> list[int]:
+        """Block until a signal arrives or ``timeout`` passes; return the signals received."""
+        signums: list[int] = []
+        for key, _ in wakeup.select(timeout):
+            with contextlib.suppress(BlockingIOError):
+                signums.extend(os.read(key.fd, 512))
+        return signums
+
+    def _emit(self, **event: Any) -> None:
+        if self.config.status_fd is None or self._status_broken:
+            return
+        line = (json.dumps(event) + "\n").encode()
+        try:
+            os.write(self.config.status_fd, line)  # one write per line: the reader sees whole lines
+        except OSError as exc:
+            self._status_broken = True
+            log(f"cannot write to the status fd {self.config.status_fd} ({exc}); no more events")
+
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[selectors.BaseSelector]:
+        """Install handlers whose only job is to wake the selector; restore everything after."""
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        os.set_blocking(write_fd, False)
+        selector = selectors.DefaultSelector()
+        selector.register(read_fd, selectors.EVENT_READ)
+        previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        previous = {signum: signal.signal(signum, _wake) for signum in HANDLED_SIGNALS}
+        try:
+            yield selector
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            signal.set_wakeup_fd(previous_fd)
+            selector.close()
+            os.close(read_fd)
+            os.close(write_fd)
+
+
+def _wake(signum: int, frame: FrameType | None) -> None:
+    """Python-level handler: the C handler already wrote ``signum`` to the wakeup fd."""

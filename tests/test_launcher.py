@@ -1,0 +1,615 @@
+"""The launcher as a real process: real ipykernel children, real signals, a jupyter_client client.
+
+Every wait is bounded, and every process a test starts is killed in the fixture's teardown.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+
+from kernel_queue import launcher
+
+pytestmark = pytest.mark.timeout(120)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+KEY = "test-key-0123456789abcdef"
+WAIT = 30.0
+"""Seconds any single wait may take before the test fails."""
+
+
+def free_ports(count: int = 5) -> list[int]:
+    """Loopback ports that were free a moment ago (bound to port 0, read, closed)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def launcher_env(tmpdir: Path, **extra: str) -> dict[str, str]:
+    env = {name: value for name, value in os.environ.items() if not name.startswith("KERNEL_QUEUE")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["TMPDIR"] = str(tmpdir)
+    env.update(extra)
+    return env
+
+
+def is_gone(pid: int) -> bool:
+    """True once ``pid`` no longer runs (a zombie waiting for its reaper counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def wait_until_gone(pid: int, timeout: float = WAIT) -> bool:
+    deadline = time.monotonic() + timeout
+    while not is_gone(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+class StatusReader:
+    """Reads the launcher's JSON status lines from the read end of a pipe."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = b""
+        self.events: list[dict[str, Any]] = []
+
+    def next(self, timeout: float = WAIT) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"no status event within {timeout} s; seen {self.events}")
+            ready, _, _ = select.select([self.fd], [], [], remaining)
+            if ready:
+                chunk = os.read(self.fd, 4096)
+                if not chunk:
+                    raise AssertionError(f"status fd closed; seen {self.events}")
+                self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        event: dict[str, Any] = json.loads(line)
+        self.events.append(event)
+        return event
+
+
+@dataclass
+class Launched:
+    """One launcher process under test, with its status stream and connection info."""
+
+    proc: subprocess.Popen[str]
+    status: StatusReader
+    info: dict[str, Any]
+    tmpdir: Path
+    clients: list[BlockingKernelClient] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)
+
+    def started(self, generation: int) -> int:
+        """Wait for the ``started`` event of ``generation``; return the kernel's pid."""
+        event = self.status.next()
+        assert event["event"] == "started", self.status.events
+        assert event["generation"] == generation, self.status.events
+        self.pids.append(event["pid"])
+        return int(event["pid"])
+
+    def client(self) -> BlockingKernelClient:
+        client = BlockingKernelClient()
+        client.load_connection_info(self.info)
+        client.start_channels()
+        self.clients.append(client)
+        client.wait_for_ready(timeout=60)
+        return client
+
+    def wait(self, timeout: float = WAIT) -> int:
+        return self.proc.wait(timeout=timeout)
+
+
+LaunchFactory = Callable[..., Launched]
+
+
+@pytest.fixture
+def launch(tmp_path: Path) -> Iterator[LaunchFactory]:
+    """Start launchers; kill them, their kernels and their clients afterwards."""
+    started: list[Launched] = []
+
+    def start(
+        *,
+        args: Sequence[str] = (),
+        kernel_argv: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        key_in_env: bool = True,
+        stdout: int | None = None,
+        wrapper: Sequence[str] = (),
+    ) -> Launched:
+        tmpdir = tmp_path / f"tmp{len(started)}"
+        tmpdir.mkdir()
+        ports = free_ports()
+        read_fd, write_fd = os.pipe()
+        extra = {
+            launcher.ENV_PORTS: ",".join(map(str, ports)),
+            launcher.ENV_STATUS_FD: str(write_fd),
+            **({launcher.ENV_KEY: KEY} if key_in_env else {}),
+            **(env or {}),
+        }
+        argv = [*wrapper, sys.executable, "-m", "kernel_queue.launcher", *args]
+        if kernel_argv:
+            argv += ["--", *kernel_argv]
+        try:
+            proc = subprocess.Popen(
+                argv,
+                env=launcher_env(tmpdir, **extra),
+                pass_fds=[write_fd],
+                stdout=stdout,
+                text=True,
+            )
+        finally:
+            os.close(write_fd)
+        info = dict(
+            zip(
+                ["shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"],
+                ports,
+                strict=True,
+            )
+        )
+        info.update(ip="127.0.0.1", key=KEY, transport="tcp", signature_scheme="hmac-sha256")
+        launched = Launched(proc, StatusReader(read_fd), info, tmpdir)
+        started.append(launched)
+        return launched
+
+    yield start
+
+    for launched in started:
+        for client in launched.clients:
+            client.stop_channels()
+        if launched.proc.poll() is None:
+            launched.proc.kill()
+        launched.proc.communicate(timeout=WAIT)
+        for pid in launched.pids:
+            if not is_gone(pid):
+                os.kill(pid, signal.SIGKILL)
+        os.close(launched.status.fd)
+
+
+def execute(client: BlockingKernelClient, code: str, **options: Any) -> dict[str, Any]:
+    """Run ``code`` and return the shell reply's content (no IOPub needed)."""
+    msg_id = client.execute(code, **options)
+    deadline = time.monotonic() + WAIT
+    while True:
+        reply = client.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if reply["parent_header"].get("msg_id") == msg_id:
+            content: dict[str, Any] = reply["content"]
+            return content
+
+
+def evaluate(client: BlockingKernelClient, expression: str) -> dict[str, Any]:
+    """The kernel's user_expressions entry for ``expression`` (status, data or ename)."""
+    content = execute(client, "", user_expressions={"value": expression})
+    assert content["status"] == "ok", content
+    value: dict[str, Any] = content["user_expressions"]["value"]
+    return value
+
+
+def value_of(client: BlockingKernelClient, expression: str) -> str:
+    value = evaluate(client, expression)
+    assert value["status"] == "ok", value
+    text: str = value["data"]["text/plain"]
+    return text
+
+
+def script(tmp_path: Path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def test_the_kernel_listens_on_the_given_ip_ports_and_key(launch: LaunchFactory) -> None:
+    launched = launch(args=["--ip", "127.0.0.1"])
+    kernel_pid = launched.started(0)
+    client = launched.client()
+
+    outputs: list[dict[str, Any]] = []
+    reply = client.execute_interactive("1+1", timeout=WAIT, output_hook=outputs.append)
+
+    assert reply["content"]["status"] == "ok"
+    results = [msg["content"]["data"] for msg in outputs if msg["msg_type"] == "execute_result"]
+    assert results == [{"text/plain": "2"}]
+    assert value_of(client, "__import__('os').getpid()") == str(kernel_pid)
+    # Its own session, so a message-mode interrupt (killpg of its group) spares the launcher.
+    assert os.getsid(kernel_pid) == kernel_pid != os.getsid(launched.proc.pid)
+
+
+@pytest.mark.parametrize("where", ["option", "variable"])
+def test_the_key_comes_from_a_key_file_and_is_not_in_the_kernel_environment(
+    launch: LaunchFactory, tmp_path: Path, where: str
+) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text(f"  {KEY}\n")
+    # A wrong key in KERNEL_QUEUE_LAUNCH_KEY loses to the file; with the option, a bad variable
+    # for the file loses to the option.
+    env = {launcher.ENV_KEY: "wrong-key"}
+    if where == "option":
+        args = ["--key-file", str(key_file)]
+        env[launcher.ENV_KEY_FILE] = str(tmp_path / "missing")
+    else:
+        args = []
+        env[launcher.ENV_KEY_FILE] = str(key_file)
+    launched = launch(key_in_env=False, args=args, env=env)
+    launched.started(0)
+    client = launched.client()  # signs with KEY: only works if the kernel uses the file's key
+
+    environ = "sorted(k for k in __import__('os').environ if k.startswith('KERNEL_QUEUE_LAUNCH_K'))"
+    assert value_of(client, environ) == "[]"
+
+
+def test_a_restart_request_restarts_the_kernel_in_place(launch: LaunchFactory) -> None:
+    launched = launch()
+    first_pid = launched.started(0)
+    client = launched.client()
+    assert execute(client, "x = 42")["status"] == "ok"
+    assert value_of(client, "x") == "42"
+
+    client.shutdown(restart=True)
+
+    exited = launched.status.next()
+    assert exited == {"event": "exited", "generation": 0, "status": 75, "restart": True}
+    second_pid = launched.started(1)
+    assert second_pid != first_pid
+    assert launched.proc.poll() is None
+    assert wait_until_gone(first_pid)
+    # The same client object, still connected to the same ip and ports, talks to the new kernel.
+    assert value_of(client, "__import__('os').getpid()") == str(second_pid)
+    assert evaluate(client, "x")["ename"] == "NameError"
+
+
+def test_a_shutdown_request_ends_the_launcher_with_0_and_removes_the_connection_file(
+    launch: LaunchFactory,
+) -> None:
+    launched = launch()
+    launched.started(0)
+    client = launched.client()
+    app = "__import__('ipykernel.kernelapp').kernelapp.IPKernelApp.instance()"
+    connection_file = Path(ast.literal_eval(value_of(client, f"{app}.abs_connection_file")))
+    assert connection_file.parent.parent == launched.tmpdir
+    assert connection_file.stat().st_mode & 0o777 == 0o600
+    assert connection_file.parent.stat().st_mode & 0o777 == 0o700
+
+    client.shutdown(restart=False)
+
+    assert launched.wait() == 0
+    assert launched.status.next()["restart"] is False
+    assert not connection_file.parent.exists()
+    assert list(launched.tmpdir.iterdir()) == []
+
+
+def test_sigterm_stops_the_kernel_and_exits_143(launch: LaunchFactory) -> None:
+    launched = launch()
+    kernel_pid = launched.started(0)
+    launched.client()
+
+    launched.proc.send_signal(signal.SIGTERM)
+
+    assert launched.wait() == launcher.PREEMPTED_EXIT_CODE
+    assert launched.status.next() == {"event": "stopping", "signal": signal.SIGTERM}
+    assert launched.status.next()["event"] == "exited"
+    assert is_gone(kernel_pid)
+    assert list(launched.tmpdir.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("on_sigterm", "stop_timeout", "kernel_status"),
+    [
+        pytest.param("lambda *_: sys.exit(0)", "25", 0, id="kernel-exits-0"),
+        pytest.param("signal.SIG_IGN", "0.5", 128 + signal.SIGKILL, id="kernel-ignores-it"),
+    ],
+)
+def test_sigterm_exits_143_even_when_the_kernel_exits_0_or_must_be_killed(
+    launch: LaunchFactory, tmp_path: Path, on_sigterm: str, stop_timeout: str, kernel_status: int
+) -> None:
+    kernel = script(
+        tmp_path,
+        "kernel.py",
+        f"""
+        import signal, sys, time
+        signal.signal(signal.SIGTERM, {on_sigterm})
+        print("ready", flush=True)
+        time.sleep(60)
+        """,
+    )
+    launched = launch(
+        args=["--stop-timeout", stop_timeout],
+        kernel_argv=[sys.executable, kernel],
+        stdout=subprocess.PIPE,
+    )
+    kernel_pid = launched.started(0)
+    assert launched.proc.stdout is not None
+    assert select.select([launched.proc.stdout], [], [], WAIT)[0], "the kernel never got ready"
+    assert launched.proc.stdout.readline() == "ready\n"
+
+    launched.proc.send_signal(signal.SIGTERM)
+
+    assert launched.wait() == launcher.PREEMPTED_EXIT_CODE
+    assert launched.status.next()["event"] == "stopping"
+    assert launched.status.next() == {
+        "event": "exited",
+        "generation": 0,
+        "status": kernel_status,
+        "restart": False,
+    }
+    assert is_gone(kernel_pid)
+
+
+def test_sigint_to_the_launcher_interrupts_the_running_cell(launch: LaunchFactory) -> None:
+    launched = launch()
+    launched.started(0)
+    client = launched.client()
+    msg_id = client.execute("import time; print('sleeping', flush=True); time.sleep(60)")
+    # Signal only once the cell's own code runs: a SIGINT that lands earlier, inside ipykernel's
+    # execute_request plumbing, is swallowed there and the request never gets a reply.
+    deadline = time.monotonic() + WAIT
+    while True:
+        msg = client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if msg["msg_type"] == "stream" and msg["parent_header"]["msg_id"] == msg_id:
+            break
+
+    started = time.monotonic()
+    launched.proc.send_signal(signal.SIGINT)
+
+    reply = client.get_shell_msg(timeout=WAIT)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "KeyboardInterrupt"
+    assert time.monotonic() - started < 20
+    # After an error ipykernel aborts requests that arrive before its "stop aborting" marker.
+    for _ in range(20):
+        content = execute(client, "", user_expressions={"value": "1+1"})
+        if content["status"] != "aborted":
+            break
+    assert content["user_expressions"]["value"]["data"]["text/plain"] == "2"
+    assert launched.proc.poll() is None
+
+
+def test_a_kernel_that_dies_ends_the_launcher_with_its_status(launch: LaunchFactory) -> None:
+    launched = launch()
+    launched.started(0)
+    client = launched.client()
+
+    client.execute("import os; os._exit(3)")
+
+    assert launched.wait() == 3
+    assert launched.status.next() == {
+        "event": "exited",
+        "generation": 0,
+        "status": 3,
+        "restart": False,
+    }
+
+
+def test_sighup_restarts_the_kernel_in_place(launch: LaunchFactory) -> None:
+    launched = launch()
+    first_pid = launched.started(0)
+    client = launched.client()
+    assert execute(client, "x = 42")["status"] == "ok"
+
+    launched.proc.send_signal(signal.SIGHUP)
+
+    exited = launched.status.next()
+    assert exited["event"] == "exited" and exited["restart"] is True
+    second_pid = launched.started(1)
+    assert second_pid != first_pid
+    assert launched.proc.poll() is None
+    assert value_of(client, "__import__('os').getpid()") == str(second_pid)
+    assert evaluate(client, "x")["ename"] == "NameError"
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        pytest.param({launcher.ENV_PORTS: "1,2,3,4,5"}, launcher.ENV_KEY, id="no-key"),
+        pytest.param(
+            {launcher.ENV_PORTS: "1,2", launcher.ENV_KEY: KEY}, launcher.ENV_PORTS, id="two-ports"
+        ),
+        pytest.param({launcher.ENV_KEY: KEY}, launcher.ENV_PORTS, id="no-ports"),
+        pytest.param(
+            {launcher.ENV_PORTS: "1,2,3,4,5", launcher.ENV_KEY_FILE: "/nonexistent"},
+            launcher.ENV_KEY_FILE,
+            id="unreadable-key-file",
+        ),
+    ],
+)
+def test_bad_input_exits_2_naming_the_variable_and_leaves_nothing_behind(
+    tmp_path: Path, env: dict[str, str], named: str
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernel_queue.launcher"],
+        env=launcher_env(tmp_path, **env),
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("[kernel-queue launcher] ")
+    assert named in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sigkill_of_the_launcher_takes_the_kernel_down(launch: LaunchFactory) -> None:
+    launched = launch()
+    kernel_pid = launched.started(0)
+    launched.client()
+
+    launched.proc.kill()
+
+    assert launched.wait() == -signal.SIGKILL
+    assert wait_until_gone(kernel_pid), "the kernel outlived its SIGKILLed launcher"
+
+
+def can_unshare_pid_namespace() -> bool:
+    try:
+        probe = ["unshare", "--pid", "--fork", "--mount-proc", "true"]
+        return subprocess.run(probe, capture_output=True, timeout=WAIT, check=False).returncode == 0
+    except OSError:
+        return False
+
+
+def child_pids(pid: int) -> list[int]:
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                children.append(int(stat.parent.name))
+    return children
+
+
+def test_the_launcher_as_pid_1_stops_on_sigterm(launch: LaunchFactory, tmp_path: Path) -> None:
+    if not can_unshare_pid_namespace():
+        pytest.skip("needs unshare(1) and the right to create a PID namespace")
+    kernel = script(tmp_path, "kernel.py", "import time\ntime.sleep(60)\n")
+    launched = launch(
+        wrapper=["unshare", "--pid", "--fork", "--mount-proc"],
+        kernel_argv=[sys.executable, kernel],
+    )
+    assert launched.started(0) == 2  # the launcher is PID 1 of the new namespace
+    [launcher_pid] = child_pids(launched.proc.pid)  # as seen from here
+
+    os.kill(launcher_pid, signal.SIGTERM)  # a PID 1 without a SIGTERM handler would ignore this
+
+    assert launched.wait() == launcher.PREEMPTED_EXIT_CODE
+    assert launched.status.next()["event"] == "stopping"
+
+
+def test_the_parent_death_signal_stops_the_launcher_when_its_parent_dies(
+    launch: LaunchFactory, tmp_path: Path
+) -> None:
+    parent = script(
+        tmp_path,
+        "parent.py",
+        """
+        import subprocess, sys, time
+        subprocess.Popen(sys.argv[1:], close_fds=False)
+        time.sleep(60)
+        """,
+    )
+    launched = launch(wrapper=[sys.executable, parent], env={launcher.ENV_PARENT_DEATH: "1"})
+    kernel_pid = launched.started(0)
+    [launcher_pid] = child_pids(launched.proc.pid)
+    launched.pids.append(launcher_pid)
+
+    launched.proc.kill()
+
+    assert wait_until_gone(launcher_pid)
+    assert launched.status.next()["event"] == "stopping"
+    assert wait_until_gone(kernel_pid)
+    assert list(launched.tmpdir.iterdir()) == []
+
+
+def test_the_launcher_imports_nothing_server_side(tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        import kernel_queue.launcher
+        import kernel_queue.launcher.__main__
+        forbidden = ("jupyter_server", "jupyter_client", "kubernetes", "ipykernel", "zmq")
+        print(sorted(
+            name for name in sys.modules
+            if name.split(".")[0] in forbidden or name.startswith("kernel_queue.backends")
+        ))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=launcher_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=True,
+    )
+
+    assert proc.stdout.strip() == "[]"
+
+
+def test_a_custom_kernel_command_gets_the_connection_file_and_nothing_else(
+    launch: LaunchFactory, tmp_path: Path
+) -> None:
+    kernel = script(
+        tmp_path,
+        "print_keys.py",
+        """
+        import json, os, sys
+        with open(sys.argv[1]) as file:
+            print(sorted(json.load(file)))
+        print(sorted(k for k in os.environ if k.startswith("KERNEL_QUEUE_LAUNCH_K")))
+        inherited = [int(fd) for fd in os.listdir("/proc/self/fd") if int(fd) > 2]
+        print([fd for fd in inherited if os.path.exists(f"/proc/self/fd/{fd}")])
+        """,
+    )
+    launched = launch(
+        kernel_argv=[sys.executable, kernel, "{connection_file}"], stdout=subprocess.PIPE
+    )
+
+    stdout, _ = launched.proc.communicate(timeout=WAIT)
+
+    assert launched.proc.returncode == 0
+    keys = [
+        "control_port",
+        "hb_port",
+        "iopub_port",
+        "ip",
+        "kernel_name",
+        "key",
+        "shell_port",
+        "signature_scheme",
+        "stdin_port",
+        "transport",
+    ]
+    assert stdout.splitlines() == [str(keys), "[]", "[]"]
+    assert launched.started(0) > 0
+    assert launched.status.next()["status"] == 0
+
+
+def test_a_kernel_with_a_non_daemon_thread_still_restarts(launch: LaunchFactory) -> None:
+    launched = launch()
+    launched.started(0)
+    client = launched.client()
+    code = "import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()"
+    assert execute(client, code)["status"] == "ok"
+
+    client.shutdown(restart=True)
+
+    assert launched.status.next(timeout=60)["status"] == launcher.RESTART_EXIT_CODE
+    launched.started(1)
+    assert value_of(client, "1+1") == "2"
