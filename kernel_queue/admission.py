@@ -119,7 +119,8 @@ class Unfit:
 
 @dataclass(frozen=True)
 class Decision:
-    """One pass's outcome. `positions` covers every pending request, unfit ones included;
+    """One pass's outcome. `positions` covers every request still pending after `admit`, unfit
+    ones included;
     `waiting_for` maps a preemptor to the evicting workloads it counts on, then its new victims.
     """
 
@@ -235,7 +236,11 @@ def schedule(
         preempt.extend(Preemption(victim, request.name, "InClusterQueue") for victim in names)
         if evicting or victims:
             waiting_for[request.name] = (*(w.request.name for w in evicting), *names)
-    return Decision(tuple(admit), tuple(preempt), tuple(unfit), _positions(queue), waiting_for)
+    admitted_now = {grant.name for grant in admit}
+    still_pending = [request for request in queue if request.name not in admitted_now]
+    return Decision(
+        tuple(admit), tuple(preempt), tuple(unfit), _positions(still_pending), waiting_for
+    )
 
 
 def _needs(request: Request) -> dict[str, int]:

@@ -105,6 +105,7 @@ _rows(_AFTER_PREEMPTION, _P.PENDING, _S.REQUEUED, _N)
 _rows(_AFTER_PREEMPTION, _P.QUEUED, _S.REQUEUED, _N)
 _rows(_AFTER_PREEMPTION, _P.ADMITTED, _S.ADMITTED, _N)
 _rows(_AFTER_PREEMPTION, _P.RUNNING, _S.RESUMED, _N, _C)
+_rows(_AFTER_PREEMPTION, _P.FINISHED, _S.FINISHED, _N)  # stopped while waiting to come back
 
 
 def step(current: Lifecycle, observed: Observation) -> Transition:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import datetime
 import os
-from typing import Any
+from typing import Any, cast
 
 from jupyter_client.connect import KernelConnectionInfo
-from jupyter_client.provisioning import KernelProvisionerBase
+from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from traitlets import Dict, Float, Int, TraitError, Unicode, Union, default
 from typing_extensions import override
 
@@ -23,7 +23,7 @@ from kernel_queue.model import GroupRef, GroupSpec, GroupStatus, StopCause, shor
 from kernel_queue.tracking import KernelTracker
 
 
-class _Count(Int):  # type: ignore[type-arg]
+class _Count(Int[int, int]):
     """A non-negative whole number whose type error says how to write it in kernel.json."""
 
     def error(
@@ -42,7 +42,7 @@ def _quantity(help: str) -> Union:
     )
 
 
-class QueuedKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
+class QueuedKernelProvisioner(KernelProvisionerBase):
     """Run a kernel only once its queue admits it; show its place while it waits.
 
     Every trait is a kernelspec `metadata.kernel_provisioner.config` key and can be set for all
@@ -138,7 +138,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         self._restart_requested = False
         info = tracker.ref.connection.to_dict()
         info["key"] = info["key"].encode()  # jupyter_client compares keys as bytes
-        self.connection_info = info
+        self.connection_info = cast(KernelConnectionInfo, info)
         return self.connection_info
 
     @override
@@ -209,11 +209,6 @@ class QueuedKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         return recommended + waited
 
     @override
-    def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
-        """Time for a graceful stop: at least the kernel's grace period."""
-        return max(recommended, self._spec.grace_seconds if self._spec else 0.0)
-
-    @override
     async def get_provisioner_info(self) -> dict[str, Any]:
         """Persisted by gateways; carries the group reference for `load_provisioner_info`."""
         info: dict[str, Any] = await super().get_provisioner_info()
@@ -262,8 +257,12 @@ class QueuedKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
 
     def _owner(self) -> Any:
         """What shares one backend instance: the server's multi-kernel manager, else the loop."""
+        # Not `or`: a MultiKernelManager with no kernels yet is falsy (it defines __len__).
         km = self.parent
-        return getattr(km, "parent", None) or km or asyncio.get_running_loop()
+        for owner in (getattr(km, "parent", None), km):
+            if owner is not None:
+                return owner
+        return asyncio.get_running_loop()
 
     def _restarting(self, restart: bool) -> bool:
         return restart or self._restart_requested
@@ -301,6 +300,8 @@ class QueuedKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         tracker = self._tracker
         if tracker is None or self._spec is None:
             return ""
+        if tracker.failure is not None and tracker.lifecycle.state is KernelState.FAILED:
+            return str(tracker.failure)
         return lifecycle.describe(
             tracker.lifecycle, tracker.status, queue=self._spec.queue, needs=self._spec.needs()
         )

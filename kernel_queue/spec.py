@@ -24,7 +24,7 @@ _PYTHONS = {"python", f"python{sys.version_info[0]}", "python{}.{}".format(*sys.
 def build(provisioner: Any, *, argv_extra: list[str], cwd: str | None) -> GroupSpec:
     """Validate `provisioner`'s traits and build the spec of its kernel's group."""
     kernelspec = provisioner.kernel_spec
-    name = getattr(kernelspec, "name", "") or getattr(kernelspec, "display_name", "") or "?"
+    name = getattr(provisioner.parent, "kernel_name", "") or kernelspec.display_name or "?"
     where = f"kernelspec {name!r}"
 
     def bad(key: str, problem: str, fix: str) -> errors.ConfigError:

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from kernel_queue.events import SCHEMA_ID
+
 pytest_plugins = ["jupyter_server.pytest_plugin"]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,8 +74,16 @@ class Server:
         self.ws_fetch = ws_fetch
         self.app = serverapp
 
+    def backend(self) -> Any:
+        """The server's local backend (for assertions on what it holds)."""
+        from kernel_queue import backends
+
+        return backends.get_backend("local", owner=self.app.kernel_manager, config=None, log=None)
+
     async def start(self, name: str) -> str:
-        response = await self.fetch("api", "kernels", method="POST", body=json.dumps({"name": name}))
+        response = await self.fetch(
+            "api", "kernels", method="POST", body=json.dumps({"name": name})
+        )
         return str(json.loads(response.body)["id"])
 
     async def model(self, kernel_id: str) -> dict[str, Any]:
@@ -95,17 +105,19 @@ class Server:
         async def gone() -> bool:
             return not (await self.kernel_ids()) & set(kernel_ids)
 
-        await self.wait_for(gone)
-        await self.wait_for(_no_launchers)
+        async def no_launchers() -> bool:
+            return not launcher_pids(kernel_ids)
 
-    async def wait_for(
-        self, check: Callable[[], Awaitable[bool]], *, timeout: float = 60, what: str = ""
-    ) -> None:
-        async with asyncio.timeout(timeout):
-            while not await check():
+        await self.wait_for(gone)
+        await self.wait_for(no_launchers)
+
+    async def wait_for(self, check: Callable[[], Awaitable[bool]], *, within: float = 60) -> None:
+        """Poll the server (as a REST client would) until `check` holds, for at most `within` s."""
+        async with asyncio.timeout(within):
+            while not await check():  # noqa: ASYNC110 - polling a remote API, not a local event
                 await asyncio.sleep(0.05)
 
-    async def wait_reason(self, kernel_id: str, text: str, timeout: float = 60) -> dict[str, Any]:
+    async def wait_reason(self, kernel_id: str, text: str, within: float = 60) -> dict[str, Any]:
         """Wait until the kernel's `reason` contains `text`; return the model."""
         seen: dict[str, Any] = {}
 
@@ -114,12 +126,12 @@ class Server:
             return text in seen.get("reason", "")
 
         try:
-            await self.wait_for(check, timeout=timeout)
+            await self.wait_for(check, within=within)
         except TimeoutError:
             pytest.fail(f"reason never contained {text!r}; last model: {seen}")
         return seen
 
-    async def execute(self, kernel_id: str, code: str, timeout: float = 60) -> dict[str, Any]:
+    async def execute(self, kernel_id: str, code: str, within: float = 60) -> dict[str, Any]:
         """Run `code` through the kernel's websocket; return the execute_result data, the
         stream text and the reply status."""
         ws = await self.ws_fetch("api", "kernels", kernel_id, "channels")
@@ -136,13 +148,19 @@ class Server:
             "parent_header": {},
             "metadata": {},
             "channel": "shell",
-            "content": {"code": code, "silent": False, "store_history": False,
-                        "user_expressions": {}, "allow_stdin": False, "stop_on_error": True},
+            "content": {
+                "code": code,
+                "silent": False,
+                "store_history": False,
+                "user_expressions": {},
+                "allow_stdin": False,
+                "stop_on_error": True,
+            },
             "buffers": [],
         }
         result: dict[str, Any] = {"stream": "", "data": None, "status": None, "error": None}
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(within):
                 await ws.write_message(json.dumps(request))
                 while result["status"] is None or result["idle"] is not True:
                     raw = await ws.read_message()
@@ -168,17 +186,55 @@ class Server:
         return result
 
 
+class EventLog:
+    """Collects kernel-queue status events from `/api/events/subscribe`."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, ws_fetch: Any) -> None:
+        ws = await ws_fetch("api", "events", "subscribe")
+
+        async def read() -> None:
+            while (raw := await ws.read_message()) is not None:
+                event = json.loads(raw)
+                if event.get("schema_id") == SCHEMA_ID:
+                    self.events.append(event)
+
+        self._task = asyncio.get_running_loop().create_task(read())
+        self._ws = ws
+
+    def states(self, kernel_id: str) -> list[str]:
+        """The distinct successive states reported for one kernel."""
+        states: list[str] = []
+        for event in self.events:
+            if event["kernel_id"] == kernel_id and (not states or states[-1] != event["state"]):
+                states.append(event["state"])
+        return states
+
+    async def stop(self) -> None:
+        self._ws.close()
+        if self._task is not None:
+            self._task.cancel()
+
+
+@pytest.fixture
+def event_log(jp_ws_fetch: Any, jp_asyncio_loop: asyncio.AbstractEventLoop) -> Any:
+    """Subscribed before the test's kernels start (pytest-jupyter runs no async fixtures)."""
+    log = EventLog()
+    jp_asyncio_loop.run_until_complete(log.start(jp_ws_fetch))
+    yield log
+    jp_asyncio_loop.run_until_complete(log.stop())
+
+
 @pytest.fixture
 def server(jp_fetch: Any, jp_ws_fetch: Any, jp_serverapp: Any) -> Server:
     return Server(jp_fetch, jp_ws_fetch, jp_serverapp)
 
 
-async def _no_launchers() -> bool:
-    return not launcher_pids()
-
-
-def launcher_pids() -> set[int]:
-    """Launcher processes that are children of this test process."""
+def launcher_pids(kernel_ids: tuple[str, ...] = ()) -> set[int]:
+    """Launcher processes that are children of this test process (of these kernels, if given)."""
     found = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -189,6 +245,14 @@ def launcher_pids() -> set[int]:
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == os.getpid() and b"kernel_queue.launcher" in cmdline:
-            found.add(int(entry.name))
+        if ppid != os.getpid() or b"kernel_queue.launcher" not in cmdline:
+            continue
+        if kernel_ids:
+            try:
+                environ = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if not any(f"KERNEL_ID={k}".encode() in environ for k in kernel_ids):
+                continue
+        found.add(int(entry.name))
     return found

@@ -268,9 +268,19 @@ def test_unfit_requests_are_reported_with_positions_and_never_admitted() -> None
         admit=(adm("a", gpu="t4"),),
         preempt=(),
         unfit=(Unfit("huge", "gpu", 5, 4, "requests 5 gpu but the largest flavor offers 4"),),
-        positions={"huge": Position(0, 0, 2), "a": Position(1, 1, 2)},
+        positions={"huge": Position(0, 0, 1)},
         waiting_for={},
     )
+
+
+def test_positions_are_counted_after_this_passes_admissions() -> None:
+    pending = [req("first", 1.0, gpu=4), req("second", 2.0, gpu=4), req("third", 3.0, gpu=4)]
+    decision = schedule(cq(ONE_FLAVOR), pending, [])
+    assert [a.name for a in decision.admit] == ["first"]
+    assert decision.positions == {
+        "second": Position(in_cluster_queue=0, in_queue=0, queue_length=2),
+        "third": Position(in_cluster_queue=1, in_queue=1, queue_length=2),
+    }
 
 
 def test_positions_count_per_cluster_queue_and_per_local_queue() -> None:

@@ -33,7 +33,10 @@ NOTIFY, CONNECT, REQUEUE, RELEASE, FAIL = A.NOTIFY, A.CONNECT, A.REQUEUE, A.RELE
         pytest.param(S.PREEMPTED, 1, P.QUEUED, S.REQUEUED, 1, {NOTIFY}, id="preempted-requeued"),
         pytest.param(S.PREEMPTED, 1, P.EVICTED, S.PREEMPTED, 1, set(), id="eviction-repeats"),
         pytest.param(
-            S.PREEMPTED, 1, P.FINISHED, S.PREEMPTED, 1, set(), id="exit-during-eviction-ignored"
+            S.REQUEUED, 1, P.FINISHED, S.FINISHED, 1, {NOTIFY}, id="stopped-while-requeued"
+        ),
+        pytest.param(
+            S.PREEMPTED, 1, P.FINISHED, S.FINISHED, 1, {NOTIFY}, id="stopped-while-preempted"
         ),
         pytest.param(S.REQUEUED, 1, P.QUEUED, S.REQUEUED, 1, {NOTIFY}, id="requeued-moves-up"),
         pytest.param(S.REQUEUED, 1, P.ADMITTED, S.ADMITTED, 1, {NOTIFY}, id="readmitted"),

@@ -227,7 +227,7 @@ class LocalBackend(LoggingConfigurable):
             ref=ref,
             request=request,
             status=GroupStatus(GroupPhase.QUEUED),
-            log_path=Path(self.log_dir) / f"{spec.name}.log",
+            log_path=self._log_path(spec.name),
         )
         self._groups[spec.name] = group
         self.log.info(
@@ -283,15 +283,14 @@ class LocalBackend(LoggingConfigurable):
     async def release(self, ref: GroupRef) -> None:
         """Stop the kernel if it runs, give back its quota, remove its log file."""
         group = self._groups.get(ref.name)
-        if group is None:
-            return
-        group.stopping = StopCause.SHUTDOWN
-        if group.process is not None:
-            await self._terminate(group, group.spec.grace_seconds)
-        elif group.status.phase not in _TERMINAL:
-            self._finish(group, 0, "removed from the queue")
+        if group is not None:
+            group.stopping = StopCause.SHUTDOWN
+            if group.process is not None:
+                await self._terminate(group, group.spec.grace_seconds)
+            elif group.status.phase not in _TERMINAL:
+                self._finish(group, 0, "removed from the queue")
         with contextlib.suppress(FileNotFoundError):
-            group.log_path.unlink()
+            self._log_path(ref.name).unlink()
 
     async def aclose(self) -> None:
         """Release every group."""
@@ -371,6 +370,9 @@ class LocalBackend(LoggingConfigurable):
             if self._is_waiting(group):
                 place = QueuePlace(group.spec.queue, position.in_queue + 1, position.queue_length)
                 self._publish(group, GroupStatus(GroupPhase.QUEUED, place=place))
+
+    def _log_path(self, name: str) -> Path:
+        return Path(self.log_dir) / f"{name}.log"
 
     @staticmethod
     def _is_waiting(group: _Group) -> bool:
@@ -511,8 +513,9 @@ class LocalBackend(LoggingConfigurable):
             )
             group.evicting = ""
             group.admitted = None
+            # Back of the line, as Kueue requeues by eviction time; `_schedule` publishes the place.
             group.request = replace(group.request, created=float(next(self._arrivals)))
-            self._publish(group, GroupStatus(GroupPhase.QUEUED))
+            group.status = GroupStatus(GroupPhase.QUEUED)
             self._schedule()
             return
         if group.stopping is None and group.status.phase is GroupPhase.ADMITTED:

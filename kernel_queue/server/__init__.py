@@ -18,10 +18,16 @@ from kernel_queue.server.kernelmanager import QueuedMappingKernelManager
 
 
 def _link_jupyter_server_extension(serverapp: Any) -> None:
+    """Before the server builds its kernel manager: choose ours, with pending kernels on.
+
+    Jupyter reads only `jpserver_extensions` from `jupyter_server_config.d/*.json`, so the
+    kernel-manager settings are made here rather than in that file. An admin's explicit
+    `kernel_manager_class` or `use_pending_kernels`, and gateway mode, are left alone.
+    """
     # Linking precedes the server's own `gateway_config`; the singleton it will use is this one.
     gateway = GatewayClient.instance(parent=serverapp)
-    chosen = "kernel_manager_class" in serverapp.config.get("ServerApp", {})
-    if gateway.gateway_enabled or chosen:
+    config = serverapp.config
+    if gateway.gateway_enabled or "kernel_manager_class" in config.get("ServerApp", {}):
         serverapp.log.info(
             "kernel-queue: keeping kernel manager %s; cancelling a queued kernel waits for its "
             "admission unless it derives from %s",
@@ -30,6 +36,14 @@ def _link_jupyter_server_extension(serverapp: Any) -> None:
         )
         return
     serverapp.kernel_manager_class = QueuedMappingKernelManager
+    sections = ("MultiKernelManager", "AsyncMultiKernelManager", "MappingKernelManager")
+    chosen = [
+        s
+        for s in (*sections, "AsyncMappingKernelManager", QueuedMappingKernelManager.__name__)
+        if "use_pending_kernels" in config.get(s, {})
+    ]
+    if not chosen:
+        config[QueuedMappingKernelManager.__name__]["use_pending_kernels"] = True
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:

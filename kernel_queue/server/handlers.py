@@ -17,7 +17,7 @@ from tornado import web
 KERNELS_PATH = "api/kernel-queue/kernels"
 
 
-class QueueStatusHandler(APIHandler):  # type: ignore[misc]
+class QueueStatusHandler(APIHandler):
     """Every kernel's Jupyter model, plus `queue` (the status-event payload) for queued ones."""
 
     auth_resource = "kernels"

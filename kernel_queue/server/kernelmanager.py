@@ -2,7 +2,8 @@
 
 jupyter_server waits for a pending kernel's launch before shutting it down, so deleting a kernel
 that waits in a queue would wait for its admission. This subclass first asks the provisioner to
-cancel the wait (the launch then fails at once), and it never culls a kernel that is waiting.
+cancel the wait (the launch then fails at once), never culls a kernel that is waiting, and marks
+a kernel whose launch failed as dead with the error as its `reason`.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelMana
 
 # How long shutdown waits for a cancelled launch to end before going on regardless.
 _CANCEL_WAIT_SECONDS = 5.0
+# How long server shutdown waits for kernels to stop (jupyter_client needs about 10 s at most).
+_SHUTDOWN_ALL_WAIT_SECONDS = 30.0
 
 
-class QueuedMappingKernelManager(AsyncMappingKernelManager):  # type: ignore[misc]
+class QueuedMappingKernelManager(AsyncMappingKernelManager):
     """Cancels queued launches on shutdown and keeps the culler away from waiting kernels."""
 
     async def _async_shutdown_kernel(
-        self, kernel_id: str, now: bool = False, restart: bool = False
+        self, kernel_id: str, now: bool | None = False, restart: bool | None = False
     ) -> Any:
         km = self._kernels.get(kernel_id)
         if km is None and kernel_id in self._pending_kernels:
@@ -34,7 +37,27 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):  # type: ignore[mis
             await asyncio.wait({km.ready}, timeout=_CANCEL_WAIT_SECONDS)
         return await super()._async_shutdown_kernel(kernel_id, now=now, restart=restart)
 
-    shutdown_kernel = _async_shutdown_kernel
+    shutdown_kernel = _async_shutdown_kernel  # type: ignore[assignment]
+
+    async def _async_shutdown_all(self, now: bool = False) -> None:
+        await super()._async_shutdown_all(now=now)
+        # With pending kernels the base class starts each shutdown without waiting for it; wait,
+        # so the server exits only once launchers are stopped and connection files removed.
+        stopping = [task for task in self._pending_kernels.values() if not task.done()]
+        if stopping:
+            await asyncio.wait(stopping, timeout=_SHUTDOWN_ALL_WAIT_SECONDS)
+
+    shutdown_all = _async_shutdown_all  # type: ignore[assignment]
+
+    async def _finish_kernel_start(self, kernel_id: str) -> None:
+        # jupyter_server marks a failed pending launch dead only when a websocket connects;
+        # mark it here so the REST API and `jupyter kernel-queue status` show the error too.
+        km: Any = self.get_kernel(kernel_id)
+        await super()._finish_kernel_start(kernel_id)
+        ready = km.ready
+        if ready.done() and not ready.cancelled() and ready.exception() is not None:
+            km.execution_state = "dead"
+            km.reason = str(ready.exception())
 
     async def cull_kernel_if_idle(self, kernel_id: str) -> Any:
         km = self._kernels.get(kernel_id)

@@ -1,0 +1,1 @@
+"""`jupyter kernel-queue` and its subcommands (install, lab, status)."""

@@ -1,0 +1,189 @@
+"""`jupyter kernel-queue install`: write a queued kernelspec from command-line options.
+
+Every option is checked before anything is written; the kernelspec is built in a temporary
+directory and installed with jupyter_client's KernelSpecManager (`--user`, `--sys-prefix`,
+`--prefix`), refusing to overwrite an existing one unless `--replace` is given.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_core.application import JupyterApp
+from jupyter_core.paths import SYSTEM_JUPYTER_PATH, jupyter_data_dir
+from traitlets import Bool, Float, Int, Unicode
+
+from kernel_queue import backends, quantities
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+KERNEL_ARGV = ["python", "-m", "kernel_queue.launcher.kernel", "-f", "{connection_file}"]
+
+
+class InstallError(Exception):
+    """An option is invalid; nothing was written."""
+
+
+def kernel_json(
+    *,
+    display_name: str,
+    backend: str,
+    queue: str,
+    gpus: int,
+    cpu: str = "",
+    memory: str = "",
+    image: str = "",
+    namespace: str = "",
+    priority_class: str = "",
+    admission_timeout: float = 0.0,
+) -> dict[str, Any]:
+    """The kernel.json of a queued Python kernel; raises InstallError naming a bad option."""
+    if backend not in backends.NAMES:
+        raise InstallError(f"--backend must be one of {', '.join(backends.NAMES)}, not {backend!r}")
+    if gpus < 0:
+        raise InstallError(f"--gpus must be 0 or more, not {gpus}")
+    if admission_timeout < 0:
+        raise InstallError("--admission-timeout must be 0 (wait forever) or more seconds")
+    if not queue:
+        raise InstallError("--queue must name a queue, such as 'default'")
+    for option, value, parse in (
+        ("--cpu", cpu, quantities.millicores),
+        ("--memory", memory, quantities.bytes_),
+    ):
+        if value:
+            try:
+                parse(value)
+            except ValueError as exc:
+                raise InstallError(f"{option}: {exc}") from None
+    if backend == "kubernetes" and not image:
+        raise InstallError("--image is required for the kubernetes backend (the kernel's image)")
+    config: dict[str, Any] = {"backend": backend, "queue": queue, "gpus": gpus}
+    optional = {
+        "cpu": cpu,
+        "memory": memory,
+        "image": image,
+        "namespace": namespace,
+        "priority_class": priority_class,
+    }
+    config.update({key: value for key, value in optional.items() if value})
+    if admission_timeout:
+        config["admission_timeout"] = admission_timeout
+    return {
+        "argv": KERNEL_ARGV,
+        "display_name": display_name,
+        "language": "python",
+        "interrupt_mode": "message",
+        "metadata": {
+            "debugger": True,
+            "kernel_provisioner": {"provisioner_name": "kernel-queue", "config": config},
+        },
+    }
+
+
+class InstallApp(JupyterApp):
+    """Write a queued kernelspec.
+
+    Example: jupyter kernel-queue install --name gpu2 --gpus 2 --queue gpu --user
+    """
+
+    name = "jupyter-kernel-queue-install"
+    description = __doc__
+
+    kernel_name = Unicode("python3-queued", config=True, help="Kernelspec name (directory).")
+    display_name = Unicode("", config=True, help="Name shown in JupyterLab's launcher.")
+    backend = Unicode("local", config=True, help="'local' or 'kubernetes'.")
+    queue = Unicode("default", config=True, help="Queue (Kueue LocalQueue) to wait in.")
+    gpus = Int(1, config=True, help="GPUs each kernel asks for.")
+    cpu = Unicode("", config=True, help="CPU each kernel asks for ('2', '500m').")
+    memory = Unicode("", config=True, help="Memory each kernel asks for ('8Gi').")
+    image = Unicode("", config=True, help="Kernel image (kubernetes backend).")
+    namespace = Unicode("", config=True, help="Namespace (kubernetes backend).")
+    priority_class = Unicode("", config=True, help="Priority class name.")
+    admission_timeout = Float(0.0, config=True, help="Seconds to wait in the queue; 0 = forever.")
+    user = Bool(False, config=True, help="Install for the current user.")
+    sys_prefix = Bool(False, config=True, help="Install into sys.prefix (this environment).")
+    prefix = Unicode("", config=True, help="Install under this prefix.")
+    replace = Bool(False, config=True, help="Overwrite an existing kernelspec of that name.")
+
+    aliases = {
+        **JupyterApp.aliases,
+        "name": "InstallApp.kernel_name",
+        "display-name": "InstallApp.display_name",
+        "backend": "InstallApp.backend",
+        "queue": "InstallApp.queue",
+        "gpus": "InstallApp.gpus",
+        "cpu": "InstallApp.cpu",
+        "memory": "InstallApp.memory",
+        "image": "InstallApp.image",
+        "namespace": "InstallApp.namespace",
+        "priority-class": "InstallApp.priority_class",
+        "admission-timeout": "InstallApp.admission_timeout",
+        "prefix": "InstallApp.prefix",
+    }
+    flags = {
+        **JupyterApp.flags,
+        "user": ({"InstallApp": {"user": True}}, "Install for the current user."),
+        "sys-prefix": ({"InstallApp": {"sys_prefix": True}}, "Install into sys.prefix."),
+        "replace": ({"InstallApp": {"replace": True}}, "Overwrite an existing kernelspec."),
+    }
+
+    def start(self) -> None:
+        try:
+            path = self.install()
+        except InstallError as exc:
+            print(f"jupyter kernel-queue install: {exc}", file=sys.stderr)
+            self.exit(2)
+        print(f"Installed kernelspec {self.kernel_name} in {path}")
+
+    def install(self) -> str:
+        """Validate, then write the kernelspec; return where it went."""
+        if not _NAME.match(self.kernel_name):
+            raise InstallError(
+                f"--name {self.kernel_name!r} is not a kernelspec name: use lower-case letters, "
+                "digits, '.', '_' and '-'"
+            )
+        if sum(bool(x) for x in (self.user, self.sys_prefix, self.prefix)) > 1:
+            raise InstallError("choose at most one of --user, --sys-prefix and --prefix")
+        plural = "GPU" if self.gpus == 1 else "GPUs"
+        display = self.display_name or f"Python 3 ({self.gpus} {plural}, queued in {self.queue})"
+        spec = kernel_json(
+            display_name=display,
+            backend=self.backend,
+            queue=self.queue,
+            gpus=self.gpus,
+            cpu=self.cpu,
+            memory=self.memory,
+            image=self.image,
+            namespace=self.namespace,
+            priority_class=self.priority_class,
+            admission_timeout=self.admission_timeout,
+        )
+        manager = KernelSpecManager(parent=self)
+        prefix = sys.prefix if self.sys_prefix else (self.prefix or None)
+        destination = _destination(self.kernel_name, user=self.user, prefix=prefix)
+        if destination.exists() and not self.replace:
+            raise InstallError(
+                f"a kernelspec named {self.kernel_name!r} already exists in {destination}; "
+                "pass --replace to overwrite it"
+            )
+        with tempfile.TemporaryDirectory() as folder:
+            (Path(folder) / "kernel.json").write_text(json.dumps(spec, indent=2) + "\n")
+            return str(
+                manager.install_kernel_spec(
+                    folder, kernel_name=self.kernel_name, user=self.user, prefix=prefix
+                )
+            )
+
+
+def _destination(name: str, *, user: bool, prefix: str | None) -> Path:
+    """Where KernelSpecManager.install_kernel_spec puts a kernelspec with these options."""
+    if user:
+        return Path(jupyter_data_dir()) / "kernels" / name
+    if prefix:
+        return Path(prefix) / "share" / "jupyter" / "kernels" / name
+    return Path(SYSTEM_JUPYTER_PATH[0]) / "kernels" / name

@@ -1,0 +1,113 @@
+"""`jupyter kernel-queue status`: list a running server's kernels with their queue state.
+
+Reads the server's REST API (`/api/kernel-queue/kernels`, or plain `/api/kernels` when the
+server lacks the kernel-queue extension). Finds the server from Jupyter's runtime files unless
+`--url` and `--token` are given.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+from jupyter_core.application import JupyterApp
+from traitlets import Bool, Unicode
+
+COLUMNS = ("KERNEL", "KERNELSPEC", "STATE", "QUEUE", "POSITION", "GPUS", "MESSAGE")
+
+
+class StatusError(Exception):
+    """The server could not be found or read."""
+
+
+def _running_server() -> tuple[str, str]:
+    try:
+        from jupyter_server.serverapp import list_running_servers
+    except ImportError as exc:
+        raise StatusError("jupyter_server is not installed; pass --url and --token") from exc
+    servers = sorted(list_running_servers(), key=lambda s: s.get("pid", 0))
+    if not servers:
+        raise StatusError("no running Jupyter server found; start one or pass --url and --token")
+    server = servers[-1]
+    return str(server["url"]), str(server.get("token", ""))
+
+
+def fetch(url: str, token: str, path: str) -> Any:
+    """GET `path` under the server's base `url`; return the decoded JSON."""
+    request = urllib.request.Request(url.rstrip("/") + "/" + path)
+    if token:
+        request.add_header("Authorization", f"token {token}")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def rows(listing: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """One table row per kernel from the REST listing."""
+    table: list[tuple[str, ...]] = []
+    for kernel in listing:
+        queue = kernel.get("queue") or {}
+        position = ""
+        if queue.get("position"):
+            position = f"{queue['position']} of {queue['queue_length']}"
+        table.append(
+            (
+                kernel["id"][:8],
+                kernel.get("name", ""),
+                queue.get("state") or kernel.get("execution_state", ""),
+                queue.get("queue", ""),
+                position,
+                str(queue.get("gpus", "")),
+                queue.get("message") or kernel.get("reason", ""),
+            )
+        )
+    return table
+
+
+def render(table: list[tuple[str, ...]]) -> str:
+    """Aligned columns, the message last and unpadded."""
+    lines = [COLUMNS, *table]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(COLUMNS) - 1)]
+    out = []
+    for line in lines:
+        cells = [cell.ljust(width) for cell, width in zip(line, widths, strict=False)]
+        out.append("  ".join([*cells, line[-1]]).rstrip())
+    return "\n".join(out)
+
+
+class StatusApp(JupyterApp):
+    """List kernels with their state and place in the queue.
+
+    Example: jupyter kernel-queue status --url http://localhost:8888/ --token abc
+    """
+
+    name = "jupyter-kernel-queue-status"
+    description = __doc__
+    url = Unicode(
+        "", config=True, help="Base URL of the Jupyter server (default: the running one)."
+    )
+    token = Unicode("", config=True, help="The server's token.")
+    as_json = Bool(False, config=True, help="Print the raw listing as JSON.")
+    aliases = {**JupyterApp.aliases, "url": "StatusApp.url", "token": "StatusApp.token"}
+    flags = {**JupyterApp.flags, "json": ({"StatusApp": {"as_json": True}}, "Print JSON.")}
+
+    def start(self) -> None:
+        try:
+            url, token = (self.url, self.token) if self.url else _running_server()
+            try:
+                listing = fetch(url, token, "api/kernel-queue/kernels")
+            except urllib.error.HTTPError as exc:
+                if exc.code != 404:
+                    raise
+                listing = fetch(url, token, "api/kernels")
+        except (StatusError, OSError) as exc:
+            print(f"jupyter kernel-queue status: {exc}", file=sys.stderr)
+            self.exit(1)
+        if self.as_json:
+            print(json.dumps(listing, indent=2))
+        elif not listing:
+            print("No kernels.")
+        else:
+            print(render(rows(listing)))

@@ -1,0 +1,238 @@
+"""`jupyter kernel-queue install | lab | status`, run as a user runs them (subprocesses)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernel_queue.backends import gpus as gpu_detection
+from tests.conftest import KernelspecFactory, Server
+
+JUPYTER = str(Path(sys.executable).parent / "jupyter")
+
+
+@pytest.fixture
+def user_env(tmp_path: Path) -> dict[str, str]:
+    """An environment whose Jupyter user dirs are private to the test."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
+    env.update(
+        HOME=str(tmp_path / "home"),
+        JUPYTER_DATA_DIR=str(tmp_path / "data"),
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+    )
+    return env
+
+
+def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [JUPYTER, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_install_then_kernelspec_list_shows_the_new_kernelspec(user_env: dict[str, str]) -> None:
+    done = run(
+        user_env,
+        "kernel-queue",
+        "install",
+        "--name",
+        "gpu2",
+        "--gpus",
+        "2",
+        "--queue",
+        "gpu",
+        "--priority-class",
+        "high",
+        "--user",
+    )
+    assert done.returncode == 0, done.stderr
+    listed = run(user_env, "kernelspec", "list", "--json")
+    specs = json.loads(listed.stdout)["kernelspecs"]
+    assert specs["gpu2"]["spec"]["display_name"] == "Python 3 (2 GPUs, queued in gpu)"
+    assert specs["gpu2"]["spec"]["metadata"]["kernel_provisioner"] == {
+        "provisioner_name": "kernel-queue",
+        "config": {"backend": "local", "queue": "gpu", "gpus": 2, "priority_class": "high"},
+    }
+    assert specs["gpu2"]["spec"]["interrupt_mode"] == "message"
+
+
+def test_install_refuses_to_overwrite_without_replace(user_env: dict[str, str]) -> None:
+    assert run(user_env, "kernel-queue", "install", "--name", "k", "--user").returncode == 0
+    again = run(user_env, "kernel-queue", "install", "--name", "k", "--gpus", "3", "--user")
+    assert again.returncode == 2
+    assert "already exists" in again.stderr and "--replace" in again.stderr
+    replaced = run(
+        user_env, "kernel-queue", "install", "--name", "k", "--gpus", "3", "--user", "--replace"
+    )
+    assert replaced.returncode == 0, replaced.stderr
+    spec = json.loads((Path(user_env["JUPYTER_DATA_DIR"]) / "kernels/k/kernel.json").read_text())
+    assert spec["metadata"]["kernel_provisioner"]["config"]["gpus"] == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--gpus", "-1"], "--gpus must be 0 or more, not -1", id="negative-gpus"),
+        pytest.param(["--backend", "slurm"], "--backend must be one of", id="unknown-backend"),
+        pytest.param(
+            ["--backend", "kubernetes"], "--image is required", id="kubernetes-without-image"
+        ),
+        pytest.param(["--name", "My Kernel"], "is not a kernelspec name", id="bad-name"),
+        pytest.param(["--memory", "lots"], "--memory: 'lots' is not a quantity", id="memory"),
+        pytest.param(["--user", "--sys-prefix"], "at most one of", id="two-destinations"),
+    ],
+)
+def test_install_rejects_bad_options_and_writes_nothing(
+    user_env: dict[str, str], args: list[str], message: str
+) -> None:
+    done = run(user_env, "kernel-queue", "install", "--user", *args)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert not (Path(user_env["JUPYTER_DATA_DIR"]) / "kernels").exists()
+
+
+async def test_status_lists_kernels_with_their_place_in_the_queue(
+    server: Server,
+    kernelspec: KernelspecFactory,
+    jp_base_url: str,
+    jp_http_port: int,
+    jp_auth_header: dict[str, str],
+    user_env: dict[str, str],
+) -> None:
+    name = kernelspec(gpus=2)
+    running = await server.start(name)
+    assert (await server.execute(running, "1"))["data"] == "1"
+    queued = await server.start(name)
+    await server.wait_reason(queued, "position 1 of 1")
+
+    token = jp_auth_header["Authorization"].split()[-1]
+    url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
+    process = await asyncio.create_subprocess_exec(
+        JUPYTER,
+        "kernel-queue",
+        "status",
+        "--url",
+        url,
+        "--token",
+        token,
+        env=user_env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err
+    lines = out.decode().splitlines()
+    assert lines[0].split() == [
+        "KERNEL",
+        "KERNELSPEC",
+        "STATE",
+        "QUEUE",
+        "POSITION",
+        "GPUS",
+        "MESSAGE",
+    ]
+    rows = {line[:8]: line for line in lines[1:]}
+    assert rows[running[:8]].split()[1:4] == ["queued", "running", "gpu"]
+    assert "queued in 'gpu', position 1 of 1, needs 2 GPUs" in rows[queued[:8]]
+    assert rows[queued[:8]].split()[2:6] == ["queued", "gpu", "1", "of"]
+    await server.shutdown_and_wait(queued, running)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _get(url: str, token: str, method: str = "GET", body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Authorization", f"token {token}")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read() or b"null")
+
+
+def _wait_until_serving(base: str, token: str) -> None:
+    """The banner is printed before the listening socket is ready; wait (bounded) for it."""
+    for _ in range(600):
+        try:
+            _get(base + "api/status", token)
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"the server at {base} never answered")
+
+
+def test_lab_starts_jupyterlab_with_queued_kernelspecs_and_cleans_up(
+    user_env: dict[str, str], tmp_path: Path
+) -> None:
+    port, token = _free_port(), "kernel-queue-test-token"
+    lab = subprocess.Popen(
+        [
+            JUPYTER,
+            "kernel-queue",
+            "lab",
+            "--pretend-gpus",
+            "1",
+            "--no-browser",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--notebook-dir={tmp_path}",
+        ],
+        env=user_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}/"
+    lines: list[str] = []
+    try:
+        assert lab.stdout is not None
+        for line in lab.stdout:
+            lines.append(line)
+            if "is running at" in line or "http://127.0.0.1" in line:
+                break
+        _wait_until_serving(base, token)
+        banner = lines[0]
+        if gpu_detection.detect():
+            assert banner.startswith("kernel-queue:") and "GPU(s) found" in banner
+        else:
+            assert banner.startswith(
+                "kernel-queue: no NVIDIA GPU found, so the local backend pretends to have 1 GPUs"
+            )
+        specs = _get(base + "api/kernelspecs", token)["kernelspecs"]
+        assert {"python3-gpu-queued", "python3-cpu-queued"} <= set(specs)
+        first = _get(base + "api/kernels", token, "POST", {"name": "python3-gpu-queued"})["id"]
+        second = _get(base + "api/kernels", token, "POST", {"name": "python3-gpu-queued"})["id"]
+        if not gpu_detection.detect():  # with 1 pretend GPU the second kernel waits
+            for _ in range(600):
+                listing = {k["id"]: k for k in _get(base + "api/kernel-queue/kernels", token)}
+                if (listing[second]["queue"] or {}).get("position") == 1:
+                    break
+                time.sleep(0.05)
+            assert listing[second]["queue"]["state"] == "queued"
+            assert listing[second]["queue"]["message"] == (
+                "queued in 'gpu', position 1 of 1, needs 1 GPU"
+            )
+            assert listing[first]["queue"]["state"] in ("admitted", "running")
+    finally:
+        lab.send_signal(signal.SIGTERM)
+        try:
+            lab.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            lab.kill()
+            raise
+    runtime = Path(user_env["JUPYTER_RUNTIME_DIR"])
+    leftovers = [p.name for p in runtime.rglob("*") if p.name.startswith(("kernel-", "kq-"))]
+    assert [p for p in leftovers if p != "kernel-queue"] == []
