@@ -212,6 +212,10 @@ class QueuedKernelProvisioner(KernelProvisionerBase):
     async def get_provisioner_info(self) -> dict[str, Any]:
         """Persisted by gateways; carries the group reference for `load_provisioner_info`."""
         info: dict[str, Any] = await super().get_provisioner_info()
+        connection = dict(info.get("connection_info") or {})
+        if isinstance(connection.get("key"), bytes):
+            connection["key"] = connection["key"].decode()  # JSON-safe, as gateways store it
+        info["connection_info"] = connection
         if self._tracker is not None:
             info["group"] = self._tracker.ref.to_dict()
         return info
@@ -227,10 +231,12 @@ class QueuedKernelProvisioner(KernelProvisionerBase):
         self._backend = backends.get_backend(
             ref.backend, owner=self._owner(), config=self.config, log=self.log
         )
+        if self._backend.current(ref) is None:
+            # The group did not survive (a local launcher dies with its server): report it dead.
+            self.log.warning("kernel %s: its group %s is gone", short_id(ref.kernel_id), ref.name)
+            return
         self._tracker = self._track(ref, queue="")
-        status = self._backend.current(ref)
-        if status is not None:
-            self._tracker.start()
+        self._tracker.start()
 
     # -- cooperative cancel and queue state (used by the server extension) ------------------
 

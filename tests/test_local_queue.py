@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from tests.conftest import KernelspecFactory, Server, launcher_pids
 
 
@@ -12,6 +14,9 @@ async def test_third_gpu_kernel_waits_then_runs_when_a_gpu_frees(
     first, second = await server.start(name), await server.start(name)
     assert (await server.execute(first, "1+1"))["data"] == "2"
     assert (await server.execute(second, "2+2"))["data"] == "4"
+    visible = "import os; os.environ['CUDA_VISIBLE_DEVICES']"
+    gpus = {(await server.execute(k, visible))["data"] for k in (first, second)}
+    assert gpus == {"'0'", "'1'"}  # each kernel sees only the GPU it was given
 
     third = await server.start(name)
     model = await server.wait_reason(third, "position 1 of 1")
@@ -21,5 +26,47 @@ async def test_third_gpu_kernel_waits_then_runs_when_a_gpu_frees(
     await server.shutdown(first)
     result = await server.execute(third, "1+1")
     assert result["data"] == "2"
+    freed = (await server.execute(third, visible))["data"]
+    assert freed in gpus
     await server.shutdown_and_wait(second, third)
     assert launcher_pids() == set()
+
+
+async def test_a_kernel_without_gpus_sees_none_and_does_not_wait_for_them(
+    server: Server, kernelspec: KernelspecFactory
+) -> None:
+    gpu = kernelspec("gpu", gpus=2)
+    cpu = kernelspec("cpu", gpus=0, queue="cpu", cpu="1")
+    holder = await server.start(gpu)
+    assert (await server.execute(holder, "1"))["data"] == "1"
+    plain = await server.start(cpu)
+    result = await server.execute(plain, "import os; os.environ['CUDA_VISIBLE_DEVICES']")
+    assert result["data"] == "''"
+    await server.shutdown_and_wait(plain, holder)
+
+
+async def test_provisioner_info_lets_a_new_provisioner_reattach_and_poll(
+    server: Server, kernelspec: KernelspecFactory
+) -> None:
+    from kernel_queue.provisioner import QueuedKernelProvisioner
+
+    kernel = await server.start(kernelspec(gpus=1))
+    assert (await server.execute(kernel, "1"))["data"] == "1"
+    km = server.app.kernel_manager.get_kernel(kernel)
+    info = await km.provisioner.get_provisioner_info()
+    assert info["group"]["kernel_id"] == kernel
+    assert info["group"]["connection"]["shell_port"] == km.shell_port
+    json.dumps(info)  # persisted by gateways as JSON
+
+    def fresh() -> QueuedKernelProvisioner:
+        return QueuedKernelProvisioner(kernel_id=kernel, kernel_spec=km.kernel_spec, parent=km)
+
+    reattached = fresh()
+    await reattached.load_provisioner_info(info)
+    assert await reattached.poll() is None  # the group runs: alive
+    await server.shutdown_and_wait(kernel)
+
+    gone = fresh()
+    await gone.load_provisioner_info(info)
+    assert await gone.poll() == 0  # the group is gone: reported dead, not alive forever
+    await reattached.cleanup()

@@ -272,7 +272,12 @@ class LocalBackend(LoggingConfigurable):
             self._signal(group, signal.SIGHUP)
             return
         group.stopping = cause
-        await self._terminate(group, 0 if cause is StopCause.KILL else grace)
+        if cause is StopCause.KILL or grace <= 0:
+            self._signal(group, signal.SIGKILL)
+            return
+        # Signal and return, as Popen.terminate does; the launcher is killed if it outlives grace.
+        self._signal(group, signal.SIGTERM)
+        asyncio.get_running_loop().call_later(grace + 1, _kill, group.process)
 
     async def send_signal(self, ref: GroupRef, signum: int) -> None:
         """Send `signum` to the launcher, which forwards it to the kernel."""
@@ -563,6 +568,13 @@ class LocalBackend(LoggingConfigurable):
         group.status = status
         for updates in group.watchers:
             updates.put_nowait(status)
+
+
+def _kill(process: asyncio.subprocess.Process) -> None:
+    """SIGKILL `process` if it still runs (a launcher that outlived its grace period)."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
 
 
 def _free_ports(ip: str, count: int) -> list[int]:
