@@ -11,11 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import os
 import signal
-import socket
-import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
@@ -26,8 +23,9 @@ from jupyter_core.paths import jupyter_runtime_dir
 from traitlets import Dict, Int, List, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
-from kernel_queue import admission, errors, launcher, quantities
+from kernel_queue import admission, errors, quantities
 from kernel_queue.backends import gpus as gpu_detection
+from kernel_queue.backends import launchers
 from kernel_queue.model import (
     GroupPhase,
     GroupRef,
@@ -40,7 +38,6 @@ from kernel_queue.model import (
 
 FLAVOR = "local"
 _TERMINAL = (GroupPhase.FINISHED, GroupPhase.FAILED)
-_LOG_TAIL_LINES = 20
 
 
 @dataclass(eq=False)
@@ -54,11 +51,10 @@ class _Group:
     log_path: Path
     watchers: set[asyncio.Queue[GroupStatus]] = field(default_factory=set)
     admitted: admission.Admitted | None = None
-    process: asyncio.subprocess.Process | None = None
+    process: launchers.LauncherProcess | None = None
     task: asyncio.Task[None] | None = None
     evicting: str = ""  # the preemption message while the kernel is being stopped
     stopping: StopCause | None = None
-    exited: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class LocalBackend(LoggingConfigurable):
@@ -212,7 +208,7 @@ class LocalBackend(LoggingConfigurable):
         self._check_fits(spec, request, len(inventory))
         connection = spec.connection
         if not all(connection.ports):
-            ports = _free_ports(connection.ip, 5)
+            ports = launchers.free_ports(connection.ip, 5)
             connection = replace(
                 connection,
                 shell_port=ports[0],
@@ -277,7 +273,7 @@ class LocalBackend(LoggingConfigurable):
             return
         # Signal and return, as Popen.terminate does; the launcher is killed if it outlives grace.
         self._signal(group, signal.SIGTERM)
-        asyncio.get_running_loop().call_later(grace + 1, _kill, group.process)
+        asyncio.get_running_loop().call_later(grace + 1, group.process.signal, signal.SIGKILL)
 
     async def send_signal(self, ref: GroupRef, signum: int) -> None:
         """Send `signum` to the launcher, which forwards it to the kernel."""
@@ -390,7 +386,6 @@ class LocalBackend(LoggingConfigurable):
         free = [d for d in self._inventory or () if d not in self._busy_devices()]
         devices = tuple(free[: group.spec.gpus])
         group.admitted = admission.Admitted(group.request, grant.flavors, time.monotonic())
-        group.exited = asyncio.Event()
         self._publish(group, GroupStatus(GroupPhase.ADMITTED, flavor=FLAVOR, devices=devices))
         self.log.info("kernel %s admitted with GPUs %s", short_id(group.spec.kernel_id), devices)
         group.task = asyncio.get_running_loop().create_task(self._run(group))
@@ -411,86 +406,27 @@ class LocalBackend(LoggingConfigurable):
     # -- processes -------------------------------------------------------------------------
 
     async def _run(self, group: _Group) -> None:
-        """Start the launcher, follow its status pipe, and settle the group when it exits."""
-        read_fd, write_fd = os.pipe()
+        """Start the group's launcher and settle the group when it exits."""
+        spec = group.spec
+        request = launchers.LaunchRequest(
+            kernel_id=spec.kernel_id,
+            argv=spec.argv,
+            env=spec.env,
+            cwd=spec.cwd,
+            connection=group.ref.connection,
+            devices=group.status.devices,
+            stop_timeout=spec.grace_seconds,
+            log_path=group.log_path,
+        )
+        group.process = launchers.LauncherProcess(lambda e: self._on_launcher_event(group, e))
         try:
-            group.process = await self._spawn(group, write_fd)
+            code = await group.process.run(request)
         except OSError as exc:
-            os.close(read_fd)
+            group.process = None
             self._finish(group, None, f"could not start the kernel launcher: {exc}", failed=True)
             return
-        finally:
-            os.close(write_fd)
-        try:
-            await self._follow(group, read_fd)
-            code = await group.process.wait()
-        finally:
-            group.process = None
-            group.exited.set()
+        group.process = None
         self._on_exit(group, code)
-
-    async def _spawn(self, group: _Group, status_fd: int) -> asyncio.subprocess.Process:
-        spec, conn = group.spec, group.ref.connection
-        env = dict(spec.env)
-        env.update(
-            {
-                "CUDA_VISIBLE_DEVICES": ",".join(group.status.devices),
-                "KERNEL_ID": spec.kernel_id,
-                launcher.ENV_KEY: conn.key,
-            }
-        )
-        argv = [
-            sys.executable,
-            "-m",
-            "kernel_queue.launcher",
-            "--ip",
-            conn.ip,
-            "--ports",
-            ",".join(str(p) for p in conn.ports),
-            "--transport",
-            conn.transport,
-            "--signature-scheme",
-            conn.signature_scheme,
-            "--status-fd",
-            str(status_fd),
-            "--stop-timeout",
-            str(spec.grace_seconds),
-            "--parent-death-signal",
-            "--",
-            *spec.argv,
-        ]
-        group.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        log_fd = os.open(group.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            return await asyncio.create_subprocess_exec(
-                *argv,
-                env=env,
-                cwd=spec.cwd or None,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=log_fd,
-                stderr=log_fd,
-                pass_fds=(status_fd,),
-                start_new_session=True,
-            )
-        finally:
-            os.close(log_fd)
-
-    async def _follow(self, group: _Group, read_fd: int) -> None:
-        """Read the launcher's JSON status lines until it closes the pipe."""
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader()
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", 0)
-        )
-        try:
-            async for line in reader:
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                self._on_launcher_event(group, event)
-        finally:
-            transport.close()
 
     def _on_launcher_event(self, group: _Group, event: dict[str, Any]) -> None:
         status = group.status
@@ -510,8 +446,6 @@ class LocalBackend(LoggingConfigurable):
             )
 
     def _on_exit(self, group: _Group, code: int) -> None:
-        if code < 0:
-            code = 128 - code
         if group.evicting:
             self.log.info(
                 "kernel %s stopped after preemption; requeued", short_id(group.spec.kernel_id)
@@ -525,7 +459,7 @@ class LocalBackend(LoggingConfigurable):
             return
         if group.stopping is None and group.status.phase is GroupPhase.ADMITTED:
             message = f"the kernel exited with code {code} before it started"
-            self._finish(group, code, message + self._log_tail(group), failed=True)
+            self._finish(group, code, message + launchers.log_tail(group.log_path), failed=True)
             return
         self._finish(group, code, f"the kernel exited with code {code}")
 
@@ -539,28 +473,21 @@ class LocalBackend(LoggingConfigurable):
         self._publish(group, GroupStatus(phase, message=message, exit_code=code))
         self._schedule()
 
-    def _log_tail(self, group: _Group) -> str:
-        try:
-            lines = group.log_path.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:]
-        except OSError:
-            return ""
-        return f"; last lines of {group.log_path}:\n" + "\n".join(lines) if lines else ""
-
     def _signal(self, group: _Group, signum: int) -> None:
-        if group.process is not None and group.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                group.process.send_signal(signum)
+        if group.process is not None:
+            group.process.signal(signum)
 
     async def _terminate(self, group: _Group, grace: float) -> None:
         """SIGTERM the launcher (it stops the kernel), SIGKILL it after `grace` seconds."""
         if group.process is None:
             return
         self._signal(group, signal.SIGTERM if grace > 0 else signal.SIGKILL)
+        process = group.process
         try:
-            await asyncio.wait_for(group.exited.wait(), timeout=max(grace, 0) + 1)
+            await asyncio.wait_for(process.exited.wait(), timeout=max(grace, 0) + 1)
         except TimeoutError:
-            self._signal(group, signal.SIGKILL)
-            await group.exited.wait()
+            process.signal(signal.SIGKILL)
+            await process.exited.wait()
 
     def _publish(self, group: _Group, status: GroupStatus) -> None:
         if status == group.status:
@@ -568,24 +495,3 @@ class LocalBackend(LoggingConfigurable):
         group.status = status
         for updates in group.watchers:
             updates.put_nowait(status)
-
-
-def _kill(process: asyncio.subprocess.Process) -> None:
-    """SIGKILL `process` if it still runs (a launcher that outlived its grace period)."""
-    if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-
-
-def _free_ports(ip: str, count: int) -> list[int]:
-    """`count` distinct ports that are free on `ip` now (the OS picks them)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((ip, 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()

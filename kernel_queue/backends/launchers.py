@@ -1,0 +1,163 @@
+"""One launcher subprocess of the local backend: start it, relay its status, report its exit.
+
+The launcher (`python -m kernel_queue.launcher`) writes JSON status lines to a pipe; this module
+reads them on the event loop (no threads, no polling) and hands each to a callback. It knows
+nothing about queues: `local.py` decides when to start and stop launchers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernel_queue import launcher
+from kernel_queue.model import ConnectionInfo
+
+LOG_TAIL_LINES = 20
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """How to start one kernel's launcher."""
+
+    kernel_id: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str | None
+    connection: ConnectionInfo
+    devices: tuple[str, ...]
+    stop_timeout: float
+    log_path: Path
+
+
+class LauncherProcess:
+    """A running launcher. `run()` returns its exit status (128 + signal when killed)."""
+
+    def __init__(self, on_event: Callable[[dict[str, Any]], None]) -> None:
+        self._on_event = on_event
+        self._process: asyncio.subprocess.Process | None = None
+        self._early: list[int] = []  # signals sent while the launcher was still being spawned
+        self.exited = asyncio.Event()
+
+    async def run(self, request: LaunchRequest) -> int:
+        """Start the launcher and follow it until it exits; OSError if it cannot start."""
+        read_fd, write_fd = os.pipe()
+        try:
+            self._process = await _spawn(request, write_fd)
+        except OSError:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        for signum in self._early:
+            self.signal(signum)
+        try:
+            await self._follow(read_fd)
+            code = await self._process.wait()
+        finally:
+            self.exited.set()
+        return 128 - code if code < 0 else code
+
+    def signal(self, signum: int) -> None:
+        """Send `signum` to the launcher if it still runs (it forwards most to the kernel)."""
+        if self._process is None and not self.exited.is_set():
+            self._early.append(signum)
+        elif self._process is not None and self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.send_signal(signum)
+
+    async def _follow(self, read_fd: int) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", 0)
+        )
+        try:
+            async for line in reader:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(event, dict):
+                    self._on_event(event)
+        finally:
+            transport.close()
+
+
+async def _spawn(request: LaunchRequest, status_fd: int) -> asyncio.subprocess.Process:
+    conn = request.connection
+    env = dict(request.env)
+    env.update(
+        {
+            "CUDA_VISIBLE_DEVICES": ",".join(request.devices),
+            "KERNEL_ID": request.kernel_id,
+            launcher.ENV_KEY: conn.key,  # the launcher strips it before starting the kernel
+        }
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "kernel_queue.launcher",
+        "--ip",
+        conn.ip,
+        "--ports",
+        ",".join(str(p) for p in conn.ports),
+        "--transport",
+        conn.transport,
+        "--signature-scheme",
+        conn.signature_scheme,
+        "--status-fd",
+        str(status_fd),
+        "--stop-timeout",
+        str(request.stop_timeout),
+        "--parent-death-signal",
+        "--",
+        *request.argv,
+    ]
+    request.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    log_fd = os.open(request.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        # On the event loop's thread: the launcher's parent-death signal follows this thread.
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            env=env,
+            cwd=request.cwd or None,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=log_fd,
+            pass_fds=(status_fd,),
+            start_new_session=True,
+        )
+    finally:
+        os.close(log_fd)
+
+
+def log_tail(path: Path) -> str:
+    """ "; last lines of <path>:" and the file's last lines, for error messages ("" if none)."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+    except OSError:
+        return ""
+    return f"; last lines of {path}:\n" + "\n".join(lines) if lines else ""
+
+
+def free_ports(ip: str, count: int) -> list[int]:
+    """`count` distinct ports that are free on `ip` now (the OS picks them)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((ip, 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
