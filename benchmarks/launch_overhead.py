@@ -1,7 +1,7 @@
 """Start-to-ready of a queued kernel on the local backend vs jupyter_client's local provisioner.
 
 Runs both side by side in one process, alternating, and prints the medians and their ratio
-(target: queued ≤ 1.25 × plain, DESIGN.md "launch overhead"). No GPU needed: the local backend
+(target: queued <= 1.25 x plain, DESIGN.md "launch overhead"). No GPU needed: the local backend
 is given a pretend inventory. Usage: python benchmarks/launch_overhead.py [--runs 7]
 """
 
