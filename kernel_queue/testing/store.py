@@ -267,6 +267,8 @@ class Store:
                 secrets.choice(alphabet) for _ in range(5)
             )
         obj["apiVersion"], obj["kind"] = rtype.api_version(), rtype.kind
+        if rtype.status_subresource and not rtype.builtin:
+            obj.pop("status", None)  # a custom resource's status is written through /status only
         obj = self._admit(rtype, "CREATE", obj, None)
         key = self._name_key(rtype, meta.get("namespace"), meta["name"])
         if key in self._objects[rtype.key]:
