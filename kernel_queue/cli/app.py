@@ -12,6 +12,7 @@ from typing import Any
 from jupyter_core.application import JupyterApp
 
 from kernel_queue._version import __version__
+from kernel_queue.cli.fake_cluster import FakeClusterApp
 from kernel_queue.cli.install import InstallApp
 from kernel_queue.cli.lab import LabCommand
 from kernel_queue.cli.status import StatusApp
@@ -27,6 +28,7 @@ class KernelQueueApp(JupyterApp):
         "install": (InstallApp, InstallApp.description.splitlines()[0]),
         "lab": (LabCommand, LabCommand.description.splitlines()[0]),
         "status": (StatusApp, StatusApp.description.splitlines()[0]),
+        "fake-cluster": (FakeClusterApp, FakeClusterApp.description.splitlines()[0]),
     }
 
     def start(self) -> Any:

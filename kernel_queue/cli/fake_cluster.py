@@ -1,0 +1,138 @@
+"""`jupyter kernel-queue fake-cluster`: serve the fake Kubernetes + Kueue on localhost.
+
+For trying the kubernetes backend without a cluster: it prints a kubeconfig path and the
+commands to set up sample queues, then serves until interrupted. Pods run as local processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+from jupyter_core.application import JupyterApp
+from traitlets import Bool, Int, Unicode
+
+SAMPLE_QUEUES = """\
+Sample queues: 1 flavor, a ClusterQueue with 8 CPU, 32Gi and 2 nvidia.com/gpu, the LocalQueue
+'user-queue' in namespace 'default', and priority classes 'low' (100) and 'high' (1000):
+"""
+
+
+class FakeClusterApp(JupyterApp):
+    """Serve a fake Kubernetes API server with Kueue and a kubelet on 127.0.0.1.
+
+    Example: jupyter kernel-queue fake-cluster --port 8001 --sample-queues
+    """
+
+    name = "jupyter-kernel-queue-fake-cluster"
+    description = __doc__
+    port = Int(0, config=True, help="Port to listen on (0: any free port).")
+    directory = Unicode("", config=True, help="Where the cluster keeps its files (default: temp).")
+    crds = Unicode("", config=True, help="Directory of Kueue's CRD files (default: ../shared).")
+    sample_queues = Bool(False, config=True, help="Create the sample queues at start.")
+    aliases = {
+        **JupyterApp.aliases,
+        "port": "FakeClusterApp.port",
+        "dir": "FakeClusterApp.directory",
+        "crds": "FakeClusterApp.crds",
+    }
+    flags = {
+        **JupyterApp.flags,
+        "sample-queues": ({"FakeClusterApp": {"sample_queues": True}}, "Create sample queues."),
+    }
+
+    def start(self) -> None:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        from kernel_queue.testing import resources
+        from kernel_queue.testing.cluster import FakeCluster
+
+        crds = Path(self.crds) if self.crds else resources.KUEUE_CRDS
+        if not crds.is_dir():
+            print(
+                f"jupyter kernel-queue fake-cluster: no Kueue CRD files at {crds}; pass --crds "
+                "with the directory of Kueue's CRD YAML files (config/components/crd/bases of "
+                "a Kueue release)",
+                file=sys.stderr,
+            )
+            self.exit(2)
+        root = Path(self.directory or tempfile.mkdtemp(prefix="kernel-queue-fake-cluster-"))
+        cluster = FakeCluster(root_dir=root, crds=crds, port=self.port)
+        await cluster.start()
+        queues = root / "sample-queues.yaml"
+        queues.write_text(yaml.safe_dump_all(sample_queue_objects(), sort_keys=False))
+        if self.sample_queues:
+            cluster.apply(sample_queue_objects())
+        print(f"Fake Kubernetes API server with Kueue at {cluster.url}")
+        print(f"kubeconfig: {cluster.kubeconfig}\n")
+        print(f"  export KUBECONFIG={cluster.kubeconfig}")
+        print("  kubectl get pods -A")
+        if not self.sample_queues:
+            print(f"\n{SAMPLE_QUEUES}\n  kubectl apply -f {queues}")
+        print("\nPods run as processes on this machine. Press Ctrl-C to stop.", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            with contextlib.suppress(Exception):
+                await cluster.stop()
+
+
+def sample_queue_objects() -> list[dict[str, object]]:
+    """The sample ResourceFlavor, ClusterQueue, LocalQueue and WorkloadPriorityClasses."""
+    v = "kueue.x-k8s.io/v1beta2"
+    return [
+        {"apiVersion": v, "kind": "ResourceFlavor", "metadata": {"name": "default-flavor"}},
+        {
+            "apiVersion": v,
+            "kind": "ClusterQueue",
+            "metadata": {"name": "cluster-queue"},
+            "spec": {
+                "namespaceSelector": {},
+                "preemption": {"withinClusterQueue": "LowerPriority"},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                        "flavors": [
+                            {
+                                "name": "default-flavor",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": 8},
+                                    {"name": "memory", "nominalQuota": "32Gi"},
+                                    {"name": "nvidia.com/gpu", "nominalQuota": 2},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": v,
+            "kind": "LocalQueue",
+            "metadata": {"name": "user-queue", "namespace": "default"},
+            "spec": {"clusterQueue": "cluster-queue"},
+        },
+        {
+            "apiVersion": v,
+            "kind": "WorkloadPriorityClass",
+            "metadata": {"name": "low"},
+            "value": 100,
+        },
+        {
+            "apiVersion": v,
+            "kind": "WorkloadPriorityClass",
+            "metadata": {"name": "high"},
+            "value": 1000,
+        },
+    ]
