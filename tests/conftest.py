@@ -16,7 +16,7 @@ import pytest
 
 from kernel_queue.events import SCHEMA_ID
 
-pytest_plugins = ["jupyter_server.pytest_plugin"]
+pytest_plugins = ["jupyter_server.pytest_plugin", "kernel_queue.testing.plugin"]
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER_CONFIG = REPO / "etc" / "jupyter" / "jupyter_server_config.d" / "kernel_queue.json"

@@ -113,6 +113,11 @@ def _defaulted(pod: Obj) -> Obj:
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("schedulerName", "default-scheduler")
+    for container in [*spec["containers"], *spec.get("initContainers", [])]:
+        for kind in ("requests", "limits"):
+            amounts = (container.get("resources") or {}).get(kind) or {}
+            for name, amount in amounts.items():
+                amounts[name] = _quantity_text(amount)
     for container in spec["containers"]:
         latest = ":" not in container["image"].rsplit("/", 1)[-1] or container["image"].endswith(
             ":latest"
@@ -123,6 +128,15 @@ def _defaulted(pod: Obj) -> Obj:
         status["conditions"] = [scheduling_gated(now_rfc3339())]
     pod["status"] = status  # the apiserver ignores a status sent with a create
     return pod
+
+
+def _quantity_text(amount: Any) -> str:
+    """Quantities are strings on the wire: the apiserver makes `cpu: 3` "3" and 0.5 "500m"."""
+    if isinstance(amount, bool) or not isinstance(amount, int | float):
+        return str(amount)
+    if float(amount).is_integer():
+        return str(int(amount))
+    return f"{round(amount * 1000)}m"
 
 
 def _qos_class(containers: list[Obj]) -> str:
