@@ -56,6 +56,7 @@ class FakeKueue:
         self._dirty_queues: set[str] = set()
         self._seen: dict[tuple[str, str, str], Any] = {}
         self._scheduled = False
+        self._next_pass = 0.0  # loop time before which no pass starts (see `_wake`)
 
     @property
     def manual(self) -> bool:
@@ -130,17 +131,28 @@ class FakeKueue:
         except RuntimeError:
             return  # no loop yet: the next change, or `settle`, runs the pass
         self._scheduled = True
-        loop.call_soon(self._run)
+        # A pass costs time in proportion to the Workloads; leaving at least as long again
+        # before the next one batches bursts (300 pods: a few passes, not 300) and keeps the
+        # loop free for the API server. A small cluster still gets its pass at once.
+        delay = self._next_pass - loop.time()
+        if delay > 0:
+            loop.call_later(delay, self._run)
+        else:
+            loop.call_soon(self._run)
 
     def _run(self) -> None:
         """One pass: each dirty group once, then each dirty ClusterQueue once."""
         self._scheduled = False
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         groups, self._dirty = self._dirty, set()
         for group in sorted(groups):
             self._guard(self.groups.reconcile, group)
         if self._dirty_queues:
             dirty, self._dirty_queues = self._dirty_queues, set()
             self._guard(self.scheduler.schedule, dirty)
+        finished = loop.time()
+        self._next_pass = finished + (finished - started)
 
     def _guard(self, step: Callable[[Any], None], arg: object) -> None:
         try:

@@ -9,7 +9,7 @@ and PendingWorkload items of the visibility API (kueue.md §3.1, §4, §5). Pure
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kernel_queue import admission, quantities
@@ -222,11 +222,15 @@ def queue_status(
     pending: int,
     cq: Obj | None,
     active: tuple[bool, str, str],
+    request_of: Callable[[Obj], admission.Request] | None = None,
 ) -> Obj:
-    """A ClusterQueue's or LocalQueue's status: counters, usage, the Active condition."""
+    """A ClusterQueue's or LocalQueue's status: counters, usage, the Active condition.
+
+    `request_of` gives a Workload's engine request (the scheduler passes its cached one)."""
     reserving = [wl for wl in workloads if kw.has_reservation(wl)]
+    of = request_of or (lambda wl: request(wl, 0.0))
     used = admission.usage(
-        admission.Admitted(request(wl, 0.0), admitted_flavors(wl), 0.0) for wl in reserving
+        admission.Admitted(of(wl), admitted_flavors(wl), 0.0) for wl in reserving
     )
     status: Obj = {
         **copy.deepcopy(queue.get("status") or {}),

@@ -43,17 +43,27 @@ class Scheduler:
         self.client, self.manual = client, manual
         self.allowed: set[str] = set()  # request names `FakeKueue.admit` let through
         self._sequence: dict[str, int] = {}  # Workload uid -> creation order
+        self._requests: dict[str, tuple[str, admission.Request]] = {}  # uid -> (RV, request)
 
     def saw(self, wl: Obj) -> None:
         """Note a Workload's creation order (the queue's tie-break within one second)."""
         self._sequence.setdefault(wl["metadata"]["uid"], len(self._sequence))
 
     def request(self, wl: Obj) -> admission.Request:
-        """The engine's view: priority, then creationTimestamp, then creation order."""
+        """The engine's view: priority, then creationTimestamp, then creation order.
+
+        Cached per Workload version: every pass needs it for every Workload of its queues."""
         meta = wl["metadata"]
+        uid, version = meta.get("uid", ""), meta.get("resourceVersion", "")
+        cached = self._requests.get(uid)
+        if uid and version and cached is not None and cached[0] == version:
+            return cached[1]
         created = pods.parse_time(meta["creationTimestamp"]).timestamp()
-        created += (self._sequence.get(meta.get("uid", ""), 0) % 10_000) / 10_000
-        return queues.request(wl, created)
+        created += (self._sequence.get(uid, 0) % 10_000) / 10_000
+        request = queues.request(wl, created)
+        if uid and version:
+            self._requests[uid] = (version, request)
+        return request
 
     def cluster_queues_of(self, wl: Obj) -> set[str]:
         """The ClusterQueues a Workload's change matters to: its LocalQueue's and admission's."""
@@ -91,18 +101,20 @@ class Scheduler:
         flavors = {f["metadata"]["name"] for f in self.client.objects("resourceflavors")}
         passes = {name: _Queue(cluster_queues[name]) for name in dirty if name in cluster_queues}
         by_lq: dict[Key, list[Obj]] = {}
+        # Stored objects are read in place; a Workload is copied only where a pass may write it
+        # (copying every Workload on every pass made 300 pod groups quadratic).
         for stored in self.client.objects("workloads"):
             if kw.is_finished(stored):
                 continue
-            wl = copy.deepcopy(stored)
+            wl = stored
             ns, queue = wl["metadata"]["namespace"], wl["spec"].get("queueName", "")
             lq = local_queues.get((ns, queue))
             cq_name = ((lq or {}).get("spec") or {}).get("clusterQueue", "")
-            self._restarted(wl, lq, cluster_queues.get(cq_name))
+            wl = self._restarted(wl, lq, cluster_queues.get(cq_name))
             by_lq.setdefault((ns, queue), []).append(wl)
             if kw.has_reservation(wl):
                 held = wl["status"]["admission"]["clusterQueue"]
-                self._drain(wl, lq, cluster_queues.get(held))
+                wl = self._drain(wl, lq, cluster_queues.get(held))
                 if held in passes:
                     reserved = kw.condition(wl, k.QUOTA_RESERVED) or {}
                     since = pods.parse_time(reserved.get("lastTransitionTime") or _EPOCH)
@@ -118,6 +130,7 @@ class Scheduler:
                 if blocker is not None:
                     self._pending(wl, k.INADMISSIBLE, blocker)
                 if cq_name in passes:
+                    wl = copy.deepcopy(wl)
                     request = self.request(wl)
                     passes[cq_name].pending.append((wl, request, blocker is not None))
                     passes[cq_name].workloads[request.name] = wl
@@ -185,6 +198,7 @@ class Scheduler:
         """Evicted=Preempted + Preempted=InClusterQueue with Kueue's message and events."""
         if kw.is_evicted(victim):
             return
+        victim = copy.deepcopy(victim)  # may be the stored object itself
         by = preemptor or {"metadata": {"uid": "UNKNOWN"}, "spec": {}}
         message = kw.preemption_message(by, queues.cq_path(cq))
         kw.preempt(victim, k.IN_CLUSTER_QUEUE, message)
@@ -210,25 +224,32 @@ class Scheduler:
         """QuotaReserved=False with the scheduler's reason; a Warning event when it changes."""
         found = kw.condition(wl, k.QUOTA_RESERVED) or {}
         if (found.get("reason"), found.get("message")) != (reason, message):
+            wl = copy.deepcopy(wl)  # may be the stored object itself
             kw.unreserve(wl, reason, message)
             self.client.write_status(wl)
             self.client.event(wl, "Warning", reason, message)
 
-    def _drain(self, wl: Obj, lq: Obj | None, cq: Obj | None) -> None:
-        """`stopPolicy: HoldAndDrain` evicts the admitted Workloads of a stopped queue."""
+    def _drain(self, wl: Obj, lq: Obj | None, cq: Obj | None) -> Obj:
+        """`stopPolicy: HoldAndDrain` evicts the admitted Workloads of a stopped queue.
+
+        Returns the Workload as it now stands (a copy if it was written)."""
         for queue, reason, message in (
             (cq, k.CLUSTER_QUEUE_STOPPED, "The ClusterQueue is stopped"),
             (lq, k.LOCAL_QUEUE_STOPPED, "The LocalQueue is stopped"),
         ):
             policy = ((queue or {}).get("spec") or {}).get("stopPolicy")
             if policy == "HoldAndDrain" and not kw.is_evicted(wl):
+                wl = copy.deepcopy(wl)
                 self.evict(wl, reason, message)
+        return wl
 
-    def _restarted(self, wl: Obj, lq: Obj | None, cq: Obj | None) -> None:
-        """A queue back to `stopPolicy: None` requeues what its stop evicted."""
+    def _restarted(self, wl: Obj, lq: Obj | None, cq: Obj | None) -> Obj:
+        """A queue back to `stopPolicy: None` requeues what its stop evicted.
+
+        Returns the Workload as it now stands (a copy if it was written)."""
         requeued = kw.condition(wl, k.REQUEUED) or {}
         if requeued.get("status") != "False":
-            return
+            return wl
         for queue, stopped, reason, what in (
             (lq, k.LOCAL_QUEUE_STOPPED, k.LOCAL_QUEUE_RESTARTED, "LocalQueue"),
             (cq, k.CLUSTER_QUEUE_STOPPED, k.CLUSTER_QUEUE_RESTARTED, "ClusterQueue"),
@@ -239,8 +260,10 @@ class Scheduler:
                 and not queues.stopped(queue)
             ):
                 message = f"The {what} was restarted after being stopped"
+                wl = copy.deepcopy(wl)
                 kw.set_condition(wl, k.REQUEUED, True, reason, message)
                 self.client.write_status(wl)
+        return wl
 
     def _statuses(
         self,
@@ -273,7 +296,12 @@ class Scheduler:
                 )
             held = [wl for wls in by_lq.values() for wl in wls if _held_in(wl) == name]
             status = queues.queue_status(
-                cq, held, pending=sum(pending.values()), cq=cq, active=active
+                cq,
+                held,
+                pending=sum(pending.values()),
+                cq=cq,
+                active=active,
+                request_of=self.request,
             )
             self._write_status("clusterqueues", None, name, cq, status)
         for (ns, lq_name), lq in mine.items():
@@ -286,7 +314,9 @@ class Scheduler:
                 lq_active = (True, "Ready", "Can submit new workloads to localQueue")
             held = [wl for wl in by_lq.get((ns, lq_name), []) if kw.has_reservation(wl)]
             count = pending[(ns, lq_name)]
-            status = queues.queue_status(lq, held, pending=count, cq=cq, active=lq_active)
+            status = queues.queue_status(
+                lq, held, pending=count, cq=cq, active=lq_active, request_of=self.request
+            )
             self._write_status("localqueues", ns, lq_name, lq, status)
 
     def _write_status(
