@@ -12,7 +12,14 @@ Starting Kernel" dialog and in a kernel's `reason`.
     ├── AdmissionTimeout (TimeoutError)      waited longer than `admission_timeout` in the queue
     ├── StartupTimeout (TimeoutError)        admitted, but not running within `startup_timeout`
     ├── LaunchCancelled                      shut down while still waiting in the queue
-    └── LaunchFailed (RuntimeError)          the kernel process ended before it was reachable
+    ├── LaunchFailed (RuntimeError)          the kernel process ended before it was reachable
+    ├── KueueNotInstalled (LookupError)      the cluster serves no Kueue API
+    └── ClusterApiError                      the Kubernetes API answered with an error status
+        ├── ClusterNotFound (LookupError)    404
+        ├── ClusterConflict                  409
+        ├── ClusterForbidden (PermissionError) 401/403: names the verb and the resource
+        ├── ClusterGone                      410 (a watch's resourceVersion is too old)
+        └── ClusterUnavailable (ConnectionError) 5xx, timeouts, refused connections
 """
 
 from __future__ import annotations
@@ -52,3 +59,36 @@ class LaunchCancelled(KernelQueueError):
 
 class LaunchFailed(KernelQueueError, RuntimeError):
     """The kernel's process ended before the kernel could be reached."""
+
+
+class KueueNotInstalled(KernelQueueError, LookupError):
+    """The cluster serves no Kueue API (its CRDs are not installed)."""
+
+
+class ClusterApiError(KernelQueueError):
+    """The Kubernetes API server answered with an error; `status`, `reason` and `message` are
+    taken from its `Status` body. Raised only by `kube/api.py`, chained from the client's error."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+class ClusterNotFound(ClusterApiError, LookupError):
+    """404: the object (or the resource type) does not exist."""
+
+
+class ClusterConflict(ClusterApiError):
+    """409: the object exists already, or changed since it was read."""
+
+
+class ClusterForbidden(ClusterApiError, PermissionError):
+    """401 or 403: the server's credentials do not allow the request."""
+
+
+class ClusterGone(ClusterApiError):
+    """410: a watch asked for a resourceVersion the server no longer has."""
+
+
+class ClusterUnavailable(ClusterApiError, ConnectionError):
+    """5xx, a timeout or a refused connection: worth retrying."""
