@@ -89,7 +89,8 @@ class FakeClusterApp(JupyterApp):
 
 
 def sample_queue_objects() -> list[dict[str, object]]:
-    """The sample ResourceFlavor, ClusterQueue, LocalQueue and WorkloadPriorityClasses."""
+    """The sample ResourceFlavor, ClusterQueue, LocalQueue and WorkloadPriorityClasses: the same
+    objects as etc/kubernetes/queues.yaml (a test keeps them equal), here for installed copies."""
     v = "kueue.x-k8s.io/v1beta2"
     return [
         {"apiVersion": v, "kind": "ResourceFlavor", "metadata": {"name": "default-flavor"}},
@@ -128,11 +129,13 @@ def sample_queue_objects() -> list[dict[str, object]]:
             "kind": "WorkloadPriorityClass",
             "metadata": {"name": "low"},
             "value": 100,
+            "description": "Kernels that may be preempted.",
         },
         {
             "apiVersion": v,
             "kind": "WorkloadPriorityClass",
             "metadata": {"name": "high"},
             "value": 1000,
+            "description": "Kernels that may preempt low-priority ones.",
         },
     ]
