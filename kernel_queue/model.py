@@ -70,6 +70,8 @@ class GroupSpec:
     pod_group_size: int = 1
     pod_template: Mapping[str, Any] = field(default_factory=dict)
     service_account: str | None = None
+    connect: str = "service"  # kubernetes: reach the kernel through its Service or the pod IP
+    backend: str = "local"
 
     def needs(self) -> str:
         """What the kernel asks for, as users read it: "1 GPU", "2 GPUs, 4 CPU, 8Gi memory"."""

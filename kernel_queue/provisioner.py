@@ -8,6 +8,7 @@ Jupyter-facing side effects in one place: the kernel's `reason`, status events, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import os
 from typing import Any, cast
@@ -17,10 +18,13 @@ from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from traitlets import Dict, Float, Int, TraitError, Unicode, Union, default
 from typing_extensions import override
 
-from kernel_queue import backends, events, lifecycle, spec
+from kernel_queue import backends, errors, events, heartbeat, lifecycle, spec
 from kernel_queue.lifecycle import KernelState, Lifecycle
 from kernel_queue.model import GroupRef, GroupSpec, GroupStatus, StopCause, short_id
 from kernel_queue.tracking import KernelTracker
+
+# How long `load_provisioner_info` waits for the backend to say where a reattached group stands.
+_REATTACH_SECONDS = 30.0
 
 
 class _Count(Int[int, int]):
@@ -67,6 +71,12 @@ class QueuedKernelProvisioner(KernelProvisionerBase):
     pod_group_size = _Count(1, config=True, help="Pods in the kernel's group (kubernetes).")
     pod_template = Dict(config=True, help="Pod fields merged under the ones kernel-queue sets.")
     service_account = Unicode(None, allow_none=True, config=True, help="Pods' service account.")
+    connect = Unicode(
+        "service",
+        config=True,
+        help="""kubernetes: connect through the kernel's Service ('service', a stable address
+        across pod replacement; the server must reach cluster IPs) or its pod's IP ('pod-ip').""",
+    )
     admission_timeout = Float(
         0.0, config=True, help="Seconds to wait in the queue before giving up; 0 waits forever."
     )
@@ -90,6 +100,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase):
         self._backend: backends.ClusterBackend | None = None
         self._restart_requested = False
         self._restart_generation = 0
+        self._old_kernel_gone = False
         self._last_message: str | None = None
 
     # -- jupyter_client hooks ----------------------------------------------------------------
@@ -125,7 +136,10 @@ class QueuedKernelProvisioner(KernelProvisionerBase):
         assert self._spec is not None and self._backend is not None
         tracker = self._tracker
         if tracker is not None and tracker.lifecycle.state in lifecycle.LIVE:
-            await tracker.wait_restarted(self._restart_generation, within=self.startup_timeout)
+            if self._sees_restarts():
+                await tracker.wait_restarted(self._restart_generation, within=self.startup_timeout)
+            else:
+                await self._heartbeat(alive=True, within=self.startup_timeout)
         if tracker is None or tracker.lifecycle.state in lifecycle.TERMINAL:
             tracker = await self._submit(self._spec, kwargs.get("env") or {})
         try:
@@ -150,6 +164,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase):
         state, status = tracker.lifecycle.state, tracker.status
         if self._restart_requested and (
             state in lifecycle.WAITING
+            or self._old_kernel_gone
             or not status.kernel_alive
             or status.generation > self._restart_generation
         ):
@@ -190,11 +205,16 @@ class QueuedKernelProvisioner(KernelProvisionerBase):
         """KernelManager, after sending `shutdown_request`: note a restart; drop a queued kernel."""
         tracker = self._tracker
         self._restart_requested = restart
+        self._old_kernel_gone = False
         if tracker is None:
             return
         self._restart_generation = tracker.status.generation
         if not restart and tracker.waiting:
             await self._stop(0.0, StopCause.SHUTDOWN)
+        elif restart and tracker.lifecycle.state in lifecycle.LIVE and not self._sees_restarts():
+            # The pod stays; only the kernel process restarts. Wait (bounded) for the old one
+            # to stop answering, so the restart does not talk to the dying kernel.
+            self._old_kernel_gone = await self._heartbeat(alive=False, within=10.0)
 
     @override
     async def cleanup(self, restart: bool = False) -> None:
@@ -218,6 +238,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase):
         info["connection_info"] = connection
         if self._tracker is not None:
             info["group"] = self._tracker.ref.to_dict()
+            info["queue"] = self._tracker.queue
         return info
 
     @override
@@ -231,12 +252,14 @@ class QueuedKernelProvisioner(KernelProvisionerBase):
         self._backend = backends.get_backend(
             ref.backend, owner=self._owner(), config=self.config, log=self.log
         )
-        if self._backend.current(ref) is None:
-            # The group did not survive (a local launcher dies with its server): report it dead.
-            self.log.warning("kernel %s: its group %s is gone", short_id(ref.kernel_id), ref.name)
-            return
-        self._tracker = self._track(ref, queue="")
+        self._tracker = self._track(ref, queue=str(provisioner_info.get("queue", "")))
         self._tracker.start()
+        # `poll` must answer right after loading: wait (bounded) for the backend's first word.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_REATTACH_SECONDS):
+                await self._tracker.observed.wait()
+        if self._tracker.lifecycle.state in lifecycle.TERMINAL:
+            self.log.warning("kernel %s: its group %s is gone", short_id(ref.kernel_id), ref.name)
 
     # -- cooperative cancel and queue state (used by the server extension) ------------------
 
@@ -277,7 +300,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase):
         assert self._backend is not None
         if self._tracker is not None:
             await self._tracker.aclose()
-        group = spec.with_env(group, env)
+        group = spec.with_env(group, env, (self.kernel_spec.env or {}) if self.kernel_spec else {})
         ref = await self._backend.submit(group)
         self._tracker = self._track(ref, queue=group.queue)
         self._tracker.start()
@@ -291,6 +314,22 @@ class QueuedKernelProvisioner(KernelProvisionerBase):
             return await backend.submit(group) if group is not None else None
 
         return KernelTracker(backend, ref, queue=queue, notify=self._on_change, requeue=requeue)
+
+    def _sees_restarts(self) -> bool:
+        return self._backend is None or self._backend.tracks_kernel_restarts
+
+    async def _heartbeat(self, *, alive: bool, within: float) -> bool:
+        """Wait until the kernel's heartbeat answers (or stops); StartupTimeout if it never
+        comes back after a restart."""
+        assert self._tracker is not None
+        conn = self._tracker.ref.connection
+        changed = await heartbeat.wait_for(conn.ip, conn.hb_port, alive=alive, within=within)
+        if alive and not changed:
+            raise errors.StartupTimeout(
+                f"kernel {short_id(self.kernel_id)} did not come back within {within:.0f} s "
+                "of a restart; see its pod's log"
+            )
+        return changed
 
     async def _stop(self, grace: float, cause: StopCause) -> None:
         if self._tracker is not None and self._backend is not None:

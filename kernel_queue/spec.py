@@ -10,12 +10,14 @@ import getpass
 import os
 import secrets
 import sys
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
 from kernel_queue import backends, errors, quantities
 from kernel_queue.model import ConnectionInfo, GroupSpec, group_name
 
+CONNECT_MODES = ("service", "pod-ip")
 CHECKPOINT_KEYS = frozenset({"enabled", "path", "claim", "grace_seconds", "keep"})
 DEFAULT_GRACE_SECONDS = 30.0
 _PYTHONS = {"python", f"python{sys.version_info[0]}", "python{}.{}".format(*sys.version_info[:2])}
@@ -44,6 +46,12 @@ def build(provisioner: Any, *, argv_extra: list[str], cwd: str | None) -> GroupS
         raise bad("pod_group_size", f"is {provisioner.pod_group_size}", "use 1 or more pods")
     if provisioner.admission_timeout < 0:
         raise bad("admission_timeout", "is negative", "use seconds, or 0 to wait forever")
+    if provisioner.connect not in CONNECT_MODES:
+        raise bad(
+            "connect",
+            f"is {provisioner.connect!r}",
+            f"use one of {', '.join(repr(m) for m in CONNECT_MODES)}",
+        )
     if provisioner.startup_timeout <= 0:
         raise bad("startup_timeout", "must be positive", "give the seconds a kernel may take")
     cpu = _quantity(provisioner.cpu, "cpu", quantities.millicores, bad)
@@ -72,12 +80,22 @@ def build(provisioner: Any, *, argv_extra: list[str], cwd: str | None) -> GroupS
         pod_group_size=provisioner.pod_group_size,
         pod_template=dict(provisioner.pod_template),
         service_account=provisioner.service_account,
+        connect=provisioner.connect,
+        backend=provisioner.backend,
     )
 
 
-def with_env(spec: GroupSpec, env: dict[str, str]) -> GroupSpec:
-    """The spec with the environment `pre_launch` prepared for the kernel."""
-    return replace(spec, env=dict(env))
+def with_env(spec: GroupSpec, env: dict[str, str], kernelspec_keys: Iterable[str]) -> GroupSpec:
+    """The spec with the kernel's environment.
+
+    `env` is what `pre_launch` prepared: the server's environment plus the kernelspec's `env`
+    stanza (substituted). A local kernel gets it all, as jupyter_client's local kernels do; a
+    kernel in a pod gets only the kernelspec's keys (never the server's environment).
+    """
+    if spec.backend == "local":
+        return replace(spec, env=dict(env))
+    keys = set(kernelspec_keys)
+    return replace(spec, env={k: v for k, v in env.items() if k in keys})
 
 
 def _quantity(value: Any, key: str, parse: Any, bad: Any) -> str | None:

@@ -43,6 +43,7 @@ class KernelTracker:
         self._notify = notify
         self._requeue = requeue
         self._changed = asyncio.Event()
+        self.observed = asyncio.Event()  # set once the backend reported a first status
         self._task: asyncio.Task[None] | None = None
 
     # -- following ---------------------------------------------------------------------------
@@ -56,6 +57,7 @@ class KernelTracker:
         async for status in self.backend.watch(self.ref):
             self.status = status
             await self.observe(status.phase)
+            self.observed.set()
 
     async def observe(self, observed: lifecycle.Observation) -> None:
         """Apply one observation and carry out the resulting actions."""
@@ -85,8 +87,9 @@ class KernelTracker:
                 "fewer GPUs, or raise `admission_timeout` in the kernelspec (0 waits forever)."
             )
         if observed is Command.STARTUP_TIMEOUT:
+            why = f" ({self.status.message})" if self.status.message else ""
             return errors.StartupTimeout(
-                f"{who} was admitted but its kernel did not start within startup_timeout; "
+                f"{who} was admitted but its kernel did not start within startup_timeout{why}; "
                 "see the kernel's log, or raise `startup_timeout` in the kernelspec."
             )
         return errors.LaunchFailed(f"{who} failed: {self.status.message or 'the kernel ended'}")

@@ -21,6 +21,9 @@ class ClusterBackend(Protocol):
     """Queues, runs and stops kernel groups. One instance serves all kernels of a server."""
 
     name: str
+    tracks_kernel_restarts: bool
+    """Whether statuses report each kernel process (`generation`, `kernel_alive`); a backend
+    that cannot see them (pods) leaves the provisioner to watch the heartbeat instead."""
 
     async def submit(self, spec: GroupSpec) -> GroupRef:
         """Queue the group, or return its ref if it is already queued or running.

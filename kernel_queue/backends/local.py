@@ -64,6 +64,7 @@ class LocalBackend(LoggingConfigurable):
     """
 
     name = "local"
+    tracks_kernel_restarts = True  # the launcher's status pipe reports every kernel process
 
     gpus = List(
         Unicode(),
