@@ -2,7 +2,7 @@
 
 `AddressPool` hands out distinct 127.x.y.z addresses (Linux routes all of 127/8 to `lo`) for pod
 IPs and Service ClusterIPs. `ServiceNetwork` allocates each Service's ClusterIP at admission,
-keeps its `Endpoints` in step with pod readiness, and forwards TCP from clusterIP:port to a ready
+keeps its `Endpoints` in step (`endpoints`), and forwards TCP from clusterIP:port to a ready
 pod, so a replaced pod is reached at the same address. It runs on the store's event loop.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernel_queue.testing import selectors
+from kernel_queue.testing import endpoints, selectors
 from kernel_queue.testing.store import ApiError, Obj, Store, invalid
 
 log = logging.getLogger(__name__)
@@ -83,29 +83,6 @@ class AddressPool:
     def holders(self) -> list[str]:
         """Current holders."""
         return list(self._by_key)
-
-
-def target_port(port: Obj, pod: Obj) -> int | None:
-    """The pod port a Service port forwards to (`targetPort` number or container port name)."""
-    target = port.get("targetPort", port.get("port"))
-    if isinstance(target, int) or (isinstance(target, str) and target.isdigit()):
-        return int(target)
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        for found in container.get("ports") or []:
-            if found.get("name") == target:
-                return int(found["containerPort"])
-    return None
-
-
-def pod_ready(pod: Obj) -> bool:
-    """Ready condition True, an IP, running and not being deleted: a serving endpoint."""
-    status = pod.get("status") or {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-    deleting = pod["metadata"].get("deletionTimestamp")
-    return ready and bool(status.get("podIP")) and status.get("phase") == "Running" and not deleting
 
 
 @dataclass
@@ -187,8 +164,12 @@ class ServiceNetwork:
         match = selectors.selector_dict({"matchLabels": selector})
         found = []
         for pod in self.store.objects("", "pods"):
-            if pod["metadata"].get("namespace") == namespace and match(pod) and pod_ready(pod):
-                target = target_port(entry, pod)
+            if (
+                pod["metadata"].get("namespace") == namespace
+                and match(pod)
+                and endpoints.pod_ready(pod)
+            ):
+                target = endpoints.target_port(entry, pod)
                 if target is not None:
                     found.append((pod["metadata"]["uid"], pod["status"]["podIP"], target))
         return sorted(found, key=lambda b: b[1])
@@ -286,14 +267,14 @@ class ServiceNetwork:
                 for s in self.store.objects("", "services")
             ):
                 self.pool.release(f"{key[0]}/{key[1]}")
-            self._delete_endpoints(*key)
+            endpoints.delete(self.store, *key)
             return
         ip = service.get("spec", {}).get("clusterIP")
         if state is None and ip and ip != "None":
             state = self._services[key] = _Service(meta["uid"], ip)
         if state is not None:
             self._spawn(self._sync(key, state))
-        self._write_endpoints(service)
+        endpoints.write(self.store, service)
 
     def _on_pod(self, kind: str, pod: Obj) -> None:
         if self._closed:
@@ -314,7 +295,7 @@ class ServiceNetwork:
                 continue
             match = selectors.selector_dict({"matchLabels": selector})
             if match(pod) or (before is not None and match({"metadata": {"labels": before}})):
-                self._write_endpoints(service)
+                endpoints.write(self.store, service)
         self._changed.set()  # wake connections waiting for a ready endpoint
         self._changed = asyncio.Event()
 
@@ -322,70 +303,6 @@ class ServiceNetwork:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    # -- Endpoints -------------------------------------------------------------------------
-
-    def _write_endpoints(self, service: Obj) -> None:
-        spec, meta = service.get("spec") or {}, service["metadata"]
-        if ("", "endpoints") not in self.store.types or not spec.get("selector"):
-            return
-        match = selectors.selector_dict({"matchLabels": spec["selector"]})
-        groups: dict[tuple[tuple[str, int, str], ...], dict[str, list[Obj]]] = {}
-        for pod in self.store.objects("", "pods"):
-            status = pod.get("status") or {}
-            if pod["metadata"].get("namespace") != meta["namespace"] or not match(pod):
-                continue
-            if not status.get("podIP") or status.get("phase") in ("Succeeded", "Failed"):
-                continue
-            if pod["metadata"].get("deletionTimestamp"):
-                continue
-            ports = []
-            for port in spec.get("ports") or []:
-                target = target_port(port, pod)
-                if target is not None:
-                    ports.append((port.get("name", ""), target, port.get("protocol", "TCP")))
-            address = {
-                "ip": status["podIP"],
-                "nodeName": pod["spec"].get("nodeName", ""),
-                "targetRef": {
-                    "kind": "Pod",
-                    "namespace": meta["namespace"],
-                    "name": pod["metadata"]["name"],
-                    "uid": pod["metadata"]["uid"],
-                },
-            }
-            ready = pod_ready(pod) or spec.get("publishNotReadyAddresses")
-            side = "addresses" if ready else "notReadyAddresses"
-            groups.setdefault(tuple(ports), {}).setdefault(side, []).append(address)
-        subsets = []
-        for ports_key, sides in sorted(groups.items()):
-            subset: Obj = {k: sorted(v, key=lambda a: a["ip"]) for k, v in sorted(sides.items())}
-            subset["ports"] = [
-                {**({"name": n} if n else {}), "port": p, "protocol": proto}
-                for n, p, proto in ports_key
-            ]
-            subsets.append(subset)
-        body: Obj = {"metadata": {"name": meta["name"], "labels": dict(meta.get("labels") or {})}}
-        if subsets:
-            body["subsets"] = subsets
-        try:
-            current = self.store.get("", "endpoints", meta["namespace"], meta["name"])
-        except ApiError:
-            current = None
-        with contextlib.suppress(ApiError):
-            if current is None:
-                self.store.create("", "endpoints", meta["namespace"], body)
-            elif (current.get("subsets"), current["metadata"].get("labels") or {}) != (
-                body.get("subsets"),
-                body["metadata"]["labels"],
-            ):
-                body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-                self.store.replace("", "endpoints", meta["namespace"], meta["name"], body)
-
-    def _delete_endpoints(self, namespace: str, name: str) -> None:
-        if ("", "endpoints") in self.store.types:
-            with contextlib.suppress(ApiError):
-                self.store.delete("", "endpoints", namespace, name, grace_seconds=0)
 
     # -- listeners and forwarding ----------------------------------------------------------
 
