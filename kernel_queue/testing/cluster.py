@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from kernel_queue.testing import rbac, resources
+from kernel_queue.testing import pods, rbac, resources
 from kernel_queue.testing.kubelet import FakeKubelet
 from kernel_queue.testing.kueue import FakeKueue
 from kernel_queue.testing.server import Server, Stats
@@ -72,6 +72,7 @@ class FakeCluster:
             self.server.serve_pending_workloads(
                 self.kueue.local_queue_pending, self.kueue.cluster_queue_pending
             )
+        pods.install(self.store)  # the apiserver's own pod rules, with or without a kubelet
         if self.kubelet is not None:
             self.kubelet.install()
             self.server.serve_logs(self.kubelet.logs)

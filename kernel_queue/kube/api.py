@@ -1,0 +1,432 @@
+"""`KubeApi`: the Kubernetes API verbs kernel-queue uses, on plain dicts, and its implementation.
+
+`KubernetesApi` is the only code in kernel-queue that imports the `kubernetes` client. It sends
+requests through `kubernetes.aio`'s generic transport (no generated typed APIs, no models), sets
+every patch's content type itself, streams watches line by line, and turns every client error
+into a `ClusterApiError` in one function (`api_error`). It reads no configuration at import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import AsyncGenerator, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+from urllib.parse import quote
+
+import aiohttp
+from kubernetes.aio import client, config
+
+from kernel_queue import errors
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+"""A Kubernetes object (or list, or Status) as JSON decodes it."""
+Items = list[Obj]
+PatchType = Literal["json", "merge", "strategic"]
+
+PATCH_CONTENT_TYPES: Mapping[str, str] = {
+    "json": "application/json-patch+json",
+    "merge": "application/merge-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+"""The Content-Type each patch type is sent with (custom resources accept no strategic)."""
+
+DEFAULT_REQUEST_TIMEOUT = 30.0
+"""Seconds one non-watch request may take, connecting included."""
+WATCH_READ_SLACK = 30.0
+"""Seconds a watch may stay silent beyond its `timeout_seconds` before it counts as stalled."""
+SERVICE_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where a kind is served: `group` ("" for the core API), `version`, `plural`, scope."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        """`v1` or `group/version`, as in an object's `apiVersion`."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def qualified(self) -> str:
+        """`pods`, `workloads.kueue.x-k8s.io`: the name the API server's messages use."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    def path(self, namespace: str | None, name: str = "", subresource: str = "") -> str:
+        """The URL path of the collection (no `name`) or of one object or its subresource.
+        A namespaced kind with no namespace is the all-namespaces collection."""
+        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            prefix += f"/namespaces/{quote(namespace, safe='')}"
+        elif self.namespaced and name:
+            raise ValueError(f"{self.qualified} {name!r} needs a namespace")
+        parts = [prefix, self.plural, quote(name, safe=""), subresource]
+        return "/".join(part for part in parts if part)
+
+
+PODS = Resource("", "v1", "pods")
+SECRETS = Resource("", "v1", "secrets")
+SERVICES = Resource("", "v1", "services")
+EVENTS = Resource("", "v1", "events")
+
+
+class KubeApi(Protocol):
+    """The API verbs the Kubernetes backend and the informers call. Bodies are plain dicts;
+    every error is a `ClusterApiError` whose message is the API server's own."""
+
+    async def create(self, kind: Resource, namespace: str | None, body: Obj) -> Obj:
+        """POST `body`; return the object as stored."""
+        ...
+
+    async def get(self, kind: Resource, namespace: str | None, name: str) -> Obj:
+        """Read one object; `ClusterNotFound` when it does not exist."""
+        ...
+
+    async def list(
+        self,
+        kind: Resource,
+        namespace: str | None,
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> tuple[Items, str]:
+        """The matching objects and the list's resourceVersion (to watch from)."""
+        ...
+
+    def watch(
+        self,
+        kind: Resource,
+        namespace: str | None,
+        *,
+        resource_version: str,
+        label_selector: str = "",
+        field_selector: str = "",
+        timeout_seconds: int = 300,
+        bookmarks: bool = True,
+    ) -> AsyncGenerator[tuple[str, Obj], None]:
+        """Yield (type, object) from `resource_version` on ("ADDED", "MODIFIED", "DELETED",
+        "BOOKMARK") until the server ends the stream; an ERROR event raises its error
+        (`ClusterGone` for 410). Close the iterator (`aclose`) to end it early."""
+        ...
+
+    async def patch(
+        self,
+        kind: Resource,
+        namespace: str | None,
+        name: str,
+        body: Obj | Items,
+        *,
+        patch_type: PatchType,
+        subresource: str = "",
+    ) -> Obj:
+        """PATCH with the content type of `patch_type`; return the object as stored."""
+        ...
+
+    async def delete(
+        self, kind: Resource, namespace: str | None, name: str, *, grace_seconds: int | None = None
+    ) -> None:
+        """Delete one object; one that is already gone is fine."""
+        ...
+
+    async def read_log(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        container: str | None = None,
+        tail_lines: int | None = None,
+    ) -> str:
+        """A pod container's log text (the last `tail_lines` lines)."""
+        ...
+
+    async def get_path(self, path: str, query: Mapping[str, str] | None = None) -> Obj:
+        """GET any JSON path, e.g. an aggregated API such as Kueue's visibility API."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close every connection (open watches included)."""
+        ...
+
+
+def api_error(exc: BaseException, action: str) -> errors.ClusterApiError:
+    """Translate what the client raised while doing `action` (e.g. `create pods in namespace
+    "ns"`) into our error family, keeping the server's Status `reason` and `message`."""
+    if isinstance(exc, client.ApiException):
+        status = int(exc.status or 0)
+        reason, message = str(exc.reason or ""), ""
+        with contextlib.suppress(ValueError, TypeError):
+            body = json.loads(exc.body or "")
+            if isinstance(body, dict):
+                reason = str(body.get("reason") or reason)
+                message = str(body.get("message") or "")
+        message = message or f"{action}: the API server answered {status} {reason}".rstrip()
+        family: type[errors.ClusterApiError] = errors.ClusterApiError
+        if status == 404:
+            family = errors.ClusterNotFound
+        elif status == 409:
+            family = errors.ClusterConflict
+        elif status in (401, 403):
+            family = errors.ClusterForbidden
+        elif status == 410:
+            family = errors.ClusterGone
+        elif status == 429 or status >= 500:
+            family = errors.ClusterUnavailable
+        return family(status, reason, message)
+    if isinstance(exc, TimeoutError):
+        return errors.ClusterUnavailable(0, "Timeout", f"{action}: the API server did not answer")
+    detail = str(exc) or type(exc).__name__
+    return errors.ClusterUnavailable(0, "ConnectionError", f"{action}: {detail}")
+
+
+@contextlib.contextmanager
+def _translated(action: str) -> Iterator[None]:
+    try:
+        yield
+    except (client.ApiException, aiohttp.ClientError, TimeoutError) as exc:
+        raise api_error(exc, action) from exc
+
+
+def _describe(verb: str, kind: Resource, namespace: str | None, name: str = "") -> str:
+    what = f'{kind.qualified} "{name}"' if name else kind.qualified
+    where = f' in namespace "{namespace}"' if kind.namespaced and namespace else ""
+    return f"{verb} {what}{where}"
+
+
+class KubernetesApi:
+    """`KubeApi` over one `kubernetes.aio` ApiClient (one aiohttp session). Make one per event
+    loop with `connect()` and share it; `aclose()` it when the server stops."""
+
+    def __init__(
+        self, api_client: client.ApiClient, *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    ) -> None:
+        self._client = api_client
+        self._timeout = request_timeout
+
+    @classmethod
+    async def connect(
+        cls,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        context: str | None = None,
+        *,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    ) -> KubernetesApi:
+        """Load credentials now: `kubeconfig` when given; else the pod's service account when
+        running in a cluster; else `$KUBECONFIG` or `~/.kube/config`. `ConfigError` if none."""
+        configuration = client.Configuration()
+        source = os.fspath(kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config")
+        try:
+            if (
+                kubeconfig is None
+                and context is None
+                and "KUBERNETES_SERVICE_HOST" in os.environ
+                and await asyncio.to_thread(SERVICE_TOKEN.exists)
+            ):
+                source = "the pod's service account"
+                # reads the token and CA files; the client re-reads a rotated token itself
+                await asyncio.to_thread(
+                    config.load_incluster_config, client_configuration=configuration
+                )
+            else:
+                await config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=source,
+                    context=context,
+                    client_configuration=configuration,
+                    persist_config=False,
+                )
+        except config.ConfigException as exc:
+            raise errors.ConfigError(
+                f"cannot load Kubernetes credentials from {source}: {exc}; pass a kubeconfig, "
+                "set KUBECONFIG, or run the server in a pod with a service account"
+            ) from exc
+        return cls(client.ApiClient(configuration), request_timeout=request_timeout)
+
+    # -- transport -------------------------------------------------------------------------
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Obj | Items | None = None,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+        limit: float | aiohttp.ClientTimeout | None = None,
+    ) -> client.rest.RESTResponse:
+        """One request through the client's generic path (auth, TLS, proxy from the config);
+        raises `ApiException` for a non-2xx answer, with the Status body read."""
+        headers = {"Accept": accept, "Content-Type": content_type}
+        request = await self._client.param_serialize(
+            method,
+            path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        # the request's body stays a dict (typed `str` upstream): rest.py serialises it
+        response = await self._client.call_api(
+            *request[:4], _request_timeout=limit or self._timeout
+        )
+        if not 200 <= response.status <= 299:
+            await response.read()  # type: ignore[no-untyped-call]
+            raise client.ApiException(http_resp=response)
+        return response
+
+    async def _json(
+        self,
+        method: str,
+        path: str,
+        action: str,
+        **options: Any,
+    ) -> Obj:
+        with _translated(action):
+            response = await self._send(method, path, **options)
+            data: Obj = json.loads(await response.read())  # type: ignore[no-untyped-call]
+        return data
+
+    # -- KubeApi -------------------------------------------------------------------------
+
+    async def create(self, kind: Resource, namespace: str | None, body: Obj) -> Obj:
+        action = _describe("create", kind, namespace, body.get("metadata", {}).get("name", ""))
+        return await self._json("POST", kind.path(namespace), action, body=body)
+
+    async def get(self, kind: Resource, namespace: str | None, name: str) -> Obj:
+        action = _describe("get", kind, namespace, name)
+        return await self._json("GET", kind.path(namespace, name), action)
+
+    async def list(
+        self,
+        kind: Resource,
+        namespace: str | None,
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+    ) -> tuple[Items, str]:
+        query = _selectors(label_selector, field_selector)
+        found = await self._json(
+            "GET", kind.path(namespace), _describe("list", kind, namespace), query=query
+        )
+        # Items of a list carry no apiVersion/kind; add them so they look like watched objects.
+        item_kind = str(found.get("kind", "")).removesuffix("List")
+        items: Items = found.get("items") or []
+        for item in items:
+            item.setdefault("apiVersion", kind.api_version)
+            if item_kind:
+                item.setdefault("kind", item_kind)
+        return items, str(found.get("metadata", {}).get("resourceVersion", ""))
+
+    async def watch(
+        self,
+        kind: Resource,
+        namespace: str | None,
+        *,
+        resource_version: str,
+        label_selector: str = "",
+        field_selector: str = "",
+        timeout_seconds: int = 300,
+        bookmarks: bool = True,
+    ) -> AsyncGenerator[tuple[str, Obj], None]:
+        action = _describe("watch", kind, namespace)
+        query = {"watch": "true", "timeoutSeconds": str(timeout_seconds)}
+        query |= _selectors(label_selector, field_selector)
+        if resource_version:
+            query["resourceVersion"] = resource_version
+        if bookmarks:
+            query["allowWatchBookmarks"] = "true"
+        # No total limit: the stream lives `timeout_seconds`; only a silent socket is an error.
+        limit = aiohttp.ClientTimeout(
+            total=None, connect=self._timeout, sock_read=timeout_seconds + WATCH_READ_SLACK
+        )
+        with _translated(action):
+            response = await self._send("GET", kind.path(namespace), query=query, limit=limit)
+        stream: aiohttp.ClientResponse = response.response
+        try:
+            while True:
+                with _translated(action):
+                    line = await stream.content.readline()
+                    if not line:
+                        return  # the server ended the stream (timeout, restart, drop)
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        raise client.ApiException(
+                            status=status.get("code"),
+                            reason=status.get("reason"),
+                            body=json.dumps(status),
+                        )
+                yield str(event["type"]), event["object"]
+        finally:
+            stream.close()  # an unfinished stream cannot go back to the pool
+
+    async def patch(
+        self,
+        kind: Resource,
+        namespace: str | None,
+        name: str,
+        body: Obj | Items,
+        *,
+        patch_type: PatchType,
+        subresource: str = "",
+    ) -> Obj:
+        action = _describe(f"{patch_type}-patch", kind, namespace, name)
+        if subresource:
+            action += f" ({subresource})"
+        if (patch_type == "json") != isinstance(body, list):
+            raise TypeError(f"{action}: a JSON patch is a list of operations, other patches dicts")
+        content_type = PATCH_CONTENT_TYPES[patch_type]
+        path = kind.path(namespace, name, subresource)
+        return await self._json("PATCH", path, action, body=body, content_type=content_type)
+
+    async def delete(
+        self, kind: Resource, namespace: str | None, name: str, *, grace_seconds: int | None = None
+    ) -> None:
+        query = {} if grace_seconds is None else {"gracePeriodSeconds": str(grace_seconds)}
+        action = _describe("delete", kind, namespace, name)
+        try:
+            await self._json("DELETE", kind.path(namespace, name), action, query=query)
+        except errors.ClusterNotFound:
+            log.debug("%s %s/%s was already gone", kind.qualified, namespace, name)
+
+    async def read_log(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        container: str | None = None,
+        tail_lines: int | None = None,
+    ) -> str:
+        query = {"container": container} if container else {}
+        if tail_lines is not None:
+            query["tailLines"] = str(tail_lines)
+        with _translated(_describe("read the log of", PODS, namespace, pod)):
+            response = await self._send(
+                "GET", PODS.path(namespace, pod, "log"), query=query, accept="*/*"
+            )
+            data: bytes = await response.read()  # type: ignore[no-untyped-call]
+        return data.decode(errors="replace")
+
+    async def get_path(self, path: str, query: Mapping[str, str] | None = None) -> Obj:
+        return await self._json("GET", path, f"get {path}", query=query)
+
+    async def aclose(self) -> None:
+        await self._client.close()  # type: ignore[no-untyped-call]
+
+
+def _selectors(label_selector: str, field_selector: str) -> dict[str, str]:
+    query = {"labelSelector": label_selector} if label_selector else {}
+    if field_selector:
+        query["fieldSelector"] = field_selector
+    return query

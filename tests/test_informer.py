@@ -1,0 +1,274 @@
+"""`Informer` against the fake API server: one list+watch shared by every subscriber, a cache
+that equals a fresh list after drops, expiries and errors, and no open watch after `aclose()`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernel_queue import errors
+from kernel_queue.kube.api import PODS, KubernetesApi
+from kernel_queue.kube.informer import Informer, Informers
+from kernel_queue.testing.cluster import FakeCluster
+
+NS = "default"
+Event = tuple[str, str, str | None]  # (type, name, old resourceVersion)
+
+
+@contextlib.asynccontextmanager
+async def connected(tmp_path: Path) -> AsyncIterator[tuple[FakeCluster, KubernetesApi]]:
+    async with (
+        asyncio.timeout(60),
+        FakeCluster(root_dir=tmp_path / "cluster", kubelet=False, kueue=False) as fake,
+    ):
+        api = await KubernetesApi.connect(fake.kubeconfig)
+        try:
+            yield fake, api
+        finally:
+            await api.aclose()
+
+
+def pod(name: str, **labels: str) -> dict[str, Any]:
+    container = {"name": "main", "image": "python"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [container]},
+    }
+
+
+def recorder(events: list[Event]) -> Callable[[str, dict[str, Any], dict[str, Any] | None], None]:
+    def handler(event_type: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        old_version = old["metadata"]["resourceVersion"] if old else None
+        events.append((event_type, obj["metadata"]["name"], old_version))
+
+    return handler
+
+
+async def eventually(check: Callable[[], bool], within: float = 10) -> None:
+    async with asyncio.timeout(within):
+        while not check():  # noqa: ASYNC110 - the informer's task updates memory we read
+            await asyncio.sleep(0.01)
+
+
+async def cache_equals_a_fresh_list(api: KubernetesApi, informer: Informer) -> None:
+    items, _ = await api.list(PODS, NS)
+    fresh = {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in items}
+
+    def same() -> bool:
+        cached = {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in informer.items()}
+        return cached == fresh
+
+    await eventually(same)
+
+
+async def test_the_first_sync_fills_the_cache_and_reads_cost_no_requests(tmp_path: Path) -> None:
+    async with connected(tmp_path) as (fake, api):
+        for name in ("a", "b", "c"):
+            await api.create(PODS, NS, pod(name))
+        informer = Informer(api, PODS, NS)
+        try:
+            await informer.start()
+            await eventually(lambda: fake.stats.watches == 1)
+            requests = sum(fake.stats.requests.values())
+            assert sorted(i["metadata"]["name"] for i in informer.items()) == ["a", "b", "c"]
+            assert informer.get("a") == await api.get(PODS, NS, "a")
+            assert informer.get("missing") is None
+            assert sum(fake.stats.requests.values()) == requests + 1  # only our api.get
+            assert (informer.lists, informer.relists) == (1, 0)
+        finally:
+            await informer.aclose()
+
+
+async def test_changes_reach_handlers_with_the_old_object(tmp_path: Path) -> None:
+    async with connected(tmp_path) as (_, api):
+        informer = Informer(api, PODS, NS)
+        events: list[Event] = []
+        handler = recorder(events)
+        informer.add_handler(handler)
+        try:
+            await informer.start()
+            created = await api.create(PODS, NS, pod("a"))
+            await api.patch(PODS, NS, "a", {"metadata": {"labels": {"x": "1"}}}, patch_type="merge")
+            await api.delete(PODS, NS, "a", grace_seconds=0)
+            await eventually(lambda: len(events) == 3)
+            first = created["metadata"]["resourceVersion"]
+            assert [e[:2] for e in events] == [("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a")]
+            assert events[0][2] is None and events[1][2] == first
+            assert informer.get("a") is None
+
+            informer.remove_handler(handler)
+            await api.create(PODS, NS, pod("b"))
+            await eventually(lambda: informer.get("b") is not None)
+            assert len(events) == 3
+        finally:
+            await informer.aclose()
+
+
+async def test_fifty_subscribers_share_one_list_and_one_watch(tmp_path: Path) -> None:
+    async with connected(tmp_path) as (fake, api):
+        informers = Informers()
+        try:
+            shared = await asyncio.gather(*(informers.get(api, PODS, NS) for _ in range(50)))
+            assert len({id(informer) for informer in shared}) == 1 and len(informers) == 1
+            counts: list[int] = [0] * 50
+            for index, informer in enumerate(shared):
+                informer.add_handler(lambda *_, i=index: counts.__setitem__(i, counts[i] + 1))
+            await api.create(PODS, NS, pod("a"))
+            await eventually(lambda: all(counts))
+            assert fake.stats.requests[("list", "pods")] == 1
+            assert fake.stats.requests[("watch", "pods")] == 1
+            assert (fake.stats.watches, fake.stats.peak_watches) == (1, 1)
+
+            other = await informers.get(api, PODS, NS, label_selector="x=1")
+            assert other is not shared[0]
+            await eventually(lambda: fake.stats.watches == 2)  # its own stream, once listed
+        finally:
+            await informers.aclose()
+        await eventually(lambda: fake.stats.watches == 0)
+
+
+async def test_a_dropped_watch_resumes_without_losing_events(tmp_path: Path) -> None:
+    async with connected(tmp_path) as (fake, api):
+        await api.create(PODS, NS, pod("kept"))
+        await api.create(PODS, NS, pod("doomed"))
+        informer = Informer(api, PODS, NS)
+        events: list[Event] = []
+        informer.add_handler(recorder(events))
+        try:
+            await informer.start()
+            await eventually(lambda: fake.stats.watches == 1)
+            fake.drop_watches()
+            # Written while no watch is open (no await between the drop and these writes).
+            fake.store.create("", "pods", NS, pod("new"))
+            fake.store.delete("", "pods", NS, "doomed", grace_seconds=0)
+            await eventually(lambda: informer.get("new") is not None)
+            await cache_equals_a_fresh_list(api, informer)
+            assert ("ADDED", "new", None) in events and ("DELETED", "doomed") in [
+                e[:2] for e in events
+            ]
+            assert informer.lists == 1 and informer.watches == 2  # resumed, not relisted
+        finally:
+            await informer.aclose()
+
+
+async def test_an_expired_resource_version_relists_and_reports_the_difference(
+    tmp_path: Path,
+) -> None:
+    async with connected(tmp_path) as (fake, api):
+        for name in ("kept", "changed", "doomed"):
+            await api.create(PODS, NS, pod(name))
+        informer = Informer(api, PODS, NS)
+        events: list[Event] = []
+        informer.add_handler(recorder(events))
+        try:
+            await informer.start()
+            await eventually(lambda: fake.stats.watches == 1)
+            events.clear()
+            before, doomed = informer.get("changed"), informer.get("doomed")
+            assert before is not None and doomed is not None
+            fake.expire_next_watch()
+            fake.drop_watches()
+            fake.store.create("", "pods", NS, pod("new"))
+            fake.store.delete("", "pods", NS, "doomed", grace_seconds=0)
+            patch = {"metadata": {"labels": {"x": "1"}}}
+            fake.store.patch("", "pods", NS, "changed", patch, "application/merge-patch+json")
+            await eventually(lambda: informer.relists == 1)
+            await cache_equals_a_fresh_list(api, informer)
+            assert sorted(events) == sorted(
+                [
+                    ("DELETED", "doomed", doomed["metadata"]["resourceVersion"]),
+                    ("ADDED", "new", None),
+                    ("MODIFIED", "changed", before["metadata"]["resourceVersion"]),
+                ]
+            )
+            assert informer.lists == 2
+        finally:
+            await informer.aclose()
+
+
+async def test_server_errors_back_off_then_recover(tmp_path: Path) -> None:
+    async with connected(tmp_path) as (fake, api):
+        await api.create(PODS, NS, pod("a"))
+        fake.fail_next("list", "pods", 500, 2)
+        informer = Informer(api, PODS, NS, backoff=(0.1, 1.0))
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            await informer.start()
+            assert loop.time() - started >= 0.1 + 0.2  # two pauses, doubling
+            assert fake.stats.requests[("list", "pods")] == 3 and informer.lists == 1
+            assert informer.get("a") is not None
+
+            # A failing relist after a 410 is retried the same way.
+            fake.fail_next("list", "pods", 503, 1)
+            fake.expire_next_watch()
+            fake.drop_watches()
+            await eventually(lambda: informer.relists == 1)
+            assert fake.stats.requests[("list", "pods")] == 5
+        finally:
+            await informer.aclose()
+
+
+async def test_a_non_transient_error_fails_the_start_and_a_later_get_retries(
+    tmp_path: Path,
+) -> None:
+    async with connected(tmp_path) as (fake, api):
+        informers = Informers()
+        fake.fail_next("list", "pods", 403)
+        try:
+            with pytest.raises(errors.ClusterForbidden):
+                await informers.get(api, PODS, NS)
+            informer = await informers.get(api, PODS, NS)
+            assert informer.lists == 1
+        finally:
+            await informers.aclose()
+
+
+async def test_a_watch_that_times_out_resumes_from_the_last_version(tmp_path: Path) -> None:
+    async with connected(tmp_path) as (fake, api):
+        informer = Informer(api, PODS, NS, timeout_seconds=1)
+        try:
+            await informer.start()
+            await eventually(lambda: informer.watches >= 2)
+            await api.create(PODS, NS, pod("a"))
+            await eventually(lambda: informer.watches >= 3 and informer.get("a") is not None)
+            assert informer.lists == 1 and fake.stats.requests[("list", "pods")] == 1
+            assert fake.stats.peak_watches == 1
+        finally:
+            await informer.aclose()
+
+
+async def test_bookmarks_advance_the_resource_version(tmp_path: Path) -> None:
+    async with connected(tmp_path) as (_, api):
+        informer = Informer(api, PODS, NS, label_selector="app=kernel")
+        events: list[Event] = []
+        informer.add_handler(recorder(events))
+        try:
+            await informer.start()
+            listed = int(informer.resource_version)
+            other = await api.create(PODS, NS, pod("unrelated"))  # not selected: no event
+            target = int(other["metadata"]["resourceVersion"])
+            assert target > listed
+            await eventually(lambda: int(informer.resource_version) >= target, within=5)
+            assert events == [] and informer.lists == 1
+        finally:
+            await informer.aclose()
+
+
+async def test_aclose_leaves_no_watch_open_on_the_server(tmp_path: Path) -> None:
+    async with connected(tmp_path) as (fake, api):
+        informer = Informer(api, PODS, NS)
+        await informer.start()
+        await eventually(lambda: fake.stats.watches == 1)
+        await informer.aclose()
+        await eventually(lambda: fake.stats.watches == 0, within=5)
+        watched = informer.watches
+        await asyncio.sleep(0.2)
+        assert informer.watches == watched  # nothing runs any more
