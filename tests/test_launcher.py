@@ -613,3 +613,98 @@ def test_a_kernel_with_a_non_daemon_thread_still_restarts(launch: LaunchFactory)
     assert launched.status.next(timeout=60)["status"] == launcher.RESTART_EXIT_CODE
     launched.started(1)
     assert value_of(client, "1+1") == "2"
+
+
+def start_worker(tmp_path: Path, args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """A launcher in worker mode with no ports and no key; its first stderr line is awaited."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "kernel_queue.launcher", *args],
+        env=launcher_env(tmp_path, **env),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def read_line(proc: subprocess.Popen[str], timeout: float = WAIT) -> str:
+    assert proc.stderr is not None
+    ready, _, _ = select.select([proc.stderr], [], [], timeout)
+    assert ready, f"no line on stderr within {timeout} s"
+    return proc.stderr.readline()
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "signum"),
+    [
+        pytest.param(["--worker"], {}, signal.SIGTERM, id="flag-sigterm"),
+        pytest.param([], {"KERNEL_QUEUE_LAUNCH_MODE": "worker"}, signal.SIGTERM, id="env-sigterm"),
+        pytest.param(["--worker"], {}, signal.SIGINT, id="flag-sigint"),
+    ],
+)
+def test_worker_mode_holds_until_sigterm_and_exits_143(
+    tmp_path: Path, args: list[str], env: dict[str, str], signum: signal.Signals
+) -> None:
+    env = {
+        **env,
+        "KERNEL_QUEUE_RANK": "1",
+        "KERNEL_QUEUE_WORLD_SIZE": "2",
+        "KERNEL_QUEUE_HEAD_ADDRESS": "kq-1a2b3c4d.team-a.svc",
+    }
+    proc = start_worker(tmp_path, args, env)
+    try:
+        assert read_line(proc) == (
+            "[kernel-queue launcher] worker rank 1 of 2, head at kq-1a2b3c4d.team-a.svc; "
+            "waiting for SIGTERM\n"
+        )
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.5)  # it holds: no kernel to wait for, no exit on its own
+
+        proc.send_signal(signum)
+
+        assert proc.wait(timeout=WAIT) == launcher.PREEMPTED_EXIT_CODE
+        assert read_line(proc) == f"[kernel-queue launcher] {signum.name}: the worker stops\n"
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=WAIT)
+
+
+def test_worker_mode_needs_no_key_or_ports() -> None:
+    from kernel_queue.launcher import settings
+
+    for argv, environ in [(["--worker"], {}), ([], {"KERNEL_QUEUE_LAUNCH_MODE": "worker"})]:
+        config = settings.parse_settings(argv, environ)
+        assert config.worker
+        assert (config.ports, config.key) == ((0, 0, 0, 0, 0), "")
+
+    kernel = settings.parse_settings([], {launcher.ENV_PORTS: "1,2,3,4,5", launcher.ENV_KEY: KEY})
+    assert not kernel.worker
+    with pytest.raises(settings.SettingsError, match="KERNEL_QUEUE_LAUNCH_MODE"):
+        settings.parse_settings([], {"KERNEL_QUEUE_LAUNCH_MODE": "chief"})
+    with pytest.raises(settings.SettingsError, match=launcher.ENV_KEY):
+        settings.parse_settings(
+            [], {"KERNEL_QUEUE_LAUNCH_MODE": "kernel", launcher.ENV_PORTS: "1,2,3,4,5"}
+        )
+
+
+def test_a_worker_as_pid_1_stops_on_sigterm(tmp_path: Path) -> None:
+    if not can_unshare_pid_namespace():
+        pytest.skip("needs unshare(1) and the right to create a PID namespace")
+    wrapper = ["unshare", "--pid", "--fork", "--mount-proc"]
+    proc = subprocess.Popen(
+        [*wrapper, sys.executable, "-m", "kernel_queue.launcher", "--worker"],
+        env=launcher_env(tmp_path),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert "waiting for SIGTERM" in read_line(proc)
+        [worker_pid] = child_pids(proc.pid)  # PID 1 inside, as seen from here
+
+        os.kill(worker_pid, signal.SIGTERM)  # a PID 1 without a handler would ignore this
+
+        assert proc.wait(timeout=WAIT) == launcher.PREEMPTED_EXIT_CODE
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=WAIT)

@@ -2,7 +2,7 @@
 
 ``parse_settings`` turns argv and the environment into a frozen ``LaunchSettings`` or raises
 ``SettingsError`` with one sentence naming the option and the variable to fix. It only reads:
-it creates no files and starts no processes (stdlib only, like the rest of the launcher).
+it creates no files and starts no processes (stdlib only). ``--worker`` needs no ports or key.
 """
 
 from __future__ import annotations
@@ -20,6 +20,11 @@ from kernel_queue import launcher
 CONNECTION_FILE_PLACEHOLDER = "{connection_file}"
 PORT_NAMES = ("shell", "iopub", "stdin", "control", "hb")
 TRANSPORTS = ("tcp", "ipc")
+ENV_MODE = "KERNEL_QUEUE_LAUNCH_MODE"
+"""``kernel`` (the default) or ``worker``; ``--worker`` on the command line wins."""
+MODES = ("kernel", "worker")
+NO_PORTS = (0, 0, 0, 0, 0)
+"""The ports of worker-mode settings, which open none."""
 
 
 class SettingsError(Exception):
@@ -44,6 +49,8 @@ class LaunchSettings:
     """Ask Linux to SIGTERM the launcher when its parent dies (local backend)."""
     stop_timeout: float = 25.0
     """Seconds a SIGTERMed kernel gets to exit before SIGKILL."""
+    worker: bool = False
+    """Worker mode: no kernel, ports or key (those fields stay empty); wait for SIGTERM."""
 
 
 def default_kernel_argv() -> tuple[str, ...]:
@@ -67,6 +74,19 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSet
     def pick(value: str | None, env: str, default: str | None = None) -> str | None:
         return value if value is not None else environ.get(env, default)
 
+    if args.worker or _parse_mode(environ.get(ENV_MODE, "")) == "worker":
+        return LaunchSettings(
+            ip="",
+            ports=NO_PORTS,
+            key="",
+            transport="tcp",
+            signature_scheme="hmac-sha256",
+            kernel_argv=kernel_argv,
+            status_fd=_parse_status_fd(pick(args.status_fd, launcher.ENV_STATUS_FD)),
+            parent_death=args.parent_death_signal
+            or _parse_flag(environ.get(launcher.ENV_PARENT_DEATH, "")),
+            worker=True,
+        )
     return LaunchSettings(
         ip=pick(args.ip, launcher.ENV_IP, "127.0.0.1") or "127.0.0.1",
         ports=_parse_ports(pick(args.ports, launcher.ENV_PORTS)),
@@ -116,7 +136,22 @@ def _parser() -> argparse.ArgumentParser:
         help=f"seconds between SIGTERM and SIGKILL of the kernel (${launcher.ENV_STOP_TIMEOUT}, "
         "default 25)",
     )
+    parser.add_argument(
+        "--worker",
+        action="store_true",
+        help=f"run as a worker pod of a group: no kernel, ports or key; wait for SIGTERM "
+        f"(${ENV_MODE}=worker)",
+    )
     return parser
+
+
+def _parse_mode(raw: str) -> str:
+    mode = raw.strip().lower() or "kernel"
+    if mode not in MODES:
+        raise SettingsError(
+            f"invalid launch mode {raw!r}: set {ENV_MODE} to kernel or worker, or pass --worker"
+        )
+    return mode
 
 
 def _parse_ports(raw: str | None) -> tuple[int, int, int, int, int]:

@@ -3,7 +3,7 @@
 It starts the kernel in its own session, forwards signals, restarts the kernel in place (same
 connection file) on exit status 75 or SIGHUP, and otherwise exits with the kernel's status; after
 SIGTERM it always exits 143. Signals arrive through ``signal.set_wakeup_fd`` and a selector, so
-nothing sleeps or polls. Stdlib only: no ipykernel, no jupyter_client, no server-side code.
+nothing sleeps or polls; worker-mode settings hand over to ``worker.run``. Stdlib only.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 
 from kernel_queue import launcher
 from kernel_queue.launcher import settings as launch_settings
+from kernel_queue.launcher import worker
 
 LOG_PREFIX = "[kernel-queue launcher] "
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -117,7 +118,12 @@ class Supervisor:
             os.set_inheritable(config.status_fd, False)
 
     def run(self) -> int:
-        """Start and supervise the kernel; on exit, remove the kernel and the connection file."""
+        """Start and supervise the kernel; on exit, remove the kernel and the connection file.
+
+        In worker mode there is no kernel: wait for SIGTERM or SIGINT and return 143.
+        """
+        if self.config.worker:
+            return worker.run(log)
         with self._signals() as wakeup:
             workdir = Path(tempfile.mkdtemp(prefix="kernel-queue-"))
             try:

@@ -1,0 +1,242 @@
+"""Every label, annotation, gate, condition and API coordinate we use, Kueue's and ours.
+
+Kueue's keys carry the values of kueue.md §1.2 and §2.1; ours share the ``kernel-queue.dev/``
+prefix and are declared nowhere else. The readers take plain API dicts (a pod, a Workload) and
+return plain values; they do no I/O and never raise on a missing field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+# --- Kueue: pod labels, annotations, finalizer and scheduling gates (kueue.md §1.2) ---
+KUEUE_PREFIX = "kueue.x-k8s.io/"
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+POD_GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
+POD_GROUP_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+MANAGED_LABEL = "kueue.x-k8s.io/managed"
+POD_FINALIZER = "kueue.x-k8s.io/managed"
+ADMISSION_GATE = "kueue.x-k8s.io/admission"
+TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
+RETRIABLE_IN_GROUP_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
+"""Set to ``"false"`` only at deliberate shutdown, never at creation (kueue.md §3.4)."""
+ROLE_HASH_ANNOTATION = "kueue.x-k8s.io/role-hash"
+PODSET_LABEL = "kueue.x-k8s.io/podset"
+LOCAL_QUEUE_LABEL = "kueue.x-k8s.io/local-queue-name"
+CLUSTER_QUEUE_LABEL = "kueue.x-k8s.io/cluster-queue-name"
+IS_GROUP_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/is-group-workload"
+
+# --- Kueue: Workload condition types and the reasons we read (kueue.md §2.1) ---
+QUOTA_RESERVED = "QuotaReserved"
+ADMITTED = "Admitted"
+EVICTED = "Evicted"
+PREEMPTED = "Preempted"
+REQUEUED = "Requeued"
+PODS_READY = "PodsReady"
+WAITING_FOR_REPLACEMENT_PODS = "WaitingForReplacementPods"
+FINISHED = "Finished"
+REASON_PREEMPTED = "Preempted"
+REASON_PODS_READY_TIMEOUT = "PodsReadyTimeout"
+REASON_DEACTIVATED = "Deactivated"
+REASON_SUCCEEDED = "Succeeded"
+REASON_FAILED_TO_START = "FailedToStart"
+
+# --- Kueue: the pod condition set before it deletes a pod (kueue.md §3.2) ---
+TERMINATION_TARGET = "TerminationTarget"
+EVICTED_DUE_TO_PREFIX = "WorkloadEvictedDueTo"
+"""Prefix of the reason when the Workload was evicted: ``WorkloadEvictedDueTo<Evicted reason>``."""
+EVICTED_DUE_TO_PREEMPTED = EVICTED_DUE_TO_PREFIX + REASON_PREEMPTED
+WORKLOAD_DELETED = "WorkloadDeleted"
+"""The reason when the Workload was deleted on purpose (shutdown, not preemption)."""
+
+# --- Kubernetes pod conditions and reasons we read ---
+POD_READY = "Ready"
+POD_SCHEDULED = "PodScheduled"
+UNSCHEDULABLE = "Unschedulable"
+STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
+"""Waiting reasons of a container that is simply starting, which ``waiting_reason`` skips."""
+
+# --- Ours: one prefix (style.md §7) ---
+PREFIX = "kernel-queue.dev/"
+KERNEL_ID_LABEL = "kernel-queue.dev/kernel-id"
+"""The full kernel id (as a label value); on every object of the kernel, so leaks are findable."""
+ROLE_LABEL = "kernel-queue.dev/role"
+ROLE_HEAD, ROLE_WORKER = "head", "worker"
+USER_LABEL = "kernel-queue.dev/user"
+"""The user name made a valid label value (``names.label_value``)."""
+USER_ANNOTATION = "kernel-queue.dev/user"
+"""The raw user name."""
+KERNELSPEC_ANNOTATION = "kernel-queue.dev/kernelspec"
+MANAGED_BY_LABEL, MANAGED_BY = "app.kubernetes.io/managed-by", "kernel-queue"
+COMPONENT_LABEL, COMPONENT = "app.kubernetes.io/component", "kernel"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Where a kind is served: API group (``""`` for core), version, plural, namespaced or not."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        """The ``apiVersion`` of its objects: ``v1`` or ``<group>/<version>``."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        """The REST path of the collection (in ``namespace`` if namespaced), or of ``name``."""
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced:
+            if not namespace:
+                raise ValueError(f"{self.plural} are namespaced: give a namespace")
+            root += f"/namespaces/{quote(namespace, safe='')}"
+        root += f"/{self.plural}"
+        return f"{root}/{quote(name, safe='')}" if name else root
+
+
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+PODS = Kind("", "v1", "pods", namespaced=True)
+SECRETS = Kind("", "v1", "secrets", namespaced=True)
+SERVICES = Kind("", "v1", "services", namespaced=True)
+EVENTS = Kind("", "v1", "events", namespaced=True)
+WORKLOADS = Kind(KUEUE_GROUP, KUEUE_VERSION, "workloads", namespaced=True)
+LOCAL_QUEUES = Kind(KUEUE_GROUP, KUEUE_VERSION, "localqueues", namespaced=True)
+CLUSTER_QUEUES = Kind(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", namespaced=False)
+WORKLOAD_PRIORITY_CLASSES = Kind(
+    KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses", namespaced=False
+)
+
+
+def pending_workloads_path(namespace: str, local_queue: str) -> str:
+    """The visibility API path listing a LocalQueue's pending Workloads (kueue.md §5)."""
+    ns, lq = quote(namespace, safe=""), quote(local_queue, safe="")
+    return (
+        f"/apis/{VISIBILITY_GROUP}/{KUEUE_VERSION}/namespaces/{ns}/localqueues/{lq}"
+        "/pendingworkloads"
+    )
+
+
+# --- Readers: plain dict in, plain value out ---
+
+
+def _get(obj: Any, *keys: str) -> Any:
+    """``obj[k1][k2]…``, or None where a level is missing or not a dict."""
+    for key in keys:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _items(obj: Any, *keys: str) -> list[Mapping[str, Any]]:
+    """The dicts in the list at ``keys`` (missing or null → empty)."""
+    value = _get(obj, *keys)
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+
+
+def is_gated(pod: Mapping[str, Any]) -> bool:
+    """True while any Kueue scheduling gate (``kueue.x-k8s.io/*``) holds the pod."""
+    return any(
+        str(gate.get("name", "")).startswith(KUEUE_PREFIX)
+        for gate in _items(pod, "spec", "schedulingGates")
+    )
+
+
+def condition(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    """The ``status.conditions`` entry of ``type_``, or None."""
+    for entry in _items(obj, "status", "conditions"):
+        if entry.get("type") == type_:
+            return entry
+    return None
+
+
+def is_true(obj: Mapping[str, Any], type_: str) -> bool:
+    """True when the condition ``type_`` exists with status ``"True"``."""
+    entry = condition(obj, type_)
+    return entry is not None and entry.get("status") == "True"
+
+
+def _reason_message(obj: Mapping[str, Any], type_: str) -> tuple[str, str] | None:
+    if not is_true(obj, type_):
+        return None
+    entry = condition(obj, type_) or {}
+    return str(entry.get("reason") or ""), str(entry.get("message") or "")
+
+
+def termination_target(pod: Mapping[str, Any]) -> str | None:
+    """The reason Kueue stops the pod (``WorkloadEvictedDueTo…``, ``WorkloadDeleted``), or None."""
+    found = _reason_message(pod, TERMINATION_TARGET)
+    return None if found is None else found[0]
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    """True when the pod's ``Ready`` condition is True (its readiness probe passes)."""
+    return is_true(pod, POD_READY)
+
+
+def container_exit_code(pod: Mapping[str, Any], container: str) -> int | None:
+    """The exit code of ``container`` once it has terminated, else None."""
+    for status in _items(pod, "status", "containerStatuses"):
+        if status.get("name") == container:
+            code = _get(status, "state", "terminated", "exitCode")
+            return code if isinstance(code, int) and not isinstance(code, bool) else None
+    return None
+
+
+def waiting_reason(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Why the pod does not start: a container's waiting reason and message, or Unschedulable.
+
+    Covers ``ImagePullBackOff``, ``ErrImagePull``, ``CreateContainerConfigError``,
+    ``CrashLoopBackOff`` and the like, init containers first; the normal start-up reasons
+    (``STARTING_REASONS``) are skipped. Then ``PodScheduled=False`` with reason Unschedulable.
+    """
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for status in _items(pod, "status", key):
+            reason = _get(status, "state", "waiting", "reason")
+            if reason and reason not in STARTING_REASONS:
+                message = _get(status, "state", "waiting", "message")
+                return str(reason), str(message or "")
+    scheduled = condition(pod, POD_SCHEDULED)
+    if (
+        scheduled is not None
+        and scheduled.get("status") == "False"
+        and scheduled.get("reason") == UNSCHEDULABLE
+    ):
+        return UNSCHEDULABLE, str(scheduled.get("message") or "")
+    return None
+
+
+def workload_admitted(wl: Mapping[str, Any]) -> bool:
+    """True when the Workload is admitted and neither being evicted nor finished.
+
+    An evicted Workload keeps ``Admitted=True`` until its pods are gone (kueue.md §3.2), and a
+    finished one may still read True (§3.6); neither counts as admitted here.
+    """
+    return is_true(wl, ADMITTED) and not is_true(wl, EVICTED) and not is_true(wl, FINISHED)
+
+
+def workload_evicted(wl: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(reason, message)`` of a True ``Evicted`` condition (``Preempted``, …), or None."""
+    return _reason_message(wl, EVICTED)
+
+
+def workload_finished(wl: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(reason, message)`` of a True ``Finished`` condition, or None."""
+    return _reason_message(wl, FINISHED)
+
+
+def flavors(wl: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ResourceFlavors of the Workload's current admission, sorted, each once."""
+    found: set[str] = set()
+    for assignment in _items(wl, "status", "admission", "podSetAssignments"):
+        chosen = assignment.get("flavors")
+        if isinstance(chosen, Mapping):
+            found.update(str(flavor) for flavor in chosen.values())
+    return tuple(sorted(found))

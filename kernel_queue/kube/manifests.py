@@ -1,0 +1,374 @@
+"""Pure builders of one kernel's objects: the Secret with its key, its Service, its group's pods.
+
+``GroupSpec`` in, plain dicts out: no I/O, and the same input always gives the same output, so
+replacement pods keep Kueue's role hash (kueue.md §3.2). Every key comes from ``kueue``; the
+admin's ``pod_template`` is merged under the fields we own (style.md §8 rules 4 and 6).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from kernel_queue import errors, launcher
+from kernel_queue.kube import kueue, names
+from kernel_queue.launcher import worker
+from kernel_queue.model import GroupSpec
+
+KERNEL_PORTS = {"shell": 50100, "iopub": 50101, "stdin": 50102, "control": 50103, "hb": 50104}
+"""Fixed in-pod kernel ports (each pod has its own IP); the Service exposes the same numbers."""
+KEY_FIELD = "key"
+"""The Secret's data field holding the connection key."""
+KERNEL_CONTAINER, WORKER_CONTAINER = "kernel", "worker"
+LAUNCHER_COMMAND = ("python", "-m", "kernel_queue.launcher")
+WORKER_COMMAND = (*LAUNCHER_COMMAND, "--worker")
+"""Default command of worker pods: the launcher's worker mode, which waits for SIGTERM."""
+STOP_MARGIN_SECONDS = 5
+"""Grace left after the launcher's stop timeout: time to SIGKILL and reap a kernel that missed
+its deadline and still exit 143 before the kubelet's SIGKILL. 30 s of grace gives the launcher's
+default stop timeout of 25 s."""
+CHECKPOINT_VOLUME, CHECKPOINT_MOUNT = "checkpoints", "/checkpoints"
+ENV_CHECKPOINT_DIR = "KERNEL_QUEUE_CHECKPOINT_DIR"
+ENV_POD_IP = "POD_IP"
+# A TCP connect to the shell port is answered by ZMQ's I/O thread, so a kernel busy in a long
+# cell stays Ready (a flapping probe would start Kueue's recovery clock, kueue.md §6).
+READINESS_PROBE = {"tcpSocket": {"port": "shell"}, "periodSeconds": 1, "failureThreshold": 3}
+POD_SECURITY = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+}
+
+
+def common_labels(spec: GroupSpec) -> dict[str, str]:
+    """Our labels on every object of the kernel: kernel id, user, managed-by, component."""
+    found = {
+        kueue.KERNEL_ID_LABEL: names.label_value(spec.kernel_id),
+        kueue.MANAGED_BY_LABEL: kueue.MANAGED_BY,
+        kueue.COMPONENT_LABEL: kueue.COMPONENT,
+    }
+    if spec.user:
+        found[kueue.USER_LABEL] = names.label_value(spec.user)
+    return found
+
+
+def common_annotations(spec: GroupSpec) -> dict[str, str]:
+    """Our annotations on every object of the kernel: the raw user name and the kernelspec."""
+    found = {}
+    if spec.user:
+        found[kueue.USER_ANNOTATION] = spec.user
+    if spec.kernelspec:
+        found[kueue.KERNELSPEC_ANNOTATION] = spec.kernelspec
+    return found
+
+
+def selector(kernel_id: str) -> str:
+    """The label selector matching every object of one kernel."""
+    return f"{kueue.KERNEL_ID_LABEL}={names.label_value(kernel_id)}"
+
+
+def service_host(spec: GroupSpec) -> str:
+    """The Service's DNS name, ``<service>.<namespace>.svc`` (the bare name without a namespace,
+    which resolves in the pod's own namespace)."""
+    name = names.service_name(spec.kernel_id)
+    return f"{name}.{spec.namespace}.svc" if spec.namespace else name
+
+
+def grace_seconds(spec: GroupSpec) -> int:
+    """``terminationGracePeriodSeconds``: ``int(spec.grace_seconds)``, at least 1."""
+    return max(1, int(spec.grace_seconds))
+
+
+def stop_timeout(spec: GroupSpec) -> int:
+    """Launcher seconds from SIGTERM to SIGKILL: grace minus ``STOP_MARGIN_SECONDS``, at least 1."""
+    return max(1, grace_seconds(spec) - STOP_MARGIN_SECONDS)
+
+
+def secret(spec: GroupSpec) -> dict[str, Any]:
+    """The Opaque Secret holding the connection key; the key appears in no other object."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(spec, names.secret_name(spec.kernel_id), common_labels(spec)),
+        "type": "Opaque",
+        "stringData": {KEY_FIELD: spec.connection.key},
+    }
+
+
+def service(spec: GroupSpec) -> dict[str, Any]:
+    """The ClusterIP Service selecting the head pod: the kernel's address across pod replacement."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(spec, names.service_name(spec.kernel_id), common_labels(spec)),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {
+                kueue.KERNEL_ID_LABEL: names.label_value(spec.kernel_id),
+                kueue.ROLE_LABEL: kueue.ROLE_HEAD,
+            },
+            "ports": [
+                {"name": name, "port": port, "targetPort": port, "protocol": "TCP"}
+                for name, port in KERNEL_PORTS.items()
+            ],
+            "publishNotReadyAddresses": False,
+        },
+    }
+
+
+def pods(
+    spec: GroupSpec,
+    group: str,
+    attempt: int,
+    *,
+    kernel_env: Mapping[str, str] | None = None,
+    worker_command: Sequence[str] = WORKER_COMMAND,
+    checkpoint_claim: str | None = None,
+) -> list[dict[str, Any]]:
+    """The ``spec.pod_group_size`` pods of ``group``'s replacement round ``attempt``; head first.
+
+    ``kernel_env`` is the kernelspec's own ``env`` stanza and nothing else: ``spec.env`` (which
+    may hold the server's whole environment) is never read. Its ``$`` are escaped, so Kubernetes
+    passes values literally, as the local backend does; names we set, and every
+    ``KERNEL_QUEUE_LAUNCH_*``, are dropped from it. ``worker_command`` runs in worker pods.
+    ``checkpoint_claim`` mounts that PVC at ``/checkpoints`` in the head pod.
+    """
+    return [
+        _pod(spec, group, attempt, index, dict(kernel_env or {}), worker_command, checkpoint_claim)
+        for index in range(spec.pod_group_size)
+    ]
+
+
+def _metadata(
+    spec: GroupSpec,
+    name: str,
+    our_labels: Mapping[str, str],
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name}
+    if spec.namespace:
+        metadata["namespace"] = spec.namespace
+    metadata["labels"] = dict(our_labels)
+    found = {**common_annotations(spec), **(extra or {})}
+    if found:
+        metadata["annotations"] = found
+    return metadata
+
+
+def _pod(
+    spec: GroupSpec,
+    group: str,
+    attempt: int,
+    index: int,
+    kernel_env: dict[str, str],
+    worker_command: Sequence[str],
+    checkpoint_claim: str | None,
+) -> dict[str, Any]:
+    role = kueue.ROLE_HEAD if index == 0 else kueue.ROLE_WORKER
+    template = copy.deepcopy(dict(spec.pod_template))
+    template_meta = _mapping(template.get("metadata"))
+    pod_spec = _mapping(template.get("spec"))
+
+    pod_labels = {
+        **common_labels(spec),
+        kueue.ROLE_LABEL: role,
+        kueue.QUEUE_NAME_LABEL: spec.queue,
+        kueue.POD_GROUP_NAME_LABEL: group,
+    }
+    if spec.priority_class:
+        pod_labels[kueue.PRIORITY_CLASS_LABEL] = spec.priority_class
+    metadata = _metadata(
+        spec,
+        names.pod_name(group, role, index, attempt),
+        {**_mapping(template_meta.get("labels")), **pod_labels},
+        {kueue.POD_GROUP_TOTAL_COUNT_ANNOTATION: str(spec.pod_group_size)},
+    )
+    # Never `retriable-in-group: "false"` at creation: a preemption would end the group.
+    template_annotations = {
+        key: value
+        for key, value in _mapping(template_meta.get("annotations")).items()
+        if key != kueue.RETRIABLE_IN_GROUP_ANNOTATION
+    }
+    metadata["annotations"] = {**template_annotations, **metadata.get("annotations", {})}
+
+    mine = KERNEL_CONTAINER if role == kueue.ROLE_HEAD else WORKER_CONTAINER
+    containers = [c for c in _dicts(pod_spec.get("containers")) if isinstance(c.get("name"), str)]
+    by_name = {c["name"]: c for c in containers}
+    # Workers run the kernel's image unless the template gives its `worker` container another.
+    image = (
+        spec.image
+        or by_name.get(mine, {}).get("image")
+        or by_name.get(KERNEL_CONTAINER, {}).get("image")
+    )
+    if not image:
+        raise errors.ConfigError(
+            f"kernelspec {spec.kernelspec or '?'!r}: no image for the {mine!r} container of kernel "
+            f"{spec.kernel_id}; set `image` in the kernelspec's config or in `pod_template`"
+        )
+    if role == kueue.ROLE_HEAD:
+        ours = _head_container(spec, image, kernel_env, checkpoint_claim)
+    else:
+        ours = _worker_container(spec, image, index, kernel_env, worker_command)
+    sidecars = [c for c in containers if c["name"] not in (KERNEL_CONTAINER, WORKER_CONTAINER)]
+    pod_spec["containers"] = [_merge_container(ours, by_name.get(mine, {})), *sidecars]
+
+    pod_spec["restartPolicy"] = "Never"
+    pod_spec["terminationGracePeriodSeconds"] = grace_seconds(spec)
+    pod_spec["enableServiceLinks"] = False
+    # No API token for user code unless the template asks for one explicitly.
+    pod_spec.setdefault("automountServiceAccountToken", False)
+    if spec.service_account:
+        pod_spec["serviceAccountName"] = spec.service_account
+    pod_spec["securityContext"] = {**_mapping(pod_spec.get("securityContext")), **POD_SECURITY}
+    if role == kueue.ROLE_HEAD and checkpoint_claim:
+        volume = {
+            "name": CHECKPOINT_VOLUME,
+            "persistentVolumeClaim": {"claimName": checkpoint_claim},
+        }
+        pod_spec["volumes"] = _merge_named([volume], _dicts(pod_spec.get("volumes")), ("name",))
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def _head_container(
+    spec: GroupSpec, image: str, kernel_env: Mapping[str, str], checkpoint_claim: str | None
+) -> dict[str, Any]:
+    pod_ip = {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    env: list[dict[str, Any]] = [
+        {"name": launcher.ENV_IP, **pod_ip},
+        {"name": ENV_POD_IP, **copy.deepcopy(pod_ip)},
+        {"name": launcher.ENV_PORTS, "value": ",".join(map(str, KERNEL_PORTS.values()))},
+        {
+            "name": launcher.ENV_KEY,
+            "valueFrom": {
+                "secretKeyRef": {"name": names.secret_name(spec.kernel_id), "key": KEY_FIELD}
+            },
+        },
+        {"name": launcher.ENV_STOP_TIMEOUT, "value": str(stop_timeout(spec))},
+        {"name": "KERNEL_ID", "value": spec.kernel_id},
+        {"name": "KERNEL_USERNAME", "value": spec.user},
+    ]
+    mounts = []
+    if checkpoint_claim:
+        env.append({"name": ENV_CHECKPOINT_DIR, "value": f"{CHECKPOINT_MOUNT}/{spec.kernel_id}"})
+        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT})
+    container: dict[str, Any] = {
+        "name": KERNEL_CONTAINER,
+        "image": image,
+        "command": list(LAUNCHER_COMMAND),
+        "args": ["--", *(_literal(arg) for arg in spec.argv)],
+        "env": _with_kernel_env(env, kernel_env),
+        "ports": [
+            {"name": name, "containerPort": port, "protocol": "TCP"}
+            for name, port in KERNEL_PORTS.items()
+        ],
+        "readinessProbe": copy.deepcopy(READINESS_PROBE),
+    }
+    if mounts:
+        container["volumeMounts"] = mounts
+    return _with_common(container, spec)
+
+
+def _worker_container(
+    spec: GroupSpec,
+    image: str,
+    index: int,
+    kernel_env: Mapping[str, str],
+    command: Sequence[str],
+) -> dict[str, Any]:
+    env: list[dict[str, Any]] = [
+        {"name": worker.ENV_RANK, "value": str(index)},
+        {"name": worker.ENV_WORLD_SIZE, "value": str(spec.pod_group_size)},
+        {"name": worker.ENV_HEAD_ADDRESS, "value": service_host(spec)},
+        {"name": "KERNEL_ID", "value": spec.kernel_id},
+    ]
+    container = {
+        "name": WORKER_CONTAINER,
+        "image": image,
+        "command": list(command),
+        "env": _with_kernel_env(env, kernel_env),
+    }
+    return _with_common(container, spec)
+
+
+def _with_common(container: dict[str, Any], spec: GroupSpec) -> dict[str, Any]:
+    """Add the resources and the container securityContext every container of ours gets."""
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if spec.cpu:
+        requests["cpu"] = spec.cpu
+    if spec.memory:
+        requests["memory"] = spec.memory
+    if spec.gpus > 0:
+        # Extended resources cannot be overcommitted: the limit must equal the request.
+        requests[spec.gpu_resource] = limits[spec.gpu_resource] = str(spec.gpus)
+    resources = {
+        name: value for name, value in (("requests", requests), ("limits", limits)) if value
+    }
+    if resources:
+        container["resources"] = resources
+    container["securityContext"] = copy.deepcopy(CONTAINER_SECURITY)
+    return container
+
+
+def _with_kernel_env(
+    ours: list[dict[str, Any]], kernel_env: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    taken = {item["name"] for item in ours}
+    return ours + [
+        {"name": name, "value": _literal(value)}
+        for name, value in kernel_env.items()
+        if name not in taken and not name.startswith("KERNEL_QUEUE_LAUNCH_")
+    ]
+
+
+def _merge_container(ours: dict[str, Any], template: Mapping[str, Any]) -> dict[str, Any]:
+    """``ours`` over the template's container of the same name; lists and sub-dicts merged."""
+    merged = copy.deepcopy(dict(template))
+    for key, value in ours.items():
+        if key == "env":
+            merged[key] = _merge_named(value, _dicts(merged.get(key)), ("name",))
+        elif key == "ports":
+            keys = ("name", "containerPort")
+            merged[key] = _merge_named(value, _dicts(merged.get(key)), keys)
+        elif key == "volumeMounts":
+            keys = ("name", "mountPath")
+            merged[key] = _merge_named(value, _dicts(merged.get(key)), keys)
+        elif key == "resources":
+            theirs = _mapping(merged.get(key))
+            for part in ("requests", "limits"):
+                if part in value:
+                    theirs[part] = {**_mapping(theirs.get(part)), **value[part]}
+            merged[key] = theirs
+        elif key == "securityContext":
+            merged[key] = {**_mapping(merged.get(key)), **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def _merge_named(
+    ours: list[dict[str, Any]], theirs: Iterable[dict[str, Any]], keys: Sequence[str]
+) -> list[dict[str, Any]]:
+    """``ours``, then those of ``theirs`` that share no value of ``keys`` with ours."""
+    taken = {(key, item.get(key)) for item in ours for key in keys if key in item}
+    rest = [item for item in theirs if not any((key, item.get(key)) in taken for key in keys)]
+    return ours + rest
+
+
+def _literal(text: str) -> str:
+    """``text`` escaped so Kubernetes' ``$(VAR)`` expansion in env and args leaves it as is."""
+    return text.replace("$", "$$")
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return (
+        [dict(item) for item in value if isinstance(item, Mapping)]
+        if isinstance(value, list)
+        else []
+    )

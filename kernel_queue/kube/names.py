@@ -1,0 +1,127 @@
+"""Names Kubernetes accepts: DNS-1123 labels and subdomains, label values, and our object names.
+
+Sanitizers never raise: they replace what is invalid, trim, and append ``-`` plus eight hex digits
+of the original's sha256 whenever they had to change or shorten the text, so distinct inputs stay
+distinct. Everything here is pure and deterministic; nothing reads a cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from kernel_queue import model
+from kernel_queue.kube import kueue
+
+LABEL_MAX = 63
+"""Longest DNS-1123 label and longest label value."""
+SUBDOMAIN_MAX = 253
+"""Longest DNS-1123 subdomain (most object names)."""
+HASH_LENGTH = 8
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_NOT_DNS_LABEL = re.compile(r"[^-a-z0-9]")
+_NOT_DNS_SUBDOMAIN = re.compile(r"[^-.a-z0-9]")
+_NOT_LABEL_VALUE = re.compile(r"[^-A-Za-z0-9_.]")
+_HEX = re.compile(r"[0-9a-f]+")
+
+
+def is_dns_label(text: str) -> bool:
+    """True for a DNS-1123 label: at most 63 of ``[a-z0-9-]``, alphanumeric at both ends."""
+    return len(text) <= LABEL_MAX and _DNS_LABEL.fullmatch(text) is not None
+
+
+def is_dns_subdomain(text: str) -> bool:
+    """True for a DNS-1123 subdomain: dot-separated labels, at most 253 characters in all."""
+    return len(text) <= SUBDOMAIN_MAX and _DNS_SUBDOMAIN.fullmatch(text) is not None
+
+
+def is_label_value(text: str) -> bool:
+    """True for a label value: empty, or at most 63 of ``[-A-Za-z0-9_.]``, alphanumeric ends."""
+    return len(text) <= LABEL_MAX and _LABEL_VALUE.fullmatch(text) is not None
+
+
+def short_hash(text: str) -> str:
+    """Eight hex digits of the sha256 of ``text`` (UTF-8), the suffix that keeps names distinct."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:HASH_LENGTH]
+
+
+def label_value(text: str) -> str:
+    """``text`` as a valid label value; unchanged when it already is one (``""`` included)."""
+    if is_label_value(text):
+        return text
+    return _sanitize(text, _NOT_LABEL_VALUE.sub("-", text), "-_.", LABEL_MAX)
+
+
+def dns_label(text: str) -> str:
+    """``text`` as a DNS-1123 label (lower case); unchanged when it already is one."""
+    if is_dns_label(text):
+        return text
+    return _sanitize(text, _NOT_DNS_LABEL.sub("-", text.lower()), "-", LABEL_MAX)
+
+
+def dns_subdomain(text: str) -> str:
+    """``text`` as a DNS-1123 subdomain (lower case); unchanged when it already is one."""
+    if is_dns_subdomain(text):
+        return text
+    cleaned = _NOT_DNS_SUBDOMAIN.sub("-", text.lower())
+    # Each dot-separated part must itself start and end alphanumeric.
+    parts = [part.strip("-") for part in cleaned.split(".")]
+    return _sanitize(text, ".".join(part for part in parts if part), "-.", SUBDOMAIN_MAX)
+
+
+def _sanitize(original: str, cleaned: str, edges: str, limit: int) -> str:
+    """``cleaned`` trimmed to ``limit`` with room for ``-<hash of original>``, ends stripped."""
+    suffix = short_hash(original)
+    body = cleaned.strip(edges)[: limit - HASH_LENGTH - 1].rstrip(edges)
+    return f"{body}-{suffix}" if body else suffix
+
+
+def kernel_short_id(kernel_id: str) -> str:
+    """``model.short_id`` when it is eight hex digits (any UUID), else eight hex of its hash."""
+    short = model.short_id(kernel_id)
+    if len(short) == HASH_LENGTH and _HEX.fullmatch(short):
+        return short
+    return short_hash(kernel_id)
+
+
+def group_name(kernel_id: str, launch: int) -> str:
+    """The pod group (and Workload) name of one launch: ``kq-<short id>``, then ``…-<launch>``.
+
+    Each launch gets a new name so a finished Workload of an earlier launch, which Kueue will
+    not adopt, never collides with the new group (kueue.md §1.4, §10). Launch 0 matches
+    ``model.group_name``.
+    """
+    if launch < 0:
+        raise ValueError(f"launch must be 0 or more, not {launch}")
+    base = f"kq-{kernel_short_id(kernel_id)}"
+    return base if launch == 0 else f"{base}-{launch}"
+
+
+def pod_name(group: str, role: str, index: int, attempt: int) -> str:
+    """One pod of ``group``: ``<group>-head-<attempt>`` or ``<group>-w<index>-<attempt>``.
+
+    ``attempt`` counts replacement rounds within the group, so replacement pods never collide
+    with pods of the previous round that are still terminating.
+    """
+    if role == kueue.ROLE_HEAD and index == 0:
+        member = "head"
+    elif role == kueue.ROLE_WORKER and index > 0:
+        member = f"w{index}"
+    else:
+        raise ValueError(f"no {role!r} pod has index {index}: the head is 0, workers 1 and up")
+    if attempt < 0:
+        raise ValueError(f"attempt must be 0 or more, not {attempt}")
+    return dns_label(f"{group}-{member}-{attempt}")
+
+
+def service_name(kernel_id: str) -> str:
+    """The kernel's ClusterIP Service, ``kq-<short id>``: the same for every launch."""
+    return f"kq-{kernel_short_id(kernel_id)}"
+
+
+def secret_name(kernel_id: str) -> str:
+    """The Secret holding the kernel's connection key, ``kq-<short id>-key``."""
+    return f"kq-{kernel_short_id(kernel_id)}-key"

@@ -1,0 +1,46 @@
+"""Worker mode (``--worker``): the placeholder process of a non-head pod in a kernel's pod group.
+
+It needs no ports and no key: it logs its rank, world size and head address from the
+``KERNEL_QUEUE_*`` variables below, then blocks in ``signal.sigwait`` (no polling) until SIGTERM
+or SIGINT and exits 143 — never 0, which would let Kueue finish the group (checkpointing.md §2).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Mapping
+
+from kernel_queue import launcher
+
+ENV_RANK = "KERNEL_QUEUE_RANK"
+"""This pod's index in the group: 0 is the head, workers are 1 and up."""
+ENV_WORLD_SIZE = "KERNEL_QUEUE_WORLD_SIZE"
+"""Pods in the group (``pod_group_size``)."""
+ENV_HEAD_ADDRESS = "KERNEL_QUEUE_HEAD_ADDRESS"
+"""DNS name of the kernel's Service, which routes to the head pod."""
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
+def describe(environ: Mapping[str, str]) -> str:
+    """The line a worker logs when it starts."""
+    rank = environ.get(ENV_RANK, "?")
+    size = environ.get(ENV_WORLD_SIZE, "?")
+    head = environ.get(ENV_HEAD_ADDRESS) or "?"
+    return f"worker rank {rank} of {size}, head at {head}; waiting for SIGTERM"
+
+
+def run(log: Callable[[str], None], environ: Mapping[str, str] | None = None) -> int:
+    """Log one line, wait for SIGTERM or SIGINT, return 143. Call from the main thread.
+
+    The signals are blocked before the line is logged, so a signal sent after the line is
+    never lost to the default action; the old mask is restored before returning.
+    """
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        log(describe(os.environ if environ is None else environ))
+        signum = signal.sigwait(STOP_SIGNALS)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    log(f"{signal.Signals(signum).name}: the worker stops")
+    return launcher.PREEMPTED_EXIT_CODE

@@ -1,0 +1,509 @@
+"""Kueue's keys and ours, API coordinates, and the pure readers of pods and Workloads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from kernel_queue.kube import kueue
+
+
+def test_kueue_keys_have_kueues_values() -> None:
+    assert {
+        "queue": kueue.QUEUE_NAME_LABEL,
+        "group": kueue.POD_GROUP_NAME_LABEL,
+        "count": kueue.POD_GROUP_TOTAL_COUNT_ANNOTATION,
+        "priority": kueue.PRIORITY_CLASS_LABEL,
+        "managed": kueue.MANAGED_LABEL,
+        "finalizer": kueue.POD_FINALIZER,
+        "admission": kueue.ADMISSION_GATE,
+        "topology": kueue.TOPOLOGY_GATE,
+        "retriable": kueue.RETRIABLE_IN_GROUP_ANNOTATION,
+        "role-hash": kueue.ROLE_HASH_ANNOTATION,
+    } == {
+        "queue": "kueue.x-k8s.io/queue-name",
+        "group": "kueue.x-k8s.io/pod-group-name",
+        "count": "kueue.x-k8s.io/pod-group-total-count",
+        "priority": "kueue.x-k8s.io/priority-class",
+        "managed": "kueue.x-k8s.io/managed",
+        "finalizer": "kueue.x-k8s.io/managed",
+        "admission": "kueue.x-k8s.io/admission",
+        "topology": "kueue.x-k8s.io/topology",
+        "retriable": "kueue.x-k8s.io/retriable-in-group",
+        "role-hash": "kueue.x-k8s.io/role-hash",
+    }
+
+
+def test_condition_types_and_reasons() -> None:
+    assert [
+        kueue.QUOTA_RESERVED,
+        kueue.ADMITTED,
+        kueue.EVICTED,
+        kueue.PREEMPTED,
+        kueue.REQUEUED,
+        kueue.PODS_READY,
+        kueue.WAITING_FOR_REPLACEMENT_PODS,
+        kueue.FINISHED,
+        kueue.TERMINATION_TARGET,
+        kueue.EVICTED_DUE_TO_PREEMPTED,
+        kueue.WORKLOAD_DELETED,
+    ] == [
+        "QuotaReserved",
+        "Admitted",
+        "Evicted",
+        "Preempted",
+        "Requeued",
+        "PodsReady",
+        "WaitingForReplacementPods",
+        "Finished",
+        "TerminationTarget",
+        "WorkloadEvictedDueToPreempted",
+        "WorkloadDeleted",
+    ]
+
+
+def test_our_keys_share_one_prefix() -> None:
+    assert [
+        kueue.KERNEL_ID_LABEL,
+        kueue.ROLE_LABEL,
+        kueue.USER_LABEL,
+        kueue.USER_ANNOTATION,
+        kueue.KERNELSPEC_ANNOTATION,
+    ] == [
+        "kernel-queue.dev/kernel-id",
+        "kernel-queue.dev/role",
+        "kernel-queue.dev/user",
+        "kernel-queue.dev/user",
+        "kernel-queue.dev/kernelspec",
+    ]
+    assert (kueue.MANAGED_BY_LABEL, kueue.MANAGED_BY) == (
+        "app.kubernetes.io/managed-by",
+        "kernel-queue",
+    )
+    assert (kueue.COMPONENT_LABEL, kueue.COMPONENT) == ("app.kubernetes.io/component", "kernel")
+    assert (kueue.ROLE_HEAD, kueue.ROLE_WORKER) == ("head", "worker")
+
+
+@pytest.mark.parametrize(
+    ("kind", "api_version", "collection", "named"),
+    [
+        pytest.param(
+            kueue.PODS,
+            "v1",
+            "/api/v1/namespaces/ns/pods",
+            "/api/v1/namespaces/ns/pods/p",
+            id="pods",
+        ),
+        pytest.param(
+            kueue.SECRETS,
+            "v1",
+            "/api/v1/namespaces/ns/secrets",
+            "/api/v1/namespaces/ns/secrets/p",
+            id="secrets",
+        ),
+        pytest.param(
+            kueue.SERVICES,
+            "v1",
+            "/api/v1/namespaces/ns/services",
+            "/api/v1/namespaces/ns/services/p",
+            id="services",
+        ),
+        pytest.param(
+            kueue.EVENTS,
+            "v1",
+            "/api/v1/namespaces/ns/events",
+            "/api/v1/namespaces/ns/events/p",
+            id="events",
+        ),
+        pytest.param(
+            kueue.WORKLOADS,
+            "kueue.x-k8s.io/v1beta2",
+            "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/workloads",
+            "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/workloads/p",
+            id="workloads",
+        ),
+        pytest.param(
+            kueue.LOCAL_QUEUES,
+            "kueue.x-k8s.io/v1beta2",
+            "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/localqueues",
+            "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/localqueues/p",
+            id="localqueues",
+        ),
+    ],
+)
+def test_namespaced_kinds(kind: kueue.Kind, api_version: str, collection: str, named: str) -> None:
+    assert kind.namespaced
+    assert kind.api_version == api_version
+    assert kind.path("ns") == collection
+    assert kind.path("ns", "p") == named
+    with pytest.raises(ValueError, match="namespace"):
+        kind.path()
+
+
+@pytest.mark.parametrize(
+    ("kind", "collection"),
+    [
+        pytest.param(
+            kueue.CLUSTER_QUEUES, "/apis/kueue.x-k8s.io/v1beta2/clusterqueues", id="clusterqueues"
+        ),
+        pytest.param(
+            kueue.WORKLOAD_PRIORITY_CLASSES,
+            "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses",
+            id="workloadpriorityclasses",
+        ),
+    ],
+)
+def test_cluster_scoped_kinds(kind: kueue.Kind, collection: str) -> None:
+    assert not kind.namespaced
+    assert kind.path() == collection
+    assert kind.path(name="x") == collection + "/x"
+
+
+def test_kind_is_a_frozen_value() -> None:
+    assert kueue.Kind("kueue.x-k8s.io", "v1beta2", "workloads", True) == kueue.WORKLOADS
+    with pytest.raises(AttributeError):
+        kueue.WORKLOADS.plural = "pods"  # type: ignore[misc]
+
+
+def test_pending_workloads_path() -> None:
+    assert kueue.pending_workloads_path("team-a", "user-queue") == (
+        "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/team-a/localqueues/user-queue"
+        "/pendingworkloads"
+    )
+
+
+def pod(
+    gates: list[str] | None = None,
+    conditions: list[dict[str, Any]] | None = None,
+    statuses: list[dict[str, Any]] | None = None,
+    init_statuses: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    obj: dict[str, Any] = {"metadata": {"name": "p"}, "spec": {}, "status": {}}
+    if gates is not None:
+        obj["spec"]["schedulingGates"] = [{"name": name} for name in gates]
+    if conditions is not None:
+        obj["status"]["conditions"] = conditions
+    if statuses is not None:
+        obj["status"]["containerStatuses"] = statuses
+    if init_statuses is not None:
+        obj["status"]["initContainerStatuses"] = init_statuses
+    return obj
+
+
+def cond(type_: str, status: str, reason: str = "", message: str = "") -> dict[str, Any]:
+    return {"type": type_, "status": status, "reason": reason, "message": message}
+
+
+@pytest.mark.parametrize(
+    ("obj", "gated"),
+    [
+        pytest.param(pod(["kueue.x-k8s.io/admission"]), True, id="admission-gate"),
+        pytest.param(pod(["kueue.x-k8s.io/topology"]), True, id="topology-gate"),
+        pytest.param(pod(["example.com/other", "kueue.x-k8s.io/x"]), True, id="any-kueue-gate"),
+        pytest.param(pod(["example.com/other"]), False, id="foreign-gate"),
+        pytest.param(pod([]), False, id="no-gates"),
+        pytest.param(pod(), False, id="no-field"),
+        pytest.param({}, False, id="empty-dict"),
+        pytest.param({"spec": {"schedulingGates": None}}, False, id="null"),
+    ],
+)
+def test_is_gated(obj: dict[str, Any], gated: bool) -> None:
+    assert kueue.is_gated(obj) is gated
+
+
+@pytest.mark.parametrize(
+    ("obj", "type_", "found", "true"),
+    [
+        pytest.param(
+            pod(conditions=[cond("Ready", "True")]),
+            "Ready",
+            cond("Ready", "True"),
+            True,
+            id="true",
+        ),
+        pytest.param(
+            pod(conditions=[cond("Ready", "False")]),
+            "Ready",
+            cond("Ready", "False"),
+            False,
+            id="false",
+        ),
+        pytest.param(
+            pod(conditions=[cond("Ready", "Unknown")]),
+            "Ready",
+            cond("Ready", "Unknown"),
+            False,
+            id="unknown",
+        ),
+        pytest.param(pod(conditions=[cond("Ready", "True")]), "Other", None, False, id="absent"),
+        pytest.param({}, "Ready", None, False, id="no-status"),
+        pytest.param({"status": {"conditions": None}}, "Ready", None, False, id="null-list"),
+    ],
+)
+def test_condition_and_is_true(
+    obj: dict[str, Any], type_: str, found: dict[str, Any] | None, true: bool
+) -> None:
+    assert kueue.condition(obj, type_) == found
+    assert kueue.is_true(obj, type_) is true
+
+
+@pytest.mark.parametrize(
+    ("obj", "reason"),
+    [
+        pytest.param(
+            pod(conditions=[cond("TerminationTarget", "True", "WorkloadEvictedDueToPreempted")]),
+            "WorkloadEvictedDueToPreempted",
+            id="preempted",
+        ),
+        pytest.param(
+            pod(conditions=[cond("TerminationTarget", "True", "WorkloadDeleted")]),
+            "WorkloadDeleted",
+            id="deleted",
+        ),
+        pytest.param(
+            pod(conditions=[cond("TerminationTarget", "False", "WorkloadDeleted")]),
+            None,
+            id="false",
+        ),
+        pytest.param(pod(conditions=[cond("DisruptionTarget", "True", "x")]), None, id="other"),
+        pytest.param(pod(), None, id="none"),
+    ],
+)
+def test_termination_target(obj: dict[str, Any], reason: str | None) -> None:
+    assert kueue.termination_target(obj) == reason
+
+
+@pytest.mark.parametrize(
+    ("obj", "ready"),
+    [
+        pytest.param(pod(conditions=[cond("Ready", "True")]), True, id="ready"),
+        pytest.param(pod(conditions=[cond("Ready", "False")]), False, id="not-ready"),
+        pytest.param(pod(conditions=[cond("ContainersReady", "True")]), False, id="other-type"),
+        pytest.param(pod(), False, id="no-conditions"),
+    ],
+)
+def test_pod_ready(obj: dict[str, Any], ready: bool) -> None:
+    assert kueue.pod_ready(obj) is ready
+
+
+def terminated(name: str, code: int) -> dict[str, Any]:
+    return {"name": name, "state": {"terminated": {"exitCode": code, "reason": "Error"}}}
+
+
+def waiting(name: str, reason: str, message: str = "") -> dict[str, Any]:
+    return {"name": name, "state": {"waiting": {"reason": reason, "message": message}}}
+
+
+@pytest.mark.parametrize(
+    ("obj", "container", "code"),
+    [
+        pytest.param(pod(statuses=[terminated("kernel", 143)]), "kernel", 143, id="143"),
+        pytest.param(pod(statuses=[terminated("kernel", 0)]), "kernel", 0, id="0"),
+        pytest.param(
+            pod(statuses=[terminated("sidecar", 1), terminated("kernel", 2)]),
+            "kernel",
+            2,
+            id="by-name",
+        ),
+        pytest.param(
+            pod(statuses=[{"name": "kernel", "state": {"running": {}}}]),
+            "kernel",
+            None,
+            id="running",
+        ),
+        pytest.param(pod(statuses=[terminated("kernel", 1)]), "worker", None, id="other-name"),
+        pytest.param(pod(), "kernel", None, id="no-statuses"),
+    ],
+)
+def test_container_exit_code(obj: dict[str, Any], container: str, code: int | None) -> None:
+    assert kueue.container_exit_code(obj, container) == code
+
+
+@pytest.mark.parametrize(
+    ("obj", "reason"),
+    [
+        pytest.param(
+            pod(statuses=[waiting("kernel", "ImagePullBackOff", "Back-off pulling image")]),
+            ("ImagePullBackOff", "Back-off pulling image"),
+            id="image-pull-backoff",
+        ),
+        pytest.param(
+            pod(statuses=[waiting("kernel", "ErrImagePull")]),
+            ("ErrImagePull", ""),
+            id="err-image-pull",
+        ),
+        pytest.param(
+            pod(statuses=[waiting("kernel", "CreateContainerConfigError", 'secret "s" not found')]),
+            ("CreateContainerConfigError", 'secret "s" not found'),
+            id="config-error",
+        ),
+        pytest.param(
+            pod(
+                statuses=[waiting("kernel", "ContainerCreating")],
+                init_statuses=[waiting("init", "ErrImagePull", "init image")],
+            ),
+            ("ErrImagePull", "init image"),
+            id="init-container-first",
+        ),
+        pytest.param(
+            pod(statuses=[waiting("kernel", "ContainerCreating")]), None, id="starting-skipped"
+        ),
+        pytest.param(
+            pod(conditions=[cond("PodScheduled", "False", "Unschedulable", "0/3 nodes")]),
+            ("Unschedulable", "0/3 nodes"),
+            id="unschedulable",
+        ),
+        pytest.param(
+            pod(conditions=[cond("PodScheduled", "False", "SchedulingGated", "gated")]),
+            None,
+            id="scheduling-gated-is-not-a-problem",
+        ),
+        pytest.param(
+            pod(
+                statuses=[waiting("kernel", "ImagePullBackOff")],
+                conditions=[cond("PodScheduled", "False", "Unschedulable")],
+            ),
+            ("ImagePullBackOff", ""),
+            id="container-before-scheduling",
+        ),
+        pytest.param(pod(conditions=[cond("PodScheduled", "True")]), None, id="scheduled"),
+        pytest.param(pod(), None, id="nothing"),
+    ],
+)
+def test_waiting_reason(obj: dict[str, Any], reason: tuple[str, str] | None) -> None:
+    assert kueue.waiting_reason(obj) == reason
+
+
+def workload(*conditions: dict[str, Any], admission: Any = None) -> dict[str, Any]:
+    status: dict[str, Any] = {"conditions": list(conditions)}
+    if admission is not None:
+        status["admission"] = admission
+    return {"metadata": {"name": "kq-1a2b3c4d"}, "spec": {}, "status": status}
+
+
+PREEMPTED_MESSAGE = "Preempted to accommodate a workload (UID: u, JobUID: UNKNOWN) due to ..."
+
+
+@pytest.mark.parametrize(
+    ("wl", "admitted", "evicted", "finished"),
+    [
+        pytest.param(
+            workload(cond("QuotaReserved", "False", "Pending", "waiting")),
+            False,
+            None,
+            None,
+            id="pending",
+        ),
+        pytest.param(
+            workload(
+                cond("QuotaReserved", "True", "QuotaReserved"),
+                cond("Admitted", "True", "Admitted", "The workload is admitted"),
+            ),
+            True,
+            None,
+            None,
+            id="admitted",
+        ),
+        pytest.param(
+            workload(
+                cond("Admitted", "True", "Admitted"),
+                cond("Evicted", "True", "Preempted", PREEMPTED_MESSAGE),
+            ),
+            False,
+            ("Preempted", PREEMPTED_MESSAGE),
+            None,
+            id="evicted-while-still-admitted",
+        ),
+        pytest.param(
+            workload(
+                cond("Admitted", "False", "NoReservation"),
+                cond("Evicted", "False", "QuotaReserved", "Previously: Preempted"),
+            ),
+            False,
+            None,
+            None,
+            id="readmission-pending-evicted-false",
+        ),
+        pytest.param(
+            workload(
+                cond("Admitted", "True", "Admitted"),
+                cond("Finished", "True", "Succeeded", "Pods succeeded: 1/1."),
+            ),
+            False,
+            None,
+            ("Succeeded", "Pods succeeded: 1/1."),
+            id="finished",
+        ),
+        pytest.param(workload(), False, None, None, id="fresh"),
+        pytest.param({}, False, None, None, id="empty"),
+    ],
+)
+def test_workload_readers(
+    wl: dict[str, Any],
+    admitted: bool,
+    evicted: tuple[str, str] | None,
+    finished: tuple[str, str] | None,
+) -> None:
+    assert kueue.workload_admitted(wl) is admitted
+    assert kueue.workload_evicted(wl) == evicted
+    assert kueue.workload_finished(wl) == finished
+
+
+@pytest.mark.parametrize(
+    ("wl", "expected"),
+    [
+        pytest.param(
+            workload(
+                admission={
+                    "clusterQueue": "gpu-cq",
+                    "podSetAssignments": [
+                        {
+                            "name": "3c9d1f0a",
+                            "flavors": {
+                                "cpu": "a100-nodes",
+                                "memory": "a100-nodes",
+                                "nvidia.com/gpu": "a100-nodes",
+                            },
+                        }
+                    ],
+                }
+            ),
+            ("a100-nodes",),
+            id="one-flavor",
+        ),
+        pytest.param(
+            workload(
+                admission={
+                    "podSetAssignments": [
+                        {"name": "a", "flavors": {"nvidia.com/gpu": "h100", "cpu": "cpu-pool"}},
+                        {"name": "b", "flavors": {"nvidia.com/gpu": "a100"}},
+                    ]
+                }
+            ),
+            ("a100", "cpu-pool", "h100"),
+            id="several-sorted",
+        ),
+        pytest.param(workload(), (), id="not-admitted"),
+        pytest.param({"status": {"admission": None}}, (), id="admission-null"),
+        pytest.param(
+            workload(admission={"podSetAssignments": [{"name": "a"}]}), (), id="no-flavors"
+        ),
+    ],
+)
+def test_flavors(wl: dict[str, Any], expected: tuple[str, ...]) -> None:
+    assert kueue.flavors(wl) == expected
+
+
+def test_the_kube_vocabulary_imports_no_kubernetes_client() -> None:
+    code = (
+        "import sys\n"
+        "import kernel_queue.kube.kueue, kernel_queue.kube.names, kernel_queue.kube.manifests\n"
+        "print(sorted(n for n in sys.modules if n.split('.')[0] in ('kubernetes', 'aiohttp')))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert proc.stdout.strip() == "[]"

@@ -1,0 +1,720 @@
+"""Golden dicts for a kernel's Secret, Service and pods, built from representative GroupSpecs."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from kernel_queue import errors
+from kernel_queue.kube import manifests
+from kernel_queue.model import ConnectionInfo, GroupSpec
+
+KERNEL_ID = "1a2b3c4d-5e6f-4a0b-8c9d-0e1f2a3b4c5d"
+KEY = "0f1e2d3c4b5a69788796a5b4c3d2e1f0-secret-key"
+GROUP = "kq-1a2b3c4d"
+
+SPEC = GroupSpec(
+    kernel_id=KERNEL_ID,
+    name=GROUP,
+    queue="user-queue",
+    argv=("python", "-m", "ipykernel_launcher", "-f", "{connection_file}"),
+    connection=ConnectionInfo("127.0.0.1", 0, 0, 0, 0, 0, key=KEY),
+    kernelspec="python3-gpu-queued",
+    gpus=1,
+    user="alice",
+    grace_seconds=30.0,
+    namespace="team-a",
+    image="registry.example/kernel:1.0",
+    # The server's environment, which must never reach a pod.
+    env={"PATH": "/server/bin", "JUPYTER_TOKEN": "server-token"},
+)
+
+OUR_LABELS = {
+    "kernel-queue.dev/kernel-id": KERNEL_ID,
+    "kernel-queue.dev/user": "alice",
+    "app.kubernetes.io/managed-by": "kernel-queue",
+    "app.kubernetes.io/component": "kernel",
+}
+OUR_ANNOTATIONS = {
+    "kernel-queue.dev/user": "alice",
+    "kernel-queue.dev/kernelspec": "python3-gpu-queued",
+}
+HEAD_ENV = [
+    {"name": "KERNEL_QUEUE_LAUNCH_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    {"name": "KERNEL_QUEUE_LAUNCH_PORTS", "value": "50100,50101,50102,50103,50104"},
+    {
+        "name": "KERNEL_QUEUE_LAUNCH_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "kq-1a2b3c4d-key", "key": "key"}},
+    },
+    {"name": "KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT", "value": "25"},
+    {"name": "KERNEL_ID", "value": KERNEL_ID},
+    {"name": "KERNEL_USERNAME", "value": "alice"},
+]
+HEAD_PORTS = [
+    {"name": "shell", "containerPort": 50100, "protocol": "TCP"},
+    {"name": "iopub", "containerPort": 50101, "protocol": "TCP"},
+    {"name": "stdin", "containerPort": 50102, "protocol": "TCP"},
+    {"name": "control", "containerPort": 50103, "protocol": "TCP"},
+    {"name": "hb", "containerPort": 50104, "protocol": "TCP"},
+]
+CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+}
+POD_SECURITY = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+
+GOLDEN_GPU_HEAD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {
+        "name": "kq-1a2b3c4d-head-0",
+        "namespace": "team-a",
+        "labels": {
+            "kernel-queue.dev/kernel-id": KERNEL_ID,
+            "kernel-queue.dev/role": "head",
+            "kernel-queue.dev/user": "alice",
+            "app.kubernetes.io/managed-by": "kernel-queue",
+            "app.kubernetes.io/component": "kernel",
+            "kueue.x-k8s.io/queue-name": "user-queue",
+            "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d",
+        },
+        "annotations": {
+            "kernel-queue.dev/user": "alice",
+            "kernel-queue.dev/kernelspec": "python3-gpu-queued",
+            "kueue.x-k8s.io/pod-group-total-count": "1",
+        },
+    },
+    "spec": {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 30,
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [
+            {
+                "name": "kernel",
+                "image": "registry.example/kernel:1.0",
+                "command": ["python", "-m", "kernel_queue.launcher"],
+                "args": ["--", "python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "env": [
+                    {
+                        "name": "KERNEL_QUEUE_LAUNCH_IP",
+                        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+                    },
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                    {"name": "KERNEL_QUEUE_LAUNCH_PORTS", "value": "50100,50101,50102,50103,50104"},
+                    {
+                        "name": "KERNEL_QUEUE_LAUNCH_KEY",
+                        "valueFrom": {"secretKeyRef": {"name": "kq-1a2b3c4d-key", "key": "key"}},
+                    },
+                    {"name": "KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT", "value": "25"},
+                    {"name": "KERNEL_ID", "value": "1a2b3c4d-5e6f-4a0b-8c9d-0e1f2a3b4c5d"},
+                    {"name": "KERNEL_USERNAME", "value": "alice"},
+                ],
+                "ports": [
+                    {"name": "shell", "containerPort": 50100, "protocol": "TCP"},
+                    {"name": "iopub", "containerPort": 50101, "protocol": "TCP"},
+                    {"name": "stdin", "containerPort": 50102, "protocol": "TCP"},
+                    {"name": "control", "containerPort": 50103, "protocol": "TCP"},
+                    {"name": "hb", "containerPort": 50104, "protocol": "TCP"},
+                ],
+                "readinessProbe": {
+                    "tcpSocket": {"port": "shell"},
+                    "periodSeconds": 1,
+                    "failureThreshold": 3,
+                },
+                "resources": {
+                    "requests": {"nvidia.com/gpu": "1"},
+                    "limits": {"nvidia.com/gpu": "1"},
+                },
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                    "runAsNonRoot": True,
+                },
+            }
+        ],
+    },
+}
+
+
+def test_a_one_gpu_single_pod_without_a_template() -> None:
+    assert manifests.pods(SPEC, GROUP, 0) == [GOLDEN_GPU_HEAD]
+
+
+def test_cpu_and_memory_are_requests_only() -> None:
+    spec = replace(SPEC, gpus=0, cpu="4", memory="16Gi")
+
+    [pod] = manifests.pods(spec, GROUP, 0)
+
+    assert pod["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "4", "memory": "16Gi"}}
+
+
+def test_cpu_memory_and_gpus_together() -> None:
+    spec = replace(SPEC, gpus=2, cpu="500m", memory="8Gi", gpu_resource="amd.com/gpu")
+
+    [pod] = manifests.pods(spec, GROUP, 0)
+
+    assert pod["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "500m", "memory": "8Gi", "amd.com/gpu": "2"},
+        "limits": {"amd.com/gpu": "2"},
+    }
+
+
+def test_no_resources_at_all() -> None:
+    [pod] = manifests.pods(replace(SPEC, gpus=0), GROUP, 0)
+
+    assert "resources" not in pod["spec"]["containers"][0]
+
+
+def test_a_priority_class_adds_kueues_label() -> None:
+    [pod] = manifests.pods(replace(SPEC, priority_class="interactive"), GROUP, 0)
+
+    assert pod["metadata"]["labels"] == {
+        "kernel-queue.dev/kernel-id": KERNEL_ID,
+        "kernel-queue.dev/role": "head",
+        "kernel-queue.dev/user": "alice",
+        "app.kubernetes.io/managed-by": "kernel-queue",
+        "app.kubernetes.io/component": "kernel",
+        "kueue.x-k8s.io/queue-name": "user-queue",
+        "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d",
+        "kueue.x-k8s.io/priority-class": "interactive",
+    }
+
+
+def test_a_two_pod_group_is_a_head_and_a_worker() -> None:
+    spec = replace(SPEC, pod_group_size=2, cpu="2")
+
+    head, worker = manifests.pods(spec, "kq-1a2b3c4d-1", 0, kernel_env={"OMP_NUM_THREADS": "2"})
+
+    assert head == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "kq-1a2b3c4d-1-head-0",
+            "namespace": "team-a",
+            "labels": {
+                **OUR_LABELS,
+                "kernel-queue.dev/role": "head",
+                "kueue.x-k8s.io/queue-name": "user-queue",
+                "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d-1",
+            },
+            "annotations": {**OUR_ANNOTATIONS, "kueue.x-k8s.io/pod-group-total-count": "2"},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 30,
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+            "securityContext": POD_SECURITY,
+            "containers": [
+                {
+                    "name": "kernel",
+                    "image": "registry.example/kernel:1.0",
+                    "command": ["python", "-m", "kernel_queue.launcher"],
+                    "args": ["--", "python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                    "env": [*HEAD_ENV, {"name": "OMP_NUM_THREADS", "value": "2"}],
+                    "ports": HEAD_PORTS,
+                    "readinessProbe": {
+                        "tcpSocket": {"port": "shell"},
+                        "periodSeconds": 1,
+                        "failureThreshold": 3,
+                    },
+                    "resources": {
+                        "requests": {"cpu": "2", "nvidia.com/gpu": "1"},
+                        "limits": {"nvidia.com/gpu": "1"},
+                    },
+                    "securityContext": CONTAINER_SECURITY,
+                }
+            ],
+        },
+    }
+    assert worker == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "kq-1a2b3c4d-1-w1-0",
+            "namespace": "team-a",
+            "labels": {
+                **OUR_LABELS,
+                "kernel-queue.dev/role": "worker",
+                "kueue.x-k8s.io/queue-name": "user-queue",
+                "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d-1",
+            },
+            "annotations": {**OUR_ANNOTATIONS, "kueue.x-k8s.io/pod-group-total-count": "2"},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 30,
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+            "securityContext": POD_SECURITY,
+            "containers": [
+                {
+                    "name": "worker",
+                    "image": "registry.example/kernel:1.0",
+                    "command": ["python", "-m", "kernel_queue.launcher", "--worker"],
+                    "env": [
+                        {"name": "KERNEL_QUEUE_RANK", "value": "1"},
+                        {"name": "KERNEL_QUEUE_WORLD_SIZE", "value": "2"},
+                        {"name": "KERNEL_QUEUE_HEAD_ADDRESS", "value": "kq-1a2b3c4d.team-a.svc"},
+                        {"name": "KERNEL_ID", "value": KERNEL_ID},
+                        {"name": "OMP_NUM_THREADS", "value": "2"},
+                    ],
+                    "resources": {
+                        "requests": {"cpu": "2", "nvidia.com/gpu": "1"},
+                        "limits": {"nvidia.com/gpu": "1"},
+                    },
+                    "securityContext": CONTAINER_SECURITY,
+                }
+            ],
+        },
+    }
+
+
+def test_workers_are_numbered_and_may_run_another_command() -> None:
+    spec = replace(SPEC, pod_group_size=4, namespace=None)
+
+    pods = manifests.pods(spec, GROUP, 2, worker_command=["torchrun", "--nnodes=4", "train.py"])
+
+    assert [pod["metadata"]["name"] for pod in pods] == [
+        "kq-1a2b3c4d-head-2",
+        "kq-1a2b3c4d-w1-2",
+        "kq-1a2b3c4d-w2-2",
+        "kq-1a2b3c4d-w3-2",
+    ]
+    worker = pods[3]["spec"]["containers"][0]
+    assert worker["command"] == ["torchrun", "--nnodes=4", "train.py"]
+    assert worker["env"][:3] == [
+        {"name": "KERNEL_QUEUE_RANK", "value": "3"},
+        {"name": "KERNEL_QUEUE_WORLD_SIZE", "value": "4"},
+        {"name": "KERNEL_QUEUE_HEAD_ADDRESS", "value": "kq-1a2b3c4d"},  # no namespace given
+    ]
+    assert all("namespace" not in pod["metadata"] for pod in pods)
+
+
+TEMPLATE = {
+    "metadata": {
+        "name": "ignored",
+        "labels": {"team": "ml", "kernel-queue.dev/role": "spoofed"},
+        "annotations": {
+            "example.com/owner": "ml-team",
+            "kueue.x-k8s.io/retriable-in-group": "false",
+        },
+    },
+    "spec": {
+        "nodeSelector": {"cloud.example/accelerator": "a100"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "runtimeClassName": "nvidia",
+        "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": 5,
+        "securityContext": {"runAsUser": 1000, "fsGroup": 100, "runAsNonRoot": False},
+        "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}],
+        "containers": [
+            {
+                "name": "log-shipper",
+                "image": "registry.example/shipper:2",
+                "args": ["--follow", "/var/log/kernel"],
+            },
+            {
+                "name": "kernel",
+                "image": "registry.example/ignored:0",
+                "command": ["ignored"],
+                "workingDir": "/home/jovyan",
+                "env": [
+                    {"name": "HF_HOME", "value": "/cache/hf"},
+                    {"name": "KERNEL_ID", "value": "spoofed"},
+                ],
+                "envFrom": [{"configMapRef": {"name": "kernel-defaults"}}],
+                "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+                "resources": {
+                    "requests": {"ephemeral-storage": "1Gi"},
+                    "limits": {"memory": "32Gi"},
+                },
+                "securityContext": {
+                    "readOnlyRootFilesystem": True,
+                    "allowPrivilegeEscalation": True,
+                },
+            },
+            {"name": "worker", "image": "registry.example/worker-only:1"},
+        ],
+    },
+}
+
+
+def test_the_pod_template_is_merged_under_our_fields() -> None:
+    spec = replace(SPEC, pod_template=TEMPLATE, cpu="4", memory="16Gi")
+
+    [pod] = manifests.pods(spec, GROUP, 0)
+
+    assert pod == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "kq-1a2b3c4d-head-0",
+            "namespace": "team-a",
+            "labels": {
+                "team": "ml",
+                "kernel-queue.dev/kernel-id": KERNEL_ID,
+                "kernel-queue.dev/role": "head",
+                "kernel-queue.dev/user": "alice",
+                "app.kubernetes.io/managed-by": "kernel-queue",
+                "app.kubernetes.io/component": "kernel",
+                "kueue.x-k8s.io/queue-name": "user-queue",
+                "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d",
+            },
+            "annotations": {
+                "example.com/owner": "ml-team",
+                "kernel-queue.dev/user": "alice",
+                "kernel-queue.dev/kernelspec": "python3-gpu-queued",
+                "kueue.x-k8s.io/pod-group-total-count": "1",
+            },
+        },
+        "spec": {
+            "nodeSelector": {"cloud.example/accelerator": "a100"},
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+            "runtimeClassName": "nvidia",
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 30,
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+            "securityContext": {
+                "runAsUser": 1000,
+                "fsGroup": 100,
+                "runAsNonRoot": True,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}],
+            "containers": [
+                {
+                    "name": "kernel",
+                    "image": "registry.example/kernel:1.0",
+                    "command": ["python", "-m", "kernel_queue.launcher"],
+                    "args": ["--", "python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                    "workingDir": "/home/jovyan",
+                    "env": [*HEAD_ENV, {"name": "HF_HOME", "value": "/cache/hf"}],
+                    "envFrom": [{"configMapRef": {"name": "kernel-defaults"}}],
+                    "ports": HEAD_PORTS,
+                    "readinessProbe": {
+                        "tcpSocket": {"port": "shell"},
+                        "periodSeconds": 1,
+                        "failureThreshold": 3,
+                    },
+                    "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+                    "resources": {
+                        "requests": {
+                            "ephemeral-storage": "1Gi",
+                            "cpu": "4",
+                            "memory": "16Gi",
+                            "nvidia.com/gpu": "1",
+                        },
+                        "limits": {"memory": "32Gi", "nvidia.com/gpu": "1"},
+                    },
+                    "securityContext": {
+                        "readOnlyRootFilesystem": True,
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                        "runAsNonRoot": True,
+                    },
+                },
+                {
+                    "name": "log-shipper",
+                    "image": "registry.example/shipper:2",
+                    "args": ["--follow", "/var/log/kernel"],
+                },
+            ],
+        },
+    }
+
+
+def test_worker_pods_merge_the_templates_worker_container_and_keep_its_sidecars() -> None:
+    spec = replace(SPEC, pod_template=TEMPLATE, pod_group_size=2, image=None)
+
+    head, worker = manifests.pods(spec, GROUP, 0)
+
+    assert [c["name"] for c in head["spec"]["containers"]] == ["kernel", "log-shipper"]
+    assert head["spec"]["containers"][0]["image"] == "registry.example/ignored:0"
+    assert [c["name"] for c in worker["spec"]["containers"]] == ["worker", "log-shipper"]
+    assert worker["spec"]["containers"][0]["image"] == "registry.example/worker-only:1"
+    assert worker["spec"]["nodeSelector"] == {"cloud.example/accelerator": "a100"}
+
+
+def test_workers_fall_back_to_the_kernel_containers_image() -> None:
+    template = {"spec": {"containers": [{"name": "kernel", "image": "registry.example/k:2"}]}}
+    spec = replace(SPEC, pod_template=template, pod_group_size=2, image=None)
+
+    head, worker = manifests.pods(spec, GROUP, 0)
+
+    assert head["spec"]["containers"][0]["image"] == "registry.example/k:2"
+    assert worker["spec"]["containers"][0]["image"] == "registry.example/k:2"
+    assert [c["name"] for c in worker["spec"]["containers"]] == ["worker"]
+
+
+def test_the_template_is_neither_changed_nor_shared() -> None:
+    before = copy.deepcopy(TEMPLATE)
+    spec = replace(SPEC, pod_template=TEMPLATE)
+
+    [pod] = manifests.pods(spec, GROUP, 0)
+    pod["spec"]["nodeSelector"]["x"] = "y"
+    pod["spec"]["containers"][1]["args"].append("z")
+
+    assert before == TEMPLATE
+    assert manifests.pods(spec, GROUP, 0)[0]["spec"]["nodeSelector"] == {
+        "cloud.example/accelerator": "a100"
+    }
+
+
+def test_a_missing_image_is_a_config_error_naming_the_fix() -> None:
+    with pytest.raises(errors.ConfigError, match="image") as raised:
+        manifests.pods(replace(SPEC, image=None), GROUP, 0)
+
+    assert "python3-gpu-queued" in str(raised.value)
+    assert KERNEL_ID in str(raised.value)
+
+
+def test_the_secret() -> None:
+    assert manifests.secret(SPEC) == {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "kq-1a2b3c4d-key",
+            "namespace": "team-a",
+            "labels": {
+                "kernel-queue.dev/kernel-id": KERNEL_ID,
+                "kernel-queue.dev/user": "alice",
+                "app.kubernetes.io/managed-by": "kernel-queue",
+                "app.kubernetes.io/component": "kernel",
+            },
+            "annotations": {
+                "kernel-queue.dev/user": "alice",
+                "kernel-queue.dev/kernelspec": "python3-gpu-queued",
+            },
+        },
+        "type": "Opaque",
+        "stringData": {"key": KEY},
+    }
+
+
+def test_the_service() -> None:
+    assert manifests.service(SPEC) == {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "kq-1a2b3c4d",
+            "namespace": "team-a",
+            "labels": {
+                "kernel-queue.dev/kernel-id": KERNEL_ID,
+                "kernel-queue.dev/user": "alice",
+                "app.kubernetes.io/managed-by": "kernel-queue",
+                "app.kubernetes.io/component": "kernel",
+            },
+            "annotations": {
+                "kernel-queue.dev/user": "alice",
+                "kernel-queue.dev/kernelspec": "python3-gpu-queued",
+            },
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {"kernel-queue.dev/kernel-id": KERNEL_ID, "kernel-queue.dev/role": "head"},
+            "ports": [
+                {"name": "shell", "port": 50100, "targetPort": 50100, "protocol": "TCP"},
+                {"name": "iopub", "port": 50101, "targetPort": 50101, "protocol": "TCP"},
+                {"name": "stdin", "port": 50102, "targetPort": 50102, "protocol": "TCP"},
+                {"name": "control", "port": 50103, "targetPort": 50103, "protocol": "TCP"},
+                {"name": "hb", "port": 50104, "targetPort": 50104, "protocol": "TCP"},
+            ],
+            "publishNotReadyAddresses": False,
+        },
+    }
+
+
+def test_the_service_and_secret_do_not_change_between_launches() -> None:
+    later = replace(SPEC, name="kq-1a2b3c4d-3", connection=replace(SPEC.connection, ip="x"))
+
+    assert manifests.service(later) == manifests.service(SPEC)
+    assert manifests.secret(later) == manifests.secret(SPEC)
+
+
+def test_the_same_spec_gives_the_same_dicts() -> None:
+    spec = replace(SPEC, pod_template=TEMPLATE, pod_group_size=3, priority_class="interactive")
+    env = {"A": "1", "B": "2"}
+
+    first = manifests.pods(spec, GROUP, 0, kernel_env=env, checkpoint_claim="ckpt")
+    second = manifests.pods(
+        copy.deepcopy(spec), GROUP, 0, kernel_env=dict(env), checkpoint_claim="ckpt"
+    )
+
+    assert first == second
+    assert json.dumps(first) == json.dumps(second)  # same key order too
+    assert manifests.service(spec) == manifests.service(spec)
+    assert manifests.secret(spec) == manifests.secret(spec)
+
+
+def test_a_replacement_attempt_changes_only_the_pod_names() -> None:
+    spec = replace(SPEC, pod_template=TEMPLATE, pod_group_size=2)
+    first = manifests.pods(spec, GROUP, 0, checkpoint_claim="ckpt")
+    again = manifests.pods(spec, GROUP, 1, checkpoint_claim="ckpt")
+
+    assert [p["metadata"]["name"] for p in again] == ["kq-1a2b3c4d-head-1", "kq-1a2b3c4d-w1-1"]
+    for before, after in zip(first, again, strict=True):
+        after["metadata"]["name"] = before["metadata"]["name"]
+        assert after == before
+
+
+def test_the_key_is_in_the_secret_and_nowhere_else() -> None:
+    spec = replace(SPEC, pod_template=TEMPLATE, pod_group_size=2)
+    pods = manifests.pods(spec, GROUP, 0, kernel_env={"KERNEL_QUEUE_LAUNCH_KEY": KEY})
+
+    assert KEY not in json.dumps(pods)
+    assert KEY not in json.dumps(manifests.service(spec))
+    assert KEY in json.dumps(manifests.secret(spec))
+
+
+def test_pods_never_carry_retriable_in_group() -> None:
+    spec = replace(SPEC, pod_template=TEMPLATE, pod_group_size=2)
+
+    assert "retriable-in-group" not in json.dumps(manifests.pods(spec, GROUP, 0))
+
+
+def test_the_servers_environment_never_reaches_a_pod() -> None:
+    dumped = json.dumps(manifests.pods(replace(SPEC, pod_group_size=2), GROUP, 0))
+
+    assert "server-token" not in dumped
+    assert "/server/bin" not in dumped
+
+
+def test_kernel_env_is_literal_and_cannot_override_ours() -> None:
+    kernel_env = {
+        "DATA": "$(HOME)/data and $$",
+        "KERNEL_ID": "spoofed",
+        "POD_IP": "1.2.3.4",
+        "KERNEL_QUEUE_LAUNCH_KEY_FILE": "/tmp/key",
+        "KERNEL_QUEUE_LAUNCH_PORTS": "1,2,3,4,5",
+    }
+    spec = replace(SPEC, argv=("python", "-c", "print('$(HOME)')"))
+
+    [pod] = manifests.pods(spec, GROUP, 0, kernel_env=kernel_env)
+
+    container = pod["spec"]["containers"][0]
+    assert container["env"] == [*HEAD_ENV, {"name": "DATA", "value": "$$(HOME)/data and $$$$"}]
+    assert container["args"] == ["--", "python", "-c", "print('$$(HOME)')"]
+
+
+@pytest.mark.parametrize(
+    ("grace", "period", "stop_timeout"),
+    [
+        pytest.param(30.0, 30, "25", id="default"),
+        pytest.param(120.0, 120, "115", id="long"),
+        pytest.param(30.9, 30, "25", id="fraction-dropped"),
+        pytest.param(6.0, 6, "1", id="just-above-the-margin"),
+        pytest.param(3.0, 3, "1", id="below-the-margin"),
+        pytest.param(0.5, 1, "1", id="under-a-second"),
+    ],
+)
+def test_grace_period_and_stop_timeout(grace: float, period: int, stop_timeout: str) -> None:
+    [pod] = manifests.pods(replace(SPEC, grace_seconds=grace), GROUP, 0)
+
+    assert pod["spec"]["terminationGracePeriodSeconds"] == period
+    env = {item["name"]: item.get("value") for item in pod["spec"]["containers"][0]["env"]}
+    assert env["KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT"] == stop_timeout
+
+
+def test_a_checkpoint_claim_is_mounted_in_the_head_only() -> None:
+    spec = replace(SPEC, pod_group_size=2, pod_template=TEMPLATE)
+
+    head, worker = manifests.pods(spec, GROUP, 0, checkpoint_claim="kernel-checkpoints")
+
+    assert head["spec"]["volumes"] == [
+        {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "kernel-checkpoints"}},
+        {"name": "shm", "emptyDir": {"medium": "Memory"}},
+    ]
+    kernel = head["spec"]["containers"][0]
+    assert kernel["volumeMounts"] == [
+        {"name": "checkpoints", "mountPath": "/checkpoints"},
+        {"name": "shm", "mountPath": "/dev/shm"},
+    ]
+    assert kernel["env"][: len(HEAD_ENV) + 1] == [
+        *HEAD_ENV,
+        {"name": "KERNEL_QUEUE_CHECKPOINT_DIR", "value": f"/checkpoints/{KERNEL_ID}"},
+    ]
+    assert worker["spec"]["volumes"] == [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
+    assert "checkpoints" not in json.dumps(worker)
+
+
+def test_no_checkpoint_claim_no_volume() -> None:
+    [pod] = manifests.pods(SPEC, GROUP, 0)
+
+    assert "volumes" not in pod["spec"]
+    assert "volumeMounts" not in pod["spec"]["containers"][0]
+
+
+@pytest.mark.parametrize(
+    ("service_account", "template_spec", "expected"),
+    [
+        pytest.param(None, {}, {"automountServiceAccountToken": False}, id="none"),
+        pytest.param(
+            "kernel-sa",
+            {},
+            {"automountServiceAccountToken": False, "serviceAccountName": "kernel-sa"},
+            id="named",
+        ),
+        pytest.param(
+            "kernel-sa",
+            {"automountServiceAccountToken": True, "serviceAccountName": "other"},
+            {"automountServiceAccountToken": True, "serviceAccountName": "kernel-sa"},
+            id="template-opts-into-a-token",
+        ),
+    ],
+)
+def test_service_account(
+    service_account: str | None, template_spec: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    spec = replace(SPEC, service_account=service_account, pod_template={"spec": template_spec})
+
+    [pod] = manifests.pods(spec, GROUP, 0)
+
+    found = {
+        key: pod["spec"][key]
+        for key in ("automountServiceAccountToken", "serviceAccountName")
+        if key in pod["spec"]
+    }
+    assert found == expected
+
+
+def test_an_odd_user_name_is_a_valid_label_and_kept_raw_in_the_annotation() -> None:
+    spec = replace(SPEC, user="Alice Smith@example.com")
+
+    [pod] = manifests.pods(spec, GROUP, 0)
+
+    assert pod["metadata"]["labels"]["kernel-queue.dev/user"] == "Alice-Smith-example.com-31cd9f1a"
+    assert pod["metadata"]["annotations"]["kernel-queue.dev/user"] == "Alice Smith@example.com"
+
+
+def test_no_user_and_no_kernelspec_leave_their_keys_out() -> None:
+    spec = replace(SPEC, user="", kernelspec="")
+
+    assert manifests.secret(spec)["metadata"] == {
+        "name": "kq-1a2b3c4d-key",
+        "namespace": "team-a",
+        "labels": {
+            "kernel-queue.dev/kernel-id": KERNEL_ID,
+            "app.kubernetes.io/managed-by": "kernel-queue",
+            "app.kubernetes.io/component": "kernel",
+        },
+    }
+    [pod] = manifests.pods(spec, GROUP, 0)
+    assert pod["metadata"]["annotations"] == {"kueue.x-k8s.io/pod-group-total-count": "1"}
+
+
+def test_selector_and_service_host() -> None:
+    assert manifests.selector(KERNEL_ID) == f"kernel-queue.dev/kernel-id={KERNEL_ID}"
+    assert manifests.service_host(SPEC) == "kq-1a2b3c4d.team-a.svc"
+    assert manifests.service_host(replace(SPEC, namespace=None)) == "kq-1a2b3c4d"
