@@ -21,8 +21,8 @@ from kernel_queue.kube.api import PODS, SECRETS, SERVICES, KubernetesApi, Resour
 from kernel_queue.testing.cluster import FakeCluster
 from kernel_queue.testing.rbac import User
 
-WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads")
-LOCAL_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "localqueues")
+WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads", namespaced=True)
+LOCAL_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "localqueues", namespaced=True)
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 NS = "default"
 

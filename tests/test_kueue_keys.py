@@ -139,8 +139,9 @@ def test_namespaced_kinds(kind: kueue.Kind, api_version: str, collection: str, n
     assert kind.api_version == api_version
     assert kind.path("ns") == collection
     assert kind.path("ns", "p") == named
-    with pytest.raises(ValueError, match="namespace"):
-        kind.path()
+    assert kind.path() == collection.replace("/namespaces/ns", "")  # across all namespaces
+    with pytest.raises(ValueError, match="needs a namespace"):
+        kind.path(None, "p")
 
 
 @pytest.mark.parametrize(

@@ -14,15 +14,14 @@ import json
 import logging
 import os
 from collections.abc import AsyncGenerator, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
-from urllib.parse import quote
 
 import aiohttp
 from kubernetes.aio import client, config
 
 from kernel_queue import errors
+from kernel_queue.kube import kueue
 
 log = logging.getLogger(__name__)
 
@@ -45,41 +44,9 @@ WATCH_READ_SLACK = 30.0
 SERVICE_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
-@dataclass(frozen=True)
-class Resource:
-    """Where a kind is served: `group` ("" for the core API), `version`, `plural`, scope."""
-
-    group: str
-    version: str
-    plural: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        """`v1` or `group/version`, as in an object's `apiVersion`."""
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def qualified(self) -> str:
-        """`pods`, `workloads.kueue.x-k8s.io`: the name the API server's messages use."""
-        return f"{self.plural}.{self.group}" if self.group else self.plural
-
-    def path(self, namespace: str | None, name: str = "", subresource: str = "") -> str:
-        """The URL path of the collection (no `name`) or of one object or its subresource.
-        A namespaced kind with no namespace is the all-namespaces collection."""
-        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            prefix += f"/namespaces/{quote(namespace, safe='')}"
-        elif self.namespaced and name:
-            raise ValueError(f"{self.qualified} {name!r} needs a namespace")
-        parts = [prefix, self.plural, quote(name, safe=""), subresource]
-        return "/".join(part for part in parts if part)
-
-
-PODS = Resource("", "v1", "pods")
-SECRETS = Resource("", "v1", "secrets")
-SERVICES = Resource("", "v1", "services")
-EVENTS = Resource("", "v1", "events")
+# Where a kind is served; one definition, beside every other Kubernetes and Kueue key.
+Resource = kueue.Kind
+PODS, SECRETS, SERVICES, EVENTS = kueue.PODS, kueue.SECRETS, kueue.SERVICES, kueue.EVENTS
 
 
 class KubeApi(Protocol):

@@ -89,15 +89,23 @@ class Kind:
         """The ``apiVersion`` of its objects: ``v1`` or ``<group>/<version>``."""
         return f"{self.group}/{self.version}" if self.group else self.version
 
-    def path(self, namespace: str | None = None, name: str | None = None) -> str:
-        """The REST path of the collection (in ``namespace`` if namespaced), or of ``name``."""
+    @property
+    def qualified(self) -> str:
+        """``pods``, ``workloads.kueue.x-k8s.io``: the name the API server's messages use."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    def path(self, namespace: str | None = None, name: str = "", subresource: str = "") -> str:
+        """The REST path of the collection (no ``name``), of one object, or of its subresource.
+
+        A namespaced kind with no namespace is the all-namespaces collection; naming one object
+        of a namespaced kind without a namespace is a ValueError."""
         root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced:
-            if not namespace:
-                raise ValueError(f"{self.plural} are namespaced: give a namespace")
+        if self.namespaced and namespace:
             root += f"/namespaces/{quote(namespace, safe='')}"
-        root += f"/{self.plural}"
-        return f"{root}/{quote(name, safe='')}" if name else root
+        elif self.namespaced and name:
+            raise ValueError(f"{self.qualified} {name!r} needs a namespace")
+        parts = [root, self.plural, quote(name, safe="") if name else "", subresource]
+        return "/".join(part for part in parts if part)
 
 
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
