@@ -157,6 +157,7 @@ class GroupStatus:
     generation: int = 0  # kernel processes started so far in this admission, minus one
     kernel_alive: bool = False  # a kernel process of `generation` is up
     restarting: bool = False  # the last kernel process exited to be restarted in place
+    address: str = ""  # where to reach the kernel when it differs from the ref's (pod IPs)
 
     def evolve(self, **changes: Any) -> GroupStatus:
         """A copy with `changes` applied."""

@@ -151,6 +151,8 @@ class QueuedKernelProvisioner(KernelProvisionerBase):
             raise
         self._restart_requested = False
         info = tracker.ref.connection.to_dict()
+        if tracker.status.address:
+            info["ip"] = tracker.status.address  # connect = "pod-ip"
         info["key"] = info["key"].encode()  # jupyter_client compares keys as bytes
         self.connection_info = cast(KernelConnectionInfo, info)
         return self.connection_info

@@ -77,8 +77,12 @@ def _create(name: str, *, config: Any, log: Any) -> ClusterBackend:
 
         return local.LocalBackend(config=config, log=log)
     if name == "kubernetes":
-        raise errors.ConfigError(
-            "the 'kubernetes' backend is not part of this kernel-queue release yet; "
-            "use backend 'local' for now"
-        )
+        try:
+            from kernel_queue.backends import kubernetes
+        except ImportError as exc:
+            raise errors.ConfigError(
+                f"the 'kubernetes' backend needs the Kubernetes client ({exc}); install "
+                '"kernel-queue[kubernetes]"'
+            ) from exc
+        return kubernetes.KubernetesBackend(config=config, log=log)
     raise errors.ConfigError(f"unknown backend {name!r}: choose one of {', '.join(NAMES)}")

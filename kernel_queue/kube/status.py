@@ -1,0 +1,106 @@
+"""Where a kernel's pod group stands, derived from its Workload and pods (pure).
+
+`group_status` turns what the informers hold into the backend-neutral `GroupStatus` the
+lifecycle reads; `needs_replacement` says when Kueue waits for replacement pods after an
+eviction (Kueue never recreates them itself, kueue.md §3.2). No I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kernel_queue.kube import kueue
+from kernel_queue.model import GroupPhase, GroupStatus, QueuePlace
+
+Obj = Mapping[str, Any]
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def live_pods(pods: Sequence[Obj]) -> list[Obj]:
+    """Pods that are neither terminal nor being deleted."""
+    return [
+        pod
+        for pod in pods
+        if (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
+    ]
+
+
+def head(pods: Sequence[Obj]) -> Obj | None:
+    """The newest head pod (replacement rounds are newer), or None."""
+    heads = [
+        pod
+        for pod in pods
+        if ((pod.get("metadata") or {}).get("labels") or {}).get(kueue.ROLE_LABEL)
+        == kueue.ROLE_HEAD
+    ]
+    return max(heads, key=_created, default=None)
+
+
+def _created(pod: Obj) -> tuple[str, str]:
+    meta = pod.get("metadata") or {}
+    return (str(meta.get("creationTimestamp", "")), str(meta.get("resourceVersion", "")).zfill(20))
+
+
+def needs_replacement(workload: Obj | None, pods: Sequence[Obj]) -> bool:
+    """True once an evicted group's pods have stopped and Kueue waits for replacements."""
+    if workload is None or kueue.workload_finished(workload):
+        return False
+    waiting = kueue.is_true(workload, kueue.WAITING_FOR_REPLACEMENT_PODS)
+    requeued = kueue.is_true(workload, kueue.REQUEUED) and kueue.workload_evicted(workload)
+    return (waiting or bool(requeued)) and not live_pods(pods)
+
+
+def group_status(
+    workload: Obj | None,
+    pods: Sequence[Obj],
+    *,
+    place: QueuePlace | None = None,
+    was_running: bool = False,
+    pod_ip_address: bool = False,
+) -> GroupStatus:
+    """The group's status. `was_running`: its head has been ready before (a later failure is the
+    kernel ending, not a failed start). `pod_ip_address`: report the head pod's IP."""
+    lead = head(pods)
+    if workload is None:
+        if not pods and was_running:
+            return GroupStatus(
+                GroupPhase.FINISHED, message="the kernel's pods are gone", exit_code=0
+            )
+        return GroupStatus(GroupPhase.PENDING, message="waiting for Kueue to create the Workload")
+    finished = kueue.workload_finished(workload)
+    if finished is not None:
+        code = kueue.container_exit_code(lead, "kernel") if lead else None
+        if code is None:
+            code = 0 if finished[0] == kueue.REASON_SUCCEEDED else 1
+        return GroupStatus(GroupPhase.FINISHED, message=finished[1], exit_code=code)
+    evicted = kueue.workload_evicted(workload)
+    if evicted is not None and live_pods(pods):
+        return GroupStatus(GroupPhase.EVICTED, message=evicted[1] or evicted[0])
+    if not kueue.workload_admitted(workload):
+        return GroupStatus(GroupPhase.QUEUED, place=place)
+    flavor = ", ".join(kueue.flavors(workload)) or None
+    admitted = GroupStatus(GroupPhase.ADMITTED, flavor=flavor)
+    if lead is None or kueue.is_gated(lead):
+        return admitted
+    phase = (lead.get("status") or {}).get("phase")
+    if phase in TERMINAL_PHASES:
+        code = kueue.container_exit_code(lead, "kernel")
+        if was_running:
+            return GroupStatus(GroupPhase.FINISHED, message="the kernel ended", exit_code=code)
+        return GroupStatus(
+            GroupPhase.FAILED,
+            message=f"the kernel's pod {lead['metadata']['name']} ended with exit code {code} "
+            "before it was ready",
+            exit_code=code,
+        )
+    waiting = kueue.waiting_reason(lead)
+    if waiting is not None:
+        return admitted.evolve(message=f"{waiting[0]}: {waiting[1]}".rstrip(": "))
+    if kueue.pod_ready(lead):
+        address = (lead.get("status") or {}).get("podIP", "") if pod_ip_address else ""
+        return GroupStatus(
+            GroupPhase.RUNNING, flavor=flavor, kernel_alive=True, address=str(address or "")
+        )
+    return admitted
