@@ -104,3 +104,94 @@ async def test_a_kernel_waits_for_the_gpu_then_runs_and_leaves_nothing(
     assert (await server.execute(second, "2+3"))["data"] == "5"
     await server.shutdown(second)
     await wait_clean(server, cluster, first, second)
+
+
+async def test_a_two_pod_group_is_admitted_as_a_gang(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    cluster.kueue.set_quota("cluster-queue", "default-flavor", {**GPU_QUOTA, "nvidia.com/gpu": 2})
+    kernel = await server.start(kube_spec(kernelspec, pod_group_size=2, gpus=1))
+    result = await server.execute(kernel, "import os; os.environ['KERNEL_ID'][:8]")
+    assert result["data"] == repr(kernel[:8])
+    pods, _ = cluster.store.list_objects(
+        "", "pods", "default", labels=f"kernel-queue.dev/kernel-id={kernel}"
+    )
+    assert sorted(p["metadata"]["labels"]["kernel-queue.dev/role"] for p in pods) == [
+        "head",
+        "worker",
+    ]
+    assert {p["status"]["phase"] for p in pods} == {"Running"}
+    workloads, _ = cluster.store.list_objects("kueue.x-k8s.io", "workloads", "default")
+    (workload,) = [w for w in workloads if w["metadata"]["name"].startswith(f"kq-{kernel[:8]}")]
+    assert sum(ps["count"] for ps in workload["spec"]["podSets"]) == 2
+    await server.shutdown(kernel)
+    await wait_clean(server, cluster, kernel)
+
+
+async def test_a_higher_priority_kernel_preempts_and_the_victim_comes_back(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, event_log: Any
+) -> None:
+    low = await server.start(kube_spec(kernelspec, "low", priority_class="low"))
+    assert (await server.execute(low, "x = 41; x + 1"))["data"] == "42"
+    address = server.app.kernel_manager.get_kernel(low).get_connection_info()["ip"]
+    high = await server.start(kube_spec(kernelspec, "high", priority_class="high"))
+    assert (await server.execute(high, "1+1"))["data"] == "2"
+    model = await server.wait_reason(low, "requeued in 'user-queue', position")
+    assert model["reason"] == "preempted; requeued in 'user-queue', position 1 of 1, needs 1 GPU"
+    await server.shutdown(high)
+    back = await server.execute(low, "x")
+    assert back["error"] == "NameError"  # no checkpoint yet: the kernel restarted fresh
+    assert server.app.kernel_manager.get_kernel(low).get_connection_info()["ip"] == address
+    states = event_log.states(low)
+    assert states[-4:] == ["preempted", "requeued", "admitted", "resumed"]
+    resumed = [e for e in event_log.events if e["kernel_id"] == low and e["state"] == "resumed"]
+    assert "variables were not restored" in resumed[-1]["message"]
+    await server.shutdown(low)
+    await wait_clean(server, cluster, low, high)
+
+
+async def test_restart_happens_in_place_and_keeps_the_admission(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    name = kube_spec(kernelspec)
+    running = await server.start(name)
+    before = await server.execute(running, "import os; y = 1; os.getpid()")
+    waiting = await server.start(name)
+    await server.wait_reason(waiting, "position 1 of 1")
+    pods_before, _ = cluster.store.list_objects(
+        "", "pods", "default", labels=f"kernel-queue.dev/kernel-id={running}"
+    )
+    await server.fetch("api", "kernels", running, "restart", method="POST", body="{}")
+    after = await server.execute(running, "import os; os.getpid()")
+    assert after["data"] != before["data"]  # a new kernel process
+    assert (await server.execute(running, "y"))["error"] == "NameError"
+    pods_after, _ = cluster.store.list_objects(
+        "", "pods", "default", labels=f"kernel-queue.dev/kernel-id={running}"
+    )
+    assert [p["metadata"]["uid"] for p in pods_after] == [p["metadata"]["uid"] for p in pods_before]
+    assert (await server.model(waiting))["reason"] == (
+        "queued in 'user-queue', position 1 of 1, needs 1 GPU"
+    )
+    await server.shutdown(waiting)
+    await server.shutdown(running)
+    await wait_clean(server, cluster, running, waiting)
+
+
+async def test_delete_of_a_queued_kernel_cancels_at_once_and_leaves_nothing(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    name = kube_spec(kernelspec)
+    running = await server.start(name)
+    assert (await server.execute(running, "1"))["data"] == "1"
+    queued = await server.start(name)
+    await server.wait_reason(queued, "position 1 of 1")
+    await server.shutdown(queued)  # the GPU never frees: waiting for admission would hang
+
+    async def gone() -> bool:
+        return queued not in await server.kernel_ids()
+
+    await server.wait_for(gone, within=30)
+    await wait_clean(server, cluster, queued)
+    assert (await server.execute(running, "2"))["data"] == "2"
+    await server.shutdown(running)
+    await wait_clean(server, cluster, running)

@@ -71,6 +71,12 @@ def get_backend(name: str, *, owner: Any, config: Any, log: Any) -> ClusterBacke
     return backend
 
 
+async def aclose_all(owner: Any) -> None:
+    """Close every backend `owner` created (its informers, processes and connections)."""
+    for backend in _shared.pop(owner, {}).values():
+        await backend.aclose()
+
+
 def _create(name: str, *, config: Any, log: Any) -> ClusterBackend:
     if name == "local":
         from kernel_queue.backends import local

@@ -411,6 +411,13 @@ class KubernetesBackend(LoggingConfigurable):
 
     async def _read_positions(self, namespace: str, queue: str) -> None:
         """Read the LocalQueue's pending Workloads while any of our kernels waits there."""
+        try:
+            await self._position_loop(namespace, queue)
+        except Exception:
+            self.log.exception("reading queue positions of %s/%s failed", namespace, queue)
+            raise
+
+    async def _position_loop(self, namespace: str, queue: str) -> None:
         api = await self._client()
         path = kueue.pending_workloads_path(namespace, queue)
         while True:

@@ -76,7 +76,8 @@ def group_status(
             code = 0 if finished[0] == kueue.REASON_SUCCEEDED else 1
         return GroupStatus(GroupPhase.FINISHED, message=finished[1], exit_code=code)
     evicted = kueue.workload_evicted(workload)
-    if evicted is not None and live_pods(pods):
+    stopping = [pod for pod in live_pods(pods) if not kueue.is_gated(pod)]
+    if evicted is not None and stopping:  # gated pods are the replacements, already queued
         return GroupStatus(GroupPhase.EVICTED, message=evicted[1] or evicted[0])
     if not kueue.workload_admitted(workload):
         return GroupStatus(GroupPhase.QUEUED, place=place)

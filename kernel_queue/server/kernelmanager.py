@@ -14,6 +14,8 @@ from typing import Any
 
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
 
+from kernel_queue import backends
+
 # How long shutdown waits for a cancelled launch to end before going on regardless.
 _CANCEL_WAIT_SECONDS = 5.0
 # How long server shutdown waits for kernels to stop (jupyter_client needs about 10 s at most).
@@ -46,6 +48,7 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
         stopping = [task for task in self._pending_kernels.values() if not task.done()]
         if stopping:
             await asyncio.wait(stopping, timeout=_SHUTDOWN_ALL_WAIT_SECONDS)
+        await backends.aclose_all(self)  # the backends this server's kernels shared
 
     shutdown_all = _async_shutdown_all  # type: ignore[assignment]
 
