@@ -343,9 +343,11 @@ class KubernetesBackend(LoggingConfigurable):
             asyncio.get_running_loop().create_task(self._replace(group, pods))
         if status.phase is GroupPhase.QUEUED:
             self._follow_positions(namespace, group.queue)
-        if status.phase is GroupPhase.FAILED and not group.failure_logged:
-            group.failure_logged = True
-            asyncio.get_running_loop().create_task(self._fail_with_logs(group, pods, status))
+        if status.phase is GroupPhase.FAILED:
+            # Published once, by the task that adds the pod's last log lines to the message.
+            if not group.failure_logged:
+                group.failure_logged = True
+                asyncio.get_running_loop().create_task(self._fail_with_logs(group, pods, status))
             return
         self._publish(group, status)
 

@@ -1,0 +1,65 @@
+"""Fixtures of the kubernetes-backend tests: a fake cluster enforcing etc/kubernetes/rbac.yaml
+with etc/kubernetes/queues.yaml, and the test server's kubernetes backend pointed at it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_server.serverapp import ServerApp
+
+from kernel_queue.testing import rbac, resources
+from kernel_queue.testing.cluster import FakeCluster
+from tests.kube.support import ADMIN_TOKEN, GPU_QUOTA, QUEUES, RBAC, SERVER_TOKEN
+
+
+@pytest.fixture
+def cluster_options() -> dict[str, Any]:
+    """Extra FakeCluster arguments; override in a test module or with parametrize."""
+    return {}
+
+
+@pytest.fixture
+def cluster(
+    tmp_path: Path, jp_asyncio_loop: asyncio.AbstractEventLoop, cluster_options: dict[str, Any]
+) -> Iterator[FakeCluster]:
+    """A fake cluster enforcing etc/kubernetes/rbac.yaml, with etc/kubernetes/queues.yaml."""
+    if not resources.KUEUE_CRDS.is_dir():
+        pytest.skip(f"Kueue's CRDs are not at {resources.KUEUE_CRDS} (../shared is absent)")
+    tokens = {
+        ADMIN_TOKEN: rbac.User("admin", ("system:masters",)),
+        SERVER_TOKEN: "system:serviceaccount:default:kernel-queue",
+    }
+    policy = [doc for doc in RBAC if doc["apiVersion"].startswith("rbac.")]
+    options = {"tokens": tokens, "rbac_objects": policy, **cluster_options}
+    fake = FakeCluster(root_dir=tmp_path / "cluster", **options)
+    jp_asyncio_loop.run_until_complete(fake.start())
+    if options.get("crds", True) is not None:
+        fake.apply(QUEUES)
+        assert fake.kueue is not None
+        fake.kueue.set_quota("cluster-queue", "default-flavor", GPU_QUOTA)
+    yield fake
+    # The server's own clean-up runs after this fixture's: stop its kernels while the cluster
+    # still answers, so nothing is left half-deleted and no client retries a closed port.
+    if ServerApp.initialized():
+        jp_asyncio_loop.run_until_complete(ServerApp.instance().kernel_manager.shutdown_all())
+    jp_asyncio_loop.run_until_complete(fake.stop())
+
+
+@pytest.fixture
+def local_backend_config() -> dict[str, Any]:
+    return {}
+
+
+@pytest.fixture
+def jp_server_config(jp_server_config: dict[str, Any], cluster: FakeCluster) -> dict[str, Any]:
+    kubeconfig = cluster.kubeconfig_for(SERVER_TOKEN, name="server-kubeconfig")
+    jp_server_config["KubernetesBackend"] = {
+        "kubeconfig": str(kubeconfig),
+        "namespace": "default",
+        "position_interval": 0.2,
+    }
+    return jp_server_config
