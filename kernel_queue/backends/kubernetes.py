@@ -49,6 +49,7 @@ class _Group:
     place: QueuePlace | None = None
     watchers: set[asyncio.Queue[GroupStatus]] = field(default_factory=set)
     was_running: bool = False
+    had_workload: bool = False
     replacing: bool = False
     attempt: int = 0
     released: bool = False
@@ -294,7 +295,7 @@ class KubernetesBackend(LoggingConfigurable):
     async def _adopt(self, ref: GroupRef) -> _Group:
         namespace = ref.namespace or self.namespace
         await self._watch_namespace(namespace)
-        group = _Group(ref=ref, queue="", was_running=True)
+        group = _Group(ref=ref, queue="", was_running=True, had_workload=True)
         self._groups[ref.name] = group
         pods = self._group_pods(namespace, ref.name)
         if pods:
@@ -334,8 +335,14 @@ class KubernetesBackend(LoggingConfigurable):
         pods = self._group_pods(namespace, name)
         pod_ip = group.spec is not None and group.spec.connect == "pod-ip"
         status = group_status.group_status(
-            workload, pods, place=group.place, was_running=group.was_running, pod_ip_address=pod_ip
+            workload,
+            pods,
+            place=group.place,
+            was_running=group.was_running,
+            had_workload=group.had_workload,
+            pod_ip_address=pod_ip,
         )
+        group.had_workload = group.had_workload or workload is not None
         if status.phase is GroupPhase.RUNNING:
             group.was_running = True
         if group_status.needs_replacement(workload, pods) and not group.replacing:

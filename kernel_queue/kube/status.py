@@ -58,15 +58,17 @@ def group_status(
     *,
     place: QueuePlace | None = None,
     was_running: bool = False,
+    had_workload: bool = False,
     pod_ip_address: bool = False,
 ) -> GroupStatus:
     """The group's status. `was_running`: its head has been ready before (a later failure is the
-    kernel ending, not a failed start). `pod_ip_address`: report the head pod's IP."""
+    kernel ending, not a failed start). `had_workload`: Kueue made its Workload before, so its
+    absence now means someone deleted it. `pod_ip_address`: report the head pod's IP."""
     lead = head(pods)
     if workload is None:
-        if not pods and was_running:
+        if had_workload or (not pods and was_running):
             return GroupStatus(
-                GroupPhase.FINISHED, message="the kernel's pods are gone", exit_code=0
+                GroupPhase.FINISHED, message="the kernel's Workload was deleted", exit_code=0
             )
         return GroupStatus(GroupPhase.PENDING, message="waiting for Kueue to create the Workload")
     finished = kueue.workload_finished(workload)

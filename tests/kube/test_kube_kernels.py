@@ -114,3 +114,66 @@ async def test_delete_of_a_queued_kernel_cancels_at_once_and_leaves_nothing(
     assert (await server.execute(running, "2"))["data"] == "2"
     await server.shutdown(running)
     await wait_clean(server, cluster, running)
+
+
+async def test_a_new_server_reattaches_to_a_running_and_a_queued_kernel(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    from jupyter_client import AsyncKernelClient
+
+    from kernel_queue.provisioner import QueuedKernelProvisioner
+
+    name = kube_spec(kernelspec)
+    running = await server.start(name)
+    assert (await server.execute(running, "z = 7"))["data"] is None
+    queued = await server.start(name)
+    await server.wait_reason(queued, "position 1 of 1")
+    manager = server.app.kernel_manager
+    saved = {
+        k: await manager.get_kernel(k).provisioner.get_provisioner_info() for k in (running, queued)
+    }
+
+    def fresh(kernel_id: str) -> QueuedKernelProvisioner:
+        # Another server: no parent kernel manager, so its own backend, informers and client.
+        spec = manager.get_kernel(kernel_id).kernel_spec
+        return QueuedKernelProvisioner(
+            kernel_id=kernel_id, kernel_spec=spec, config=server.app.config
+        )
+
+    again = {k: fresh(k) for k in (running, queued)}
+    for kernel_id, provisioner in again.items():
+        await provisioner.load_provisioner_info(saved[kernel_id])
+        assert await provisioner.poll() is None  # alive: running, or waiting in the queue
+    assert again[queued].waiting_in_queue
+
+    client = AsyncKernelClient()
+    client.load_connection_info(saved[running]["connection_info"])
+    client.start_channels()
+    try:
+        reply = await client.execute_interactive("print(z)", timeout=60, output_hook=lambda m: None)
+        assert reply["content"]["status"] == "ok"  # the same kernel, its variables intact
+    finally:
+        client.stop_channels()
+
+    await again[running].cleanup(restart=False)  # the new server ends the running kernel
+
+    async def admitted() -> bool:
+        return not again[queued].waiting_in_queue and await again[queued].poll() is None
+
+    await server.wait_for(admitted, within=60)
+    await again[queued].cleanup(restart=False)
+    await wait_clean(server, cluster, running, queued)
+
+
+async def test_connect_pod_ip_reaches_the_kernel_at_its_pod(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    kernel = await server.start(kube_spec(kernelspec, connect="pod-ip"))
+    assert (await server.execute(kernel, "6*7"))["data"] == "42"
+    ip = server.app.kernel_manager.get_kernel(kernel).get_connection_info()["ip"]
+    pods, _ = cluster.store.list_objects(
+        "", "pods", "default", labels=f"kernel-queue.dev/kernel-id={kernel}"
+    )
+    assert ip == pods[0]["status"]["podIP"]
+    await server.shutdown(kernel)
+    await wait_clean(server, cluster, kernel)
