@@ -1,0 +1,196 @@
+"""Table tests of how a pod group's Workload and pods become a GroupStatus."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kernel_queue.kube.status import group_status, needs_replacement
+from kernel_queue.model import GroupPhase, QueuePlace
+
+P = GroupPhase
+ADMISSION = "kueue.x-k8s.io/admission"
+
+
+def cond(kind: str, status: bool = True, reason: str = "", message: str = "") -> dict[str, Any]:
+    return {
+        "type": kind,
+        "status": "True" if status else "False",
+        "reason": reason,
+        "message": message,
+    }
+
+
+def workload(*conditions: dict[str, Any], flavors: tuple[str, ...] = ()) -> dict[str, Any]:
+    wl: dict[str, Any] = {"metadata": {"name": "kq-1"}, "status": {"conditions": list(conditions)}}
+    if flavors:
+        wl["status"]["admission"] = {
+            "podSetAssignments": [{"flavors": {"nvidia.com/gpu": f}} for f in flavors]
+        }
+    return wl
+
+
+def pod(
+    phase: str = "Pending",
+    *,
+    gated: bool = False,
+    ready: bool = False,
+    waiting: tuple[str, str] | None = None,
+    exit_code: int | None = None,
+    deleting: bool = False,
+    created: str = "2026-11-30T00:00:00Z",
+    ip: str = "127.10.0.5",
+) -> dict[str, Any]:
+    state: dict[str, Any] = {"running": {}}
+    if waiting:
+        state = {"waiting": {"reason": waiting[0], "message": waiting[1]}}
+    if exit_code is not None:
+        state = {"terminated": {"exitCode": exit_code}}
+    meta: dict[str, Any] = {
+        "name": "kq-1-head-0",
+        "creationTimestamp": created,
+        "labels": {"kernel-queue.dev/role": "head"},
+    }
+    if deleting:
+        meta["deletionTimestamp"] = created
+    return {
+        "metadata": meta,
+        "spec": {"schedulingGates": [{"name": ADMISSION}] if gated else []},
+        "status": {
+            "phase": phase,
+            "podIP": ip,
+            "conditions": [cond("Ready", ready)],
+            "containerStatuses": [{"name": "kernel", "state": state}],
+        },
+    }
+
+
+ADMITTED = (cond("QuotaReserved"), cond("Admitted"))
+PLACE = QueuePlace("user-queue", 2, 3)
+
+
+@pytest.mark.parametrize(
+    ("wl", "pods", "options", "phase", "message"),
+    [
+        pytest.param(
+            None, [pod(gated=True)], {}, P.PENDING, "waiting for Kueue", id="no-workload-yet"
+        ),
+        pytest.param(
+            None,
+            [],
+            {"had_workload": True},
+            P.FINISHED,
+            "Workload was deleted",
+            id="workload-deleted",
+        ),
+        pytest.param(workload(), [pod(gated=True)], {}, P.QUEUED, "", id="queued"),
+        pytest.param(
+            workload(*ADMITTED), [pod(gated=True)], {}, P.ADMITTED, "", id="admitted-still-gated"
+        ),
+        pytest.param(
+            workload(*ADMITTED),
+            [pod(waiting=("ImagePullBackOff", 'Back-off pulling image "x"'))],
+            {},
+            P.ADMITTED,
+            'ImagePullBackOff: Back-off pulling image "x"',
+            id="image-pull-back-off",
+        ),
+        pytest.param(
+            workload(*ADMITTED), [pod("Running", ready=True)], {}, P.RUNNING, "", id="ready"
+        ),
+        pytest.param(
+            workload(*ADMITTED),
+            [pod("Failed", exit_code=3)],
+            {},
+            P.FAILED,
+            "ended with exit code 3 before it was ready",
+            id="failed-before-ready",
+        ),
+        pytest.param(
+            workload(*ADMITTED),
+            [pod("Failed", exit_code=1)],
+            {"was_running": True},
+            P.FINISHED,
+            "the kernel ended",
+            id="kernel-crashed-after-ready",
+        ),
+        pytest.param(
+            workload(*ADMITTED, cond("Evicted", reason="Preempted", message="Preempted to fit")),
+            [pod("Running", ready=True, deleting=True), pod("Running", ready=True)],
+            {},
+            P.EVICTED,
+            "Preempted to fit",
+            id="evicted-while-pods-stop",
+        ),
+        pytest.param(
+            workload(cond("Evicted", reason="Preempted"), cond("Requeued", reason="Preempted")),
+            [
+                pod("Failed", exit_code=143, deleting=True),
+                pod(gated=True, created="2026-11-30T00:01:00Z"),
+            ],
+            {"was_running": True},
+            P.QUEUED,
+            "",
+            id="replacements-queued",
+        ),
+        pytest.param(
+            workload(cond("Finished", reason="Succeeded", message="Pods succeeded: 1/1.")),
+            [pod("Succeeded", exit_code=0)],
+            {},
+            P.FINISHED,
+            "Pods succeeded: 1/1.",
+            id="finished",
+        ),
+    ],
+)
+def test_group_status(
+    wl: dict[str, Any] | None,
+    pods: list[dict[str, Any]],
+    options: dict[str, Any],
+    phase: GroupPhase,
+    message: str,
+) -> None:
+    status = group_status(wl, pods, place=PLACE, **options)
+    assert status.phase is phase
+    assert message in status.message
+    if phase is P.QUEUED:
+        assert status.place == PLACE
+
+
+def test_running_reports_the_flavor_and_the_pod_ip_when_asked() -> None:
+    wl = workload(*ADMITTED, flavors=("a100",))
+    status = group_status(wl, [pod("Running", ready=True, ip="127.10.3.4")], pod_ip_address=True)
+    assert (status.phase, status.flavor, status.address) == (P.RUNNING, "a100", "127.10.3.4")
+    assert group_status(wl, [pod("Running", ready=True)]).address == ""
+
+
+@pytest.mark.parametrize(
+    ("wl", "pods", "expected"),
+    [
+        pytest.param(
+            workload(cond("WaitingForReplacementPods", reason="Preempted")),
+            [pod("Failed", exit_code=143)],
+            True,
+            id="waiting-and-old-pods-stopped",
+        ),
+        pytest.param(
+            workload(cond("WaitingForReplacementPods")),
+            [pod("Running", ready=True)],
+            False,
+            id="old-pod-still-running",
+        ),
+        pytest.param(
+            workload(cond("WaitingForReplacementPods")),
+            [pod("Failed", exit_code=143), pod(gated=True)],
+            False,
+            id="replacement-exists",
+        ),
+        pytest.param(workload(*ADMITTED), [pod("Failed", exit_code=1)], False, id="not-evicted"),
+        pytest.param(None, [], False, id="no-workload"),
+    ],
+)
+def test_needs_replacement(
+    wl: dict[str, Any] | None, pods: list[dict[str, Any]], expected: bool
+) -> None:
+    assert needs_replacement(wl, pods) is expected
