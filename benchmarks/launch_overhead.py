@@ -1,8 +1,10 @@
-"""Start-to-ready of a queued kernel on the local backend vs jupyter_client's local provisioner.
+"""Start-to-ready of a queued kernel vs jupyter_client's local provisioner, side by side.
 
-Runs both side by side in one process, alternating, and prints the medians and their ratio
-(target: queued <= 1.25 x plain, DESIGN.md "launch overhead"). No GPU needed: the local backend
-is given a pretend inventory. Usage: python benchmarks/launch_overhead.py [--runs 7]
+Kinds run alternately in one process; the medians and their ratio to the plain kernel are
+printed (target: queued <= 1.25 x plain, DESIGN.md "launch overhead"). "queued" is the local
+backend with a pretend GPU; "kubernetes" is the kubernetes backend on the fake cluster with
+instant admission (the pod's kernel runs on this machine, reached through its Service).
+Usage: python benchmarks/launch_overhead.py [--runs 7] [--no-kubernetes]
 """
 
 from __future__ import annotations
@@ -36,10 +38,24 @@ QUEUED = {
 }
 
 
-async def start_to_ready(name: str) -> float:
+KUBE = {
+    "argv": ["python", "-m", "kernel_queue.launcher.kernel", "-f", "{connection_file}"],
+    "display_name": "kubernetes",
+    "language": "python",
+    "interrupt_mode": "message",
+    "metadata": {
+        "kernel_provisioner": {
+            "provisioner_name": "kernel-queue",
+            "config": {"backend": "kubernetes", "queue": "user-queue", "gpus": 1, "image": "any"},
+        }
+    },
+}
+
+
+async def start_to_ready(name: str, config: object = None) -> float:
     from jupyter_client.manager import AsyncKernelManager
 
-    km = AsyncKernelManager(kernel_name=name)
+    km = AsyncKernelManager(kernel_name=name, config=config)
     started = time.perf_counter()
     await km.start_kernel()
     client = km.client()
@@ -52,28 +68,55 @@ async def start_to_ready(name: str) -> float:
         await km.shutdown_kernel(now=False)
 
 
-async def main(runs: int) -> None:
+async def main(runs: int, kubernetes: bool) -> None:
+    from traitlets.config import Config
+
     times: dict[str, list[float]] = {"plain": [], "queued": []}
-    for _ in range(runs):
-        for name in times:
-            times[name].append(await start_to_ready(name))
-    plain, queued = (statistics.median(times[n]) for n in ("plain", "queued"))
-    print(f"runs per kind:          {runs}")
-    print(f"plain  (LocalProvisioner) median start-to-ready: {plain * 1000:7.0f} ms")
-    print(f"queued (local backend)    median start-to-ready: {queued * 1000:7.0f} ms")
-    print(f"ratio queued / plain: {queued / plain:.2f} (target <= 1.25)")
+    config = None
+    if kubernetes:
+        from kernel_queue.testing.cluster import FakeCluster
+
+        cluster = FakeCluster()
+        await cluster.start()
+        cluster.setup_queues(quota={"cpu": 8, "memory": "32Gi", "nvidia.com/gpu": 8})
+        config = Config({"KubernetesBackend": {"kubeconfig": str(cluster.kubeconfig)}})
+        times["kubernetes"] = []
+    try:
+        for _ in range(runs):
+            for name in times:
+                times[name].append(await start_to_ready(name, config))
+    finally:
+        from kernel_queue import backends
+
+        await backends.aclose_all(asyncio.get_running_loop())
+        if kubernetes:
+            await cluster.stop()
+    plain = statistics.median(times["plain"])
+    labels = {
+        "plain": "plain (LocalProvisioner)",
+        "queued": "queued (local backend)",
+        "kubernetes": "kubernetes (fake cluster)",
+    }
+    print(f"runs per kind: {runs}")
+    for name, samples in times.items():
+        median = statistics.median(samples)
+        ratio = (
+            "" if name == "plain" else f"   ratio to plain {median / plain:.2f} (target <= 1.25)"
+        )
+        print(f"{labels[name]:27} median start-to-ready {median * 1000:6.0f} ms{ratio}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--no-kubernetes", action="store_true", help="skip the fake cluster")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as data:
-        for spec in (PLAIN, QUEUED):
+        for spec in (PLAIN, QUEUED, KUBE):
             folder = Path(data) / "kernels" / str(spec["display_name"])
             folder.mkdir(parents=True)
             (folder / "kernel.json").write_text(json.dumps(spec))
         os.environ["JUPYTER_PATH"] = data
         os.environ["KERNEL_QUEUE_PRETEND_GPUS"] = "1"
         os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        asyncio.run(main(args.runs))
+        asyncio.run(main(args.runs, not args.no_kubernetes))

@@ -287,13 +287,11 @@ class QueuedKernelProvisioner(KernelProvisionerBase):
     # -- internals ---------------------------------------------------------------------------
 
     def _owner(self) -> Any:
-        """What shares one backend instance: the server's multi-kernel manager, else the loop."""
+        """What shares one backend instance: the server's multi-kernel manager, else the loop
+        (kernel managers used on their own share one backend per event loop)."""
         # Not `or`: a MultiKernelManager with no kernels yet is falsy (it defines __len__).
-        km = self.parent
-        for owner in (getattr(km, "parent", None), km):
-            if owner is not None:
-                return owner
-        return asyncio.get_running_loop()
+        owner = getattr(self.parent, "parent", None)
+        return owner if owner is not None else asyncio.get_running_loop()
 
     def _restarting(self, restart: bool) -> bool:
         return restart or self._restart_requested

@@ -3,6 +3,7 @@ RBAC from etc/kubernetes/rbac.yaml, Kueue admitting pod groups, kernels run by t
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kernel_queue.testing.cluster import FakeCluster
@@ -163,6 +164,9 @@ async def test_a_new_server_reattaches_to_a_running_and_a_queued_kernel(
     await server.wait_for(admitted, within=60)
     await again[queued].cleanup(restart=False)
     await wait_clean(server, cluster, running, queued)
+    from kernel_queue import backends
+
+    await backends.aclose_all(asyncio.get_running_loop())  # the other server's backend
 
 
 async def test_connect_pod_ip_reaches_the_kernel_at_its_pod(
