@@ -189,12 +189,14 @@ class KubernetesBackend(LoggingConfigurable):
             group.watchers.discard(updates)
 
     async def stop(self, ref: GroupRef, *, grace: float, cause: StopCause) -> None:
-        """A pod's kernel restarts in place by itself; any other stop ends the pod group
-        (the Service and the Secret stay for a later launch)."""
+        """End the pod group (the Service and the Secret stay for a later launch).
+
+        An in-place restart never gets here unless the kernel ignored its `shutdown_request`
+        (the launcher restarts a kernel that exits to restart): then the group ends too, and the
+        next launch queues a new one."""
         group = self._groups.get(ref.name)
-        if group is None or cause is StopCause.RESTART:
-            return
-        await self._release_group(group, grace=0 if cause is StopCause.KILL else grace)
+        if group is not None:
+            await self._release_group(group, grace=0 if cause is StopCause.KILL else grace)
 
     async def send_signal(self, ref: GroupRef, signum: int) -> None:
         """Pods cannot be signalled through the API; kernelspecs use message-mode interrupts."""
