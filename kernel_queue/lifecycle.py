@@ -137,8 +137,10 @@ def describe(
     state = lifecycle.state
     place = status.place
     where = f"in '{queue}'"
-    if place is not None:
+    if place is not None and place.position:
         where = f"in '{place.queue}', position {place.position} of {place.length}"
+    elif place is not None:  # the count is known but not the order (no visibility API)
+        where = f"in '{place.queue}', one of {place.length} waiting"
     on = _devices(status)
     if state is _S.QUEUED:
         return f"queued {where}, needs {needs}"

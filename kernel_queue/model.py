@@ -137,7 +137,8 @@ class StopCause(enum.StrEnum):
 
 @dataclass(frozen=True)
 class QueuePlace:
-    """A waiting group's place: 1-based position among `length` waiting in `queue`."""
+    """A waiting group's place: 1-based position among `length` waiting in `queue` (0 when
+    only the count is known)."""
 
     queue: str
     position: int

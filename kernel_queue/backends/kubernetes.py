@@ -442,21 +442,34 @@ class KubernetesBackend(LoggingConfigurable):
             ]
             if not waiting:
                 return
-            try:
-                summary = await api.get_path(path)
-            except errors.ClusterApiError as exc:
-                self.log.warning("queue positions of %s/%s unavailable: %s", namespace, queue, exc)
-                summary = {"items": []}
-            items = summary.get("items") or []
-            positions = {
-                item["metadata"]["name"]: int(item.get("positionInLocalQueue", index))
-                for index, item in enumerate(items)
-            }
+            places = await self._places(api, path, namespace, queue)
             for group in waiting:
-                found = positions.get(group.ref.name)
-                group.place = None if found is None else QueuePlace(queue, found + 1, len(items))
+                group.place = places.get(group.ref.name, places.get(""))
                 self._refresh(group.ref.name)
             await asyncio.sleep(self.position_interval)
+
+    async def _places(
+        self, api: Any, path: str, namespace: str, queue: str
+    ) -> dict[str, QueuePlace]:
+        """Workload name -> place, from the visibility API; if that is unavailable, the
+        LocalQueue's pending count for every kernel (key "")."""
+        try:
+            summary = await api.get_path(path)
+        except errors.ClusterApiError as exc:
+            self.log.warning("queue positions of %s/%s unavailable: %s", namespace, queue, exc)
+            try:
+                local_queue = await api.get(kueue.LOCAL_QUEUES, namespace, queue)
+            except errors.ClusterApiError:
+                return {}
+            count = int((local_queue.get("status") or {}).get("pendingWorkloads") or 0)
+            return {"": QueuePlace(queue, 0, count)} if count else {}
+        items = summary.get("items") or []
+        return {
+            item["metadata"]["name"]: QueuePlace(
+                queue, int(item.get("positionInLocalQueue", index)) + 1, len(items)
+            )
+            for index, item in enumerate(items)
+        }
 
     # -- release ---------------------------------------------------------------------------
 

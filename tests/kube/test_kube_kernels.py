@@ -181,3 +181,18 @@ async def test_connect_pod_ip_reaches_the_kernel_at_its_pod(
     assert ip == pods[0]["status"]["podIP"]
     await server.shutdown(kernel)
     await wait_clean(server, cluster, kernel)
+
+
+async def test_without_the_visibility_api_the_local_queue_count_is_shown(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    cluster.fail_next("get", "localqueues/pendingworkloads", status=503, count=10_000)
+    name = kube_spec(kernelspec)
+    running = await server.start(name)
+    assert (await server.execute(running, "1"))["data"] == "1"
+    queued = await server.start(name)
+    model = await server.wait_reason(queued, "one of")
+    assert model["reason"] == "queued in 'user-queue', one of 1 waiting, needs 1 GPU"
+    await server.shutdown(queued)
+    await server.shutdown(running)
+    await wait_clean(server, cluster, running, queued)
