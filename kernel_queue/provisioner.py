@@ -338,7 +338,9 @@ class QueuedKernelProvisioner(KernelProvisionerBase):
     async def _release(self) -> None:
         tracker, self._tracker = self._tracker, None
         if tracker is not None and self._backend is not None:
-            await self._backend.release(tracker.ref)
+            if not tracker.released:
+                tracker.released = True
+                await self._backend.release(tracker.ref)
             await tracker.aclose()
 
     def _message(self) -> str:

@@ -39,6 +39,7 @@ class KernelTracker:
         self.lifecycle = Lifecycle()
         self.status = GroupStatus(GroupPhase.PENDING)
         self.failure: errors.KernelQueueError | None = None
+        self.released = False  # the lifecycle already gave back the group
         self.waited = 0.0  # seconds the latest launch spent before the kernel was live
         self._notify = notify
         self._requeue = requeue
@@ -73,7 +74,8 @@ class KernelTracker:
         self._changed.set()
         if Action.REQUEUE in actions:
             await self._requeue()
-        if Action.RELEASE in actions:
+        if Action.RELEASE in actions and not self.released:
+            self.released = True
             await self.backend.release(self.ref)
 
     def _failure_for(self, observed: lifecycle.Observation) -> errors.KernelQueueError:

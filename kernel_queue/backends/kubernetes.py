@@ -101,6 +101,8 @@ class KubernetesBackend(LoggingConfigurable):
         self._launches: dict[str, int] = {}  # kernel id -> launches so far
         self._positions: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._namespaces: dict[str, tuple[Informer, Informer]] = {}  # ns -> (pods, workloads)
+        # (namespace, group) -> pod name -> pod: each group's pods without scanning them all
+        self._pods_by_group: dict[tuple[str, str], dict[str, Obj]] = {}
 
     # -- ClusterBackend ----------------------------------------------------------------------
 
@@ -280,7 +282,13 @@ class KubernetesBackend(LoggingConfigurable):
             service = await api.get(kueue.SERVICES, namespace, names.service_name(spec.kernel_id))
         if spec.connect == "pod-ip":
             return ""  # known once the head pod runs
-        return str(service["spec"]["clusterIP"])
+        address = (service.get("spec") or {}).get("clusterIP")
+        if not address or address == "None":
+            raise errors.LaunchFailed(
+                f"kernel {short_id(spec.kernel_id)}: Service {service['metadata']['name']} got "
+                'no cluster IP; check the cluster\'s Service CIDR, or set "connect": "pod-ip"'
+            )
+        return str(address)
 
     async def _watch_namespace(self, namespace: str) -> None:
         """One pod informer and one Workload informer per namespace, for every kernel."""
@@ -291,6 +299,8 @@ class KubernetesBackend(LoggingConfigurable):
         workloads = await self._informers.get(api, kueue.WORKLOADS, namespace)
         if namespace not in self._namespaces:
             self._namespaces[namespace] = (pods, workloads)
+            for pod in pods.items():
+                self._index(pod, deleted=False)
             pods.add_handler(self._on_pod)
             workloads.add_handler(self._on_workload)
 
@@ -310,21 +320,29 @@ class KubernetesBackend(LoggingConfigurable):
     # -- status --------------------------------------------------------------------------
 
     def _on_pod(self, event: str, pod: Obj, old: Obj | None) -> None:
-        name = pod["metadata"].get("labels", {}).get(kueue.POD_GROUP_NAME_LABEL, "")
+        name = self._index(pod, deleted=event == "DELETED")
         if name in self._groups:
             self._refresh(name)
+
+    def _index(self, pod: Obj, *, deleted: bool) -> str:
+        """Keep `_pods_by_group` current; return the pod's group name."""
+        meta = pod["metadata"]
+        name = meta.get("labels", {}).get(kueue.POD_GROUP_NAME_LABEL, "")
+        key = (meta.get("namespace", ""), name)
+        if deleted:
+            self._pods_by_group.get(key, {}).pop(meta["name"], None)
+            if not self._pods_by_group.get(key, True):
+                del self._pods_by_group[key]
+        else:
+            self._pods_by_group.setdefault(key, {})[meta["name"]] = pod
+        return str(name)
 
     def _on_workload(self, event: str, workload: Obj, old: Obj | None) -> None:
         if workload["metadata"]["name"] in self._groups:
             self._refresh(workload["metadata"]["name"])
 
     def _group_pods(self, namespace: str, name: str) -> list[Obj]:
-        informers = self._namespaces.get(namespace)
-        return [
-            pod
-            for pod in (informers[0].items() if informers else [])
-            if pod["metadata"].get("labels", {}).get(kueue.POD_GROUP_NAME_LABEL) == name
-        ]
+        return list(self._pods_by_group.get((namespace, name), {}).values())
 
     def _refresh(self, name: str) -> None:
         """Recompute one group's status from the informers' caches and act on it."""

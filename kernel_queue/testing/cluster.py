@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from kernel_queue.testing import pods, rbac, resources
+from kernel_queue.testing import network, pods, rbac, resources
 from kernel_queue.testing.kubelet import FakeKubelet
 from kernel_queue.testing.kueue import FakeKueue
 from kernel_queue.testing.server import Server, Stats
@@ -26,6 +26,7 @@ from kernel_queue.testing.store import ApiError, Obj, Store
 
 T = TypeVar("T")
 KUEUE_GROUP = "kueue.x-k8s.io"
+SERVICE_IP_POOL = "127.20.0.0/16"
 
 
 class FakeCluster:
@@ -73,6 +74,8 @@ class FakeCluster:
                 self.kueue.local_queue_pending, self.kueue.cluster_queue_pending
             )
         pods.install(self.store)  # the apiserver's own pod rules, with or without a kubelet
+        if self.kubelet is None:  # the apiserver allocates ClusterIPs even with no node
+            network.ServiceNetwork(self.store, pool=SERVICE_IP_POOL).allocate_addresses()
         if self.kubelet is not None:
             self.kubelet.install()
             self.server.serve_logs(self.kubelet.logs)

@@ -133,9 +133,13 @@ class ServiceNetwork:
         self._changed = asyncio.Event()
         self._closed = False
 
+    def allocate_addresses(self) -> None:
+        """Only the apiserver's part: give each new Service a ClusterIP (no forwarding)."""
+        self.store.add_admission("", "services", self._admit)
+
     def install(self) -> None:
         """Hook into the store: Service admission, Service and pod listeners."""
-        self.store.add_admission("", "services", self._admit)
+        self.allocate_addresses()
         self.store.add_listener("", "services", self._on_service)
         self.store.add_listener("", "pods", self._on_pod)
         for service in list(self.store.objects("", "services")):
