@@ -19,6 +19,7 @@ from traitlets import Float, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from kernel_queue import errors
+from kernel_queue.backends import feed
 from kernel_queue.kube import kueue, manifests, names
 from kernel_queue.kube import status as group_status
 from kernel_queue.kube.informer import Informer, Informers
@@ -33,7 +34,7 @@ from kernel_queue.model import (
 )
 
 Obj = dict[str, Any]
-_TERMINAL = (GroupPhase.FINISHED, GroupPhase.FAILED)
+_TERMINAL = feed.TERMINAL
 _LOG_LINES = 20
 _POD_SELECTOR = f"{kueue.MANAGED_BY_LABEL}={kueue.MANAGED_BY}"
 
@@ -178,17 +179,8 @@ class KubernetesBackend(LoggingConfigurable):
         group = self._groups.get(ref.name)
         if group is None:
             group = await self._adopt(ref)
-        updates: asyncio.Queue[GroupStatus] = asyncio.Queue()
-        group.watchers.add(updates)
-        try:
-            status = group.status
-            while True:
-                yield status
-                if status.phase in _TERMINAL:
-                    return
-                status = await updates.get()
-        finally:
-            group.watchers.discard(updates)
+        async for status in feed.follow(group):
+            yield status
 
     async def stop(self, ref: GroupRef, *, grace: float, cause: StopCause) -> None:
         """End the pod group (the Service and the Secret stay for a later launch).
@@ -376,14 +368,7 @@ class KubernetesBackend(LoggingConfigurable):
                 group.failure_logged = True
                 asyncio.get_running_loop().create_task(self._fail_with_logs(group, pods, status))
             return
-        self._publish(group, status)
-
-    def _publish(self, group: _Group, status: GroupStatus) -> None:
-        if status == group.status:
-            return
-        group.status = status
-        for updates in group.watchers:
-            updates.put_nowait(status)
+        feed.publish(group, status)
 
     async def _fail_with_logs(self, group: _Group, pods: list[Obj], status: GroupStatus) -> None:
         """A pod that failed before it was ready: its last log lines make the error."""
@@ -400,7 +385,7 @@ class KubernetesBackend(LoggingConfigurable):
                 )
                 if text.strip():
                     tail = f"; its last log lines:\n{text.rstrip()}"
-        self._publish(group, status.evolve(message=status.message + tail))
+        feed.publish(group, status.evolve(message=status.message + tail))
 
     async def _replace(self, group: _Group, pods: list[Obj]) -> None:
         """Replacement pods after an eviction: the same shape, so Kueue keeps the Workload."""
@@ -424,7 +409,7 @@ class KubernetesBackend(LoggingConfigurable):
             )
         except errors.ClusterApiError as exc:
             self.log.error("kernel %s: replacement pods failed: %s", group.ref.kernel_id, exc)
-            self._publish(group, GroupStatus(GroupPhase.FAILED, message=str(exc)))
+            feed.publish(group, GroupStatus(GroupPhase.FAILED, message=str(exc)))
         finally:
             group.replacing = False
 
@@ -504,9 +489,7 @@ class KubernetesBackend(LoggingConfigurable):
             await api.delete(kueue.PODS, namespace, pod["metadata"]["name"], grace_seconds=seconds)
         self._groups.pop(group.ref.name, None)
         final = GroupStatus(GroupPhase.FINISHED, message="the pod group was deleted", exit_code=0)
-        for updates in group.watchers:
-            updates.put_nowait(final)
-        group.status = final
+        feed.publish(group, final)
 
 
 def _latest_round(pods: list[Obj]) -> list[Obj]:

@@ -24,8 +24,8 @@ from traitlets import Dict, Int, List, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
 from kernel_queue import admission, errors, quantities
+from kernel_queue.backends import feed, launchers
 from kernel_queue.backends import gpus as gpu_detection
-from kernel_queue.backends import launchers
 from kernel_queue.model import (
     GroupPhase,
     GroupRef,
@@ -37,7 +37,7 @@ from kernel_queue.model import (
 )
 
 FLAVOR = "local"
-_TERMINAL = (GroupPhase.FINISHED, GroupPhase.FAILED)
+_TERMINAL = feed.TERMINAL
 
 
 @dataclass(eq=False)
@@ -244,17 +244,8 @@ class LocalBackend(LoggingConfigurable):
         if group is None:
             yield GroupStatus(GroupPhase.FINISHED, message="the kernel is gone", exit_code=0)
             return
-        updates: asyncio.Queue[GroupStatus] = asyncio.Queue()
-        group.watchers.add(updates)
-        try:
-            status = group.status
-            while True:
-                yield status
-                if status.phase in _TERMINAL:
-                    return
-                status = await updates.get()
-        finally:
-            group.watchers.discard(updates)
+        async for status in feed.follow(group):
+            yield status
 
     async def stop(self, ref: GroupRef, *, grace: float, cause: StopCause) -> None:
         """Stop the kernel process; a waiting group leaves the queue. RESTART restarts in place."""
@@ -371,7 +362,7 @@ class LocalBackend(LoggingConfigurable):
             group = self._groups[name]
             if self._is_waiting(group):
                 place = QueuePlace(group.spec.queue, position.in_queue + 1, position.queue_length)
-                self._publish(group, GroupStatus(GroupPhase.QUEUED, place=place))
+                feed.publish(group, GroupStatus(GroupPhase.QUEUED, place=place))
 
     def _log_path(self, name: str) -> Path:
         return Path(self.log_dir) / f"{name}.log"
@@ -387,7 +378,7 @@ class LocalBackend(LoggingConfigurable):
         free = [d for d in self._inventory or () if d not in self._busy_devices()]
         devices = tuple(free[: group.spec.gpus])
         group.admitted = admission.Admitted(group.request, grant.flavors, time.monotonic())
-        self._publish(group, GroupStatus(GroupPhase.ADMITTED, flavor=FLAVOR, devices=devices))
+        feed.publish(group, GroupStatus(GroupPhase.ADMITTED, flavor=FLAVOR, devices=devices))
         self.log.info("kernel %s admitted with GPUs %s", short_id(group.spec.kernel_id), devices)
         group.task = asyncio.get_running_loop().create_task(self._run(group))
 
@@ -399,7 +390,7 @@ class LocalBackend(LoggingConfigurable):
         )
         victim.evicting = f"preempted by higher-priority {by}, which needs {needs}"
         self.log.info("kernel %s %s", short_id(victim.spec.kernel_id), victim.evicting)
-        self._publish(
+        feed.publish(
             victim, victim.status.evolve(phase=GroupPhase.EVICTED, message=victim.evicting)
         )
         self._signal(victim, signal.SIGTERM)
@@ -432,7 +423,7 @@ class LocalBackend(LoggingConfigurable):
     def _on_launcher_event(self, group: _Group, event: dict[str, Any]) -> None:
         status = group.status
         if event.get("event") == "started" and not group.evicting:
-            self._publish(
+            feed.publish(
                 group,
                 status.evolve(
                     phase=GroupPhase.RUNNING,
@@ -442,7 +433,7 @@ class LocalBackend(LoggingConfigurable):
                 ),
             )
         elif event.get("event") == "exited" and not group.evicting:
-            self._publish(
+            feed.publish(
                 group, status.evolve(kernel_alive=False, restarting=bool(event.get("restart")))
             )
 
@@ -471,7 +462,7 @@ class LocalBackend(LoggingConfigurable):
         phase = GroupPhase.FAILED if failed else GroupPhase.FINISHED
         self._groups.pop(group.spec.name, None)
         group.admitted = None
-        self._publish(group, GroupStatus(phase, message=message, exit_code=code))
+        feed.publish(group, GroupStatus(phase, message=message, exit_code=code))
         self._schedule()
 
     def _signal(self, group: _Group, signum: int) -> None:
@@ -489,10 +480,3 @@ class LocalBackend(LoggingConfigurable):
         except TimeoutError:
             process.signal(signal.SIGKILL)
             await process.exited.wait()
-
-    def _publish(self, group: _Group, status: GroupStatus) -> None:
-        if status == group.status:
-            return
-        group.status = status
-        for updates in group.watchers:
-            updates.put_nowait(status)
