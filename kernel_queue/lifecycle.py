@@ -133,7 +133,8 @@ def describe(
     needs: str,
     restored: bool = False,
 ) -> str:
-    """The sentence shown as the kernel's `reason` and in status events."""
+    """The sentence shown as the kernel's `reason` and in status events. `restored`: the kernel
+    checkpoints when preempted and restores when it resumes."""
     state = lifecycle.state
     place = status.place
     where = f"in '{queue}'"
@@ -145,7 +146,8 @@ def describe(
     if state is _S.QUEUED:
         return f"queued {where}, needs {needs}"
     if state is _S.REQUEUED:
-        return f"preempted; requeued {where}, needs {needs}"
+        saved = f" ({status.message})" if status.message else ""  # what the checkpoint saved
+        return f"preempted{saved}; requeued {where}, needs {needs}"
     if state is _S.ADMITTED:
         flavor = f" on flavor '{status.flavor}'" if status.flavor else ""
         return f"admitted{flavor}{on}; starting the kernel"
@@ -153,10 +155,11 @@ def describe(
         return f"running{on}"
     if state is _S.PREEMPTED:
         why = f": {status.message}" if status.message else ""
-        return f"preempted{why}; the kernel will wait in '{queue}' again"
+        then = "saving its variables, then waiting" if restored else "the kernel will wait"
+        return f"preempted{why}; {then} in '{queue}' again"
     if state is _S.RESUMED:
         if restored:
-            return f"resumed{on}; variables restored"
+            return f"resumed{on}; variables restored from the checkpoint (the notebook lists them)"
         return f"resumed{on}; the kernel restarted fresh, variables were not restored"
     if state is _S.FINISHED:
         return f"finished with exit code {status.exit_code}"

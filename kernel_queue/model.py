@@ -47,6 +47,16 @@ class ConnectionInfo:
 
 
 @dataclass(frozen=True)
+class CheckpointSettings:
+    """The kernelspec's `checkpoint` key: where a preempted kernel saves its variables."""
+
+    enabled: bool = False
+    path: str | None = None  # local backend: a directory (default under Jupyter's data dir)
+    claim: str | None = None  # kubernetes backend: a PVC mounted in the head pod
+    keep: bool = False  # keep checkpoints after a final shutdown
+
+
+@dataclass(frozen=True)
 class GroupSpec:
     """Everything a backend needs to queue and run one kernel; built by the provisioner."""
 
@@ -64,6 +74,7 @@ class GroupSpec:
     cwd: str | None = None
     user: str = ""
     grace_seconds: float = 30.0
+    checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
     namespace: str | None = None
     image: str | None = None
     gpu_resource: str = "nvidia.com/gpu"

@@ -350,7 +350,11 @@ class QueuedKernelProvisioner(KernelProvisionerBase):
         if tracker.failure is not None and tracker.lifecycle.state is KernelState.FAILED:
             return str(tracker.failure)
         return lifecycle.describe(
-            tracker.lifecycle, tracker.status, queue=self._spec.queue, needs=self._spec.needs()
+            tracker.lifecycle,
+            tracker.status,
+            queue=self._spec.queue,
+            needs=self._spec.needs(),
+            restored=self._spec.checkpoint.enabled,
         )
 
     def _on_change(self, state: Lifecycle, status: GroupStatus) -> None:

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from kernel_queue import backends, errors, quantities
-from kernel_queue.model import ConnectionInfo, GroupSpec, group_name
+from kernel_queue.model import CheckpointSettings, ConnectionInfo, GroupSpec, group_name
 
 CONNECT_MODES = ("service", "pod-ip")
 CHECKPOINT_KEYS = frozenset({"enabled", "path", "claim", "grace_seconds", "keep"})
@@ -57,6 +57,7 @@ def build(provisioner: Any, *, argv_extra: list[str], cwd: str | None) -> GroupS
     cpu = _quantity(provisioner.cpu, "cpu", quantities.millicores, bad)
     memory = _quantity(provisioner.memory, "memory", quantities.bytes_, bad)
     grace = _grace(provisioner.checkpoint, bad)
+    checkpoint = _checkpoint(provisioner.checkpoint, provisioner.backend, bad)
     argv = _argv(list(kernelspec.argv) + list(argv_extra), kernelspec, provisioner.backend)
     if not argv:
         raise bad("argv", "is empty", "give the kernel command in kernel.json's argv")
@@ -74,6 +75,7 @@ def build(provisioner: Any, *, argv_extra: list[str], cwd: str | None) -> GroupS
         cwd=cwd,
         user=os.environ.get("KERNEL_USERNAME") or getpass.getuser(),
         grace_seconds=grace,
+        checkpoint=checkpoint,
         namespace=provisioner.namespace,
         image=provisioner.image,
         gpu_resource=provisioner.gpu_resource,
@@ -123,6 +125,29 @@ def _grace(checkpoint: dict[str, Any], bad: Any) -> float:
     if isinstance(grace, bool) or not isinstance(grace, int | float) or grace <= 0:
         raise bad("checkpoint.grace_seconds", f"is {grace!r}", "give a positive number of seconds")
     return float(grace)
+
+
+def _checkpoint(config: dict[str, Any], backend: str, bad: Any) -> CheckpointSettings:
+    enabled = config.get("enabled", bool(config.get("path") or config.get("claim")))
+    for key in ("enabled", "keep"):
+        if not isinstance(config.get(key, False), bool):
+            raise bad(f"checkpoint.{key}", f"is {config[key]!r}", "write true or false")
+    for key in ("path", "claim"):
+        if config.get(key) is not None and not isinstance(config[key], str):
+            raise bad(f"checkpoint.{key}", f"is {config[key]!r}", "write a string")
+    if enabled and backend == "kubernetes" and not config.get("claim"):
+        raise bad(
+            "checkpoint.claim",
+            "is missing",
+            "name the PersistentVolumeClaim that holds checkpoints (ReadWriteMany is best: a "
+            "requeued kernel may land on another node)",
+        )
+    return CheckpointSettings(
+        enabled=bool(enabled),
+        path=config.get("path"),
+        claim=config.get("claim"),
+        keep=bool(config.get("keep", False)),
+    )
 
 
 def _argv(argv: list[str], kernelspec: Any, backend: str) -> list[str]:

@@ -63,14 +63,13 @@ class KernelTracker:
     async def observe(self, observed: lifecycle.Observation) -> None:
         """Apply one observation and carry out the resulting actions."""
         transition = lifecycle.step(self.lifecycle, observed)
-        before = self.lifecycle
         self.lifecycle = transition.lifecycle
         actions = transition.actions
         if Action.FAIL in actions and self.failure is None:
             self.failure = self._failure_for(observed)
-        # A queued kernel is re-notified on every status (its position moves); others on change.
-        if Action.NOTIFY in actions or before != self.lifecycle:
-            self._notify(self.lifecycle, self.status)
+        # Every status may change what the user reads (a position, what a checkpoint saved);
+        # the provisioner tells the user only when the sentence changes.
+        self._notify(self.lifecycle, self.status)
         self._changed.set()
         if Action.REQUEUE in actions:
             await self._requeue()
