@@ -19,7 +19,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from kernel_queue.testing import network, pods
+from kernel_queue.testing import network, pod_startup, pods
 from kernel_queue.testing.pod_startup import PodStarter
 from kernel_queue.testing.pod_status import ContainerRecord, PodRecord, StatusManager
 from kernel_queue.testing.store import ApiError, Obj, Store, now_rfc3339
@@ -278,6 +278,7 @@ class FakeKubelet:
             _killpg(container.process.pid)  # the container's other processes go with it
             container.exit_code = 128 - code if code < 0 else code
             container.exit_reason = "Completed" if code == 0 else "Error"
+            container.message = pod_startup.termination_message(container)
             container.finished_at, container.ready = now_rfc3339(), False
             self.status.publish(record)
             policy = record.restart_policy

@@ -240,12 +240,37 @@ class PodStarter:
             raise pods.ConfigError("CreateContainerError", message)
         args = command + [str(a) for a in (spec.get("args") or [])]
         container.argv = [mounts.rewrite(pods.expand(a, raw)) for a in args]
+        # terminationMessagePath: the kubelet mounts a file there; here it is a file of the pod's
+        # directory, and values naming the path are pointed at it, as mountPaths are.
+        path = str(spec.get("terminationMessagePath") or TERMINATION_MESSAGE_PATH)
+        local = record.dir / f"termination-{container.name}"
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.touch(mode=0o600)
+        container.termination_file = local
+        container.argv = [str(local) if a == path else a for a in container.argv]
+        container.env = {k: str(local) if v == path else v for k, v in container.env.items()}
         workdir = mounts.rewrite(spec.get("workingDir") or "")
         if not workdir or not os.path.isdir(workdir):  # missing: a fresh dir under the pod root
             scratch = record.dir / "rootfs" / workdir.lstrip("/")
             scratch.mkdir(parents=True, exist_ok=True)
             workdir = str(scratch)
         container.cwd = workdir
+
+
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+# The kubelet keeps at most this much of a termination message.
+TERMINATION_MESSAGE_LIMIT = 4096
+
+
+def termination_message(container: ContainerRecord) -> str:
+    """What the container wrote to its termination-message file (truncated as the kubelet does)."""
+    if container.termination_file is None:
+        return ""
+    try:
+        data = container.termination_file.read_bytes()[:TERMINATION_MESSAGE_LIMIT]
+    except OSError:
+        return ""
+    return data.decode(errors="replace").strip()
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> None:

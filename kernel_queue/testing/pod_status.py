@@ -37,6 +37,8 @@ class ContainerRecord:
     finished_at: str = ""
     exit_code: int | None = None
     exit_reason: str = ""
+    termination_file: Path | None = None  # where terminationMessagePath points on this machine
+    message: str = ""  # the termination message, read when the process ended
     ready: bool = False
     restarts: int = 0
     last_state: Obj = field(default_factory=dict)
@@ -63,12 +65,15 @@ class ContainerRecord:
         return {**found, "state": state, "lastState": self.last_state}
 
     def terminated(self) -> Obj:
-        return {
+        found: Obj = {
             "exitCode": self.exit_code,
             "reason": self.exit_reason,
             "startedAt": self.started_at or None,
             "finishedAt": self.finished_at,
         }
+        if self.message:
+            found["message"] = self.message
+        return found
 
 
 @dataclass

@@ -696,3 +696,35 @@ async def test_a_service_reaches_the_ready_pod_and_then_its_replacement_at_the_s
         assert [a["ip"] for a in subsets[0]["addresses"]] == [second_ip]
         writer.close()
         await writer.wait_closed()
+
+
+async def test_the_termination_message_file_reaches_the_pod_status(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as (store, _kubelet):
+        script = (
+            "import os, sys; open(os.environ['MSG'], 'w').write('saved 3 variables'); sys.exit(2)"
+        )
+        pod = {
+            "metadata": {"name": "msg"},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "python",
+                        "command": ["python", "-c", script],
+                        "env": [{"name": "MSG", "value": "/dev/termination-log"}],
+                    }
+                ],
+            },
+        }
+        store.create("", "pods", "default", pod)
+
+        def ended() -> dict[str, Any] | None:
+            status = store.get("", "pods", "default", "msg")["status"]
+            if status.get("phase") != "Failed":
+                return None
+            return dict(status["containerStatuses"][0]["state"]["terminated"])
+
+        terminated = await until(ended)
+        assert terminated["exitCode"] == 2
+        assert terminated["message"] == "saved 3 variables"
