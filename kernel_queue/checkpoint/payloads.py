@@ -1,0 +1,160 @@
+"""Payload files written out of band: numpy arrays and torch tensors of 1 MiB or more.
+
+The session pickler's `persistent_id` (`OutOfBand`) writes each such object once, to its own
+`.npy` or `.pt` file, and leaves a reference in the pickle; `load` reads it back. Arrays are
+written in chunks so that a deadline stops even a huge one; torch is imported only if the user
+imported it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import IO, Any
+
+import numpy as np
+import numpy.lib.format as npy
+
+from kernel_queue.checkpoint import CheckpointWriter
+
+BIG = 1 << 20
+"""Arrays and tensors of at least this many bytes go to their own payload file."""
+CHUNK = 64 << 20  # bytes per write of a big array; the deadline is checked between chunks
+
+
+class DeadlinePassed(Exception):
+    """The save's deadline passed: stop writing."""
+
+
+def check(deadline: float | None) -> None:
+    """Raise DeadlinePassed once `time.monotonic()` reaches `deadline` (None: no deadline)."""
+    if deadline is not None and time.monotonic() >= deadline:
+        raise DeadlinePassed
+
+
+class OutOfBand:
+    """The session pickler's `persistent_id`: big arrays and tensors to their own files, once;
+    the real module and its namespace, met nested in a value, as references to the target."""
+
+    def __init__(
+        self,
+        writer: CheckpointWriter,
+        module: ModuleType,
+        deadline: float | None,
+        payload: list[dict[str, Any]],
+        tensors: tuple[type, ...],
+    ) -> None:
+        self.writer, self.module, self.deadline, self.payload = writer, module, deadline, payload
+        self.tensors = tensors
+        self.namespace = module.__dict__
+        self.written: dict[int, tuple[tuple[Any, ...], Any]] = {}  # id → (pid, obj kept alive)
+
+    def persistent_id(self, obj: Any) -> tuple[Any, ...] | None:
+        if obj is self.module:  # nested references to the real module or its namespace
+            return ("main",)
+        if obj is self.namespace:
+            return ("main-dict",)
+        size = size_of(obj, self.tensors)
+        if not size:
+            return None
+        if id(obj) in self.written:
+            return self.written[id(obj)][0]
+        check(self.deadline)
+        number = len(self.written) + 1
+        if isinstance(obj, np.ndarray):
+            name = f"array-{number:04d}.npy"
+            pid: tuple[Any, ...] = ("ndarray", name)
+            entry = {"kind": "ndarray", "shape": list(obj.shape), "dtype": obj.dtype.str}
+        else:
+            name = f"tensor-{number:04d}.pt"
+            parameter = isinstance(obj, sys.modules["torch"].nn.Parameter)
+            pid = ("tensor", name, str(obj.device), parameter, bool(obj.requires_grad))
+            entry = {"kind": "tensor", "shape": list(obj.shape), "device": str(obj.device)}
+        file = self.writer.open(name)
+        if isinstance(obj, np.ndarray):
+            _write_array(file, obj, self.deadline)
+        else:
+            _write_tensor(file, obj)
+        self.payload.append({"file": name, **entry, "bytes": file.tell()})
+        file.close()
+        self.written[id(obj)] = (pid, obj)
+        return pid
+
+
+def load(directory: Path, pid: tuple[Any, ...]) -> Any:
+    """The object a `persistent_id` reference stands for (not the "main" ones)."""
+    if pid[0] == "ndarray":
+        return np.load(directory / pid[1])
+    return _load_tensor(directory / pid[1], *pid[2:])
+
+
+def size_of(obj: Any, tensors: tuple[type, ...]) -> int:
+    """Bytes of a numpy array or torch tensor to write out of band, else 0."""
+    kind = type(obj)
+    if kind is np.ndarray or kind is np.memmap:
+        return int(obj.nbytes) if obj.nbytes >= BIG and not obj.dtype.hasobject else 0
+    if kind in tensors:
+        size = int(obj.element_size() * obj.nelement())
+        return size if size >= BIG and str(obj.layout) == "torch.strided" else 0
+    return 0
+
+
+def tensor_types() -> tuple[type, ...]:
+    """torch.Tensor and torch.nn.Parameter if the user imported torch (never imported here)."""
+    torch = sys.modules.get("torch")
+    found = (getattr(torch, "Tensor", None), getattr(getattr(torch, "nn", None), "Parameter", None))
+    return tuple(kind for kind in found if isinstance(kind, type))
+
+
+def _write_array(file: IO[bytes], array: np.ndarray[Any, Any], deadline: float | None) -> None:
+    """`np.save(file, array)` in chunks, checking the deadline between them; any memory layout."""
+    array = np.asarray(array)  # a memmap is saved as its data and restored as an array
+    header = npy.header_data_from_array_1_0(array)
+    try:
+        npy.write_array_header_1_0(file, header)
+    except ValueError:  # a header over 64 KiB (huge structured dtypes)
+        npy.write_array_header_2_0(file, header)
+    if array.flags.c_contiguous or array.flags.f_contiguous:
+        flat = (array if array.flags.c_contiguous else array.T).reshape(-1).view(np.uint8)
+        for start in range(0, flat.size, CHUNK):
+            check(deadline)
+            file.write(flat[start : start + CHUNK].data)
+        return
+    rows = max(1, CHUNK // max(1, array[:1].nbytes))
+    for start in range(0, array.shape[0], rows):
+        check(deadline)
+        block = np.ascontiguousarray(array[start : start + rows])
+        file.write(block.reshape(-1).view(np.uint8).data)
+
+
+def _write_tensor(file: IO[bytes], tensor: Any) -> None:
+    """`torch.save` a host copy of `tensor`, without its autograd graph or a larger storage."""
+    torch = importlib.import_module("torch")
+    data = tensor.detach()
+    if data.device.type != "cpu":
+        data = data.cpu()
+    elif data.untyped_storage().nbytes() != data.element_size() * data.nelement():
+        data = data.clone()  # a view: save its elements, not the whole storage behind it
+    torch.save(data, file)
+
+
+def _load_tensor(path: Path, device: str, parameter: bool, requires_grad: bool) -> Any:
+    torch = importlib.import_module("torch")
+    target = device if device == "cpu" or _device_available(torch, device) else "cpu"
+    data = torch.load(path, map_location=target, weights_only=True)
+    if parameter:
+        return torch.nn.Parameter(data, requires_grad=requires_grad)
+    return data.requires_grad_(requires_grad) if requires_grad else data
+
+
+def _device_available(torch: Any, device: str) -> bool:
+    kind, _, index = device.partition(":")
+    backend = getattr(torch, kind, None)
+    try:
+        count = int(backend.device_count()) if backend and backend.is_available() else 0
+    except Exception:
+        return False
+    return count > int(index or 0)

@@ -1,0 +1,345 @@
+"""What a checkpoint holds: the kernel's namespace through dill, big arrays and tensors out of band.
+
+`save` test-pickles each user variable, skips (and reports) what cannot be pickled, and dumps the
+rest as dill's session pickle of the real `__main__`, sending numpy arrays and torch tensors of
+1 MiB or more to their own `.npy`/`.pt` files (checkpointing.md §4). `restore` loads it back into
+a module. Runs inside the kernel: stdlib, dill and numpy only; torch only if the user imported it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import platform
+import sys
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping
+from types import ModuleType
+from typing import IO, Any
+
+import dill  # type: ignore[import-untyped]
+import dill.session  # type: ignore[import-untyped]
+import numpy as np
+
+from kernel_queue.checkpoint import (
+    FORMAT_VERSION,
+    Checkpoint,
+    CheckpointStore,
+    CheckpointWriter,
+    FormatMismatch,
+    RestoreReport,
+    SaveReport,
+    payloads,
+)
+
+NAMESPACE = "namespace.pkl"
+PICKLE_PROTOCOL = 5  # not HIGHEST_PROTOCOL: a newer Python must write what 3.11 reads
+CONSISTENCIES = ("consistent", "concurrent")
+_LAST = ("last_type", "last_value", "last_traceback", "last_exc")
+_DILL_LISTS = ("__dill_imported", "__dill_imported_as", "__dill_imported_top_level")
+_VALUES = (int, float, complex, str, bytes, tuple, frozenset)  # never worth saving by reference
+_OWN_FIELDS = frozenset(
+    {"format", "created", "consistency", "module", "namespace", "pickle_protocol", "versions"}
+    | {"saved", "skipped", "payload", "bytes", "seconds", "files"}
+)
+
+
+def save(
+    module: ModuleType,
+    store: CheckpointStore,
+    *,
+    hidden: Collection[str] = (),
+    deadline: float | None = None,
+    consistency: str = "consistent",
+    extra: Mapping[str, Any] | None = None,
+) -> SaveReport:
+    """Checkpoint the user variables of `module` (the IPython user module) into `store`.
+
+    Called by the in-kernel extension on preemption. The user's namespace is never modified
+    (skipped names are left out of a copy, not popped), so a cell may run meanwhile (then pass
+    `consistency="concurrent"`). Never raises for what happens while saving: a passed
+    `deadline` (a `time.monotonic()` value) or an error aborts the new checkpoint, keeps the
+    previous one and is reported in `SaveReport.error`. Raises ValueError only for bad
+    arguments (`consistency`, `extra` fields that clash with the manifest's own).
+    """
+    if consistency not in CONSISTENCIES:
+        raise ValueError(f"consistency must be one of {CONSISTENCIES}, not {consistency!r}")
+    clash = sorted(_OWN_FIELDS.intersection(extra or {}))
+    if clash:
+        raise ValueError(f"extra manifest fields clash with the manifest's own: {clash}")
+    started, created = time.monotonic(), time.time()
+    saved: list[tuple[str, str, int]] = []
+    skipped: list[tuple[str, str, str]] = []
+    payload: list[dict[str, Any]] = []
+    writer: CheckpointWriter | None = None
+    checkpoint: Checkpoint | None = None
+    error = ""
+    try:
+        with _without_last_exception():
+            tensors = payloads.tensor_types()
+            saved, skipped = _select(module, hidden, deadline, tensors)
+            writer = store.begin()
+            external = payloads.OutOfBand(writer, module, deadline, payload, tensors)
+            file = writer.open(NAMESPACE)
+            _dump(file, module, {name for name, _, _ in saved}, hidden, external)
+            payload.insert(0, {"file": NAMESPACE, "kind": "pickle", "bytes": file.tell()})
+            file.close()
+            payloads.check(deadline)
+            manifest = {
+                **(extra or {}),
+                "format": FORMAT_VERSION,
+                "created": created,
+                "consistency": consistency,
+                "module": module.__name__,
+                "namespace": NAMESPACE,
+                "pickle_protocol": PICKLE_PROTOCOL,
+                "versions": _versions(),
+                "saved": [{"name": n, "type": t, "bytes": b} for n, t, b in saved],
+                "skipped": [{"name": n, "type": t, "reason": r} for n, t, r in skipped],
+                "payload": payload,
+                "bytes": sum(entry["bytes"] for entry in payload),
+                "seconds": round(time.monotonic() - started, 3),
+            }
+            checkpoint = writer.commit(manifest)
+    except payloads.DeadlinePassed:
+        error = "deadline"
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if checkpoint is None and writer is not None:
+            writer.abort()
+    return SaveReport(
+        checkpoint=checkpoint,
+        saved=tuple((name, size) for name, _, size in saved) if checkpoint else (),
+        skipped=tuple(skipped),
+        bytes=sum(entry["bytes"] for entry in payload),
+        seconds=time.monotonic() - started,
+        consistency=consistency,
+        error=error,
+    )
+
+
+def restore(module: ModuleType, checkpoint: Checkpoint) -> RestoreReport:
+    """Load `checkpoint`'s variables into `module` (the IPython user module of a fresh kernel).
+
+    Called by the in-kernel extension before the kernel serves requests; the caller marks the
+    checkpoint restored in its store. A name imported by reference that no longer imports is
+    reported in `skipped`; FormatMismatch for a manifest of another format and unpickling
+    errors propagate (the namespace may then be partly restored).
+    """
+    manifest = checkpoint.manifest
+    if manifest.get("format") != FORMAT_VERSION:
+        raise FormatMismatch(
+            f"checkpoint {checkpoint.id} was written in checkpoint format "
+            f"{manifest.get('format')!r}, but this kernel-queue reads format {FORMAT_VERSION} "
+            "only; restore it with the kernel-queue version that wrote it, or start afresh"
+        )
+    loaded: dict[str, Any] = {}
+
+    def persistent_load(pid: tuple[Any, ...]) -> Any:
+        kind = pid[0]
+        if kind == "main":
+            return module
+        if kind == "main-dict":
+            return module.__dict__
+        if pid[1] not in loaded:
+            loaded[pid[1]] = payloads.load(checkpoint.path, pid)
+        return loaded[pid[1]]
+
+    saved_as = str(manifest["module"])
+
+    def import_module(name: str, safe: bool = False) -> Any:
+        if name in (saved_as, "__runtime__." + saved_as):
+            return module
+        return dill._dill._import_module(name, safe)
+
+    keep = {k: v for k, v in vars(module).items() if k.startswith("__") and k.endswith("__")}
+    with open(checkpoint.path / str(manifest["namespace"]), "rb") as file:
+        unpickler = dill.Unpickler(file)
+        find_class = unpickler.find_class
+
+        def find(module_name: str, name: str) -> Any:
+            if module_name in ("dill._dill", "dill.dill") and name == "_import_module":
+                return import_module
+            return find_class(module_name, name)
+
+        # dill.load_module() takes no persistent_load: configure its Unpickler the same way.
+        unpickler.persistent_load = persistent_load
+        unpickler.find_class = find
+        unpickler._main, unpickler._session = module, True
+        unpickler.load()
+    failed = _import_references(module, find_class)
+    vars(module).update(keep)
+    lost = {name for name, _, _ in failed}
+    saved = [(str(e["name"]), int(e["bytes"])) for e in manifest.get("saved", ())]
+    recorded = [(str(e["name"]), str(e["type"]), str(e["reason"])) for e in manifest["skipped"]]
+    return RestoreReport(
+        checkpoint=checkpoint,
+        restored=tuple((name, size) for name, size in saved if name not in lost),
+        skipped=(*recorded, *failed),
+        age_seconds=max(0.0, time.time() - checkpoint.created),
+        consistency=str(manifest.get("consistency", "consistent")),
+    )
+
+
+def _select(
+    module: ModuleType,
+    hidden: Collection[str],
+    deadline: float | None,
+    tensors: tuple[type, ...],
+) -> tuple[list[tuple[str, str, int]], list[tuple[str, str, str]]]:
+    """Test-pickle the user variables: (name, type, bytes) of those that pickle, and (name, type,
+    reason) of those that don't. Hidden, `_`-prefixed and module names are no variables; big
+    arrays and tensors are known to pickle and are not serialised twice."""
+    saved, skipped = [], []
+    for name, value in dict(module.__dict__).items():
+        if name in hidden or name.startswith("_") or isinstance(value, ModuleType):
+            continue
+        payloads.check(deadline)
+        try:
+            size = payloads.size_of(value, tensors) or _probe(value, module, tensors)
+        except Exception as exc:
+            skipped.append((name, type(value).__name__, _reason(exc)))
+        else:
+            saved.append((name, type(value).__name__, size))
+    return saved, skipped
+
+
+def _dump(
+    file: IO[bytes],
+    module: ModuleType,
+    names: set[str],
+    hidden: Collection[str],
+    external: payloads.OutOfBand,
+) -> None:
+    """`dill.dump_module(file, module=module, refimported=True)` of `names` plus the modules.
+
+    dill.dump_module() builds its own Pickler, which cannot be given a persistent_id, so this
+    repeats its setup. It pickles a copy of the module holding only what is saved (as dill does
+    itself for `refimported`); `_original_main` makes dill map the functions' `__globals__` (the
+    real namespace) to that copy, so nothing unsaved is dragged in and the user's namespace is
+    never modified, even while a cell runs.
+    """
+    stash = _stash(module)
+    copy = ModuleType(module.__name__)
+    for dunder in ("__doc__", "__package__", "__spec__", "__loader__"):
+        del copy.__dict__[dunder]
+
+    def kept(name: str, value: Any) -> bool:  # the saved variables, and modules by reference
+        return name in names or (
+            isinstance(value, ModuleType) and name not in hidden and not name.startswith("_")
+        )
+
+    refs: dict[str, list[tuple[str, ...]]] = {key: [] for key in _DILL_LISTS}
+    for key in _DILL_LISTS:
+        for ref in getattr(stash, key, ()) if stash is not module else ():
+            value = module.__dict__.get(ref[-1])
+            if ref[-1] in names and isinstance(value, _VALUES):
+                copy.__dict__[ref[-1]] = value  # a number imported by name: keep its value
+            elif kept(ref[-1], value):
+                refs[key].append(ref)
+    for name, value in dict(vars(stash)).items():
+        if kept(name, value):
+            if value is stash or value is module:  # `me = sys.modules[__name__]`
+                value = copy
+            elif value is vars(stash) or value is vars(module):  # `namespace = globals()`
+                value = vars(copy)
+            copy.__dict__[name] = value
+    copy.__dict__.update(refs)
+    pickler = dill.Pickler(file, PICKLE_PROTOCOL)
+    pickler.persistent_id = external.persistent_id
+    pickler._original_main, pickler._main, pickler._main_modified = module, copy, True
+    pickler._byref, pickler._recurse = False, False
+    pickler._session, pickler._first_pass = True, True
+    pickler.dump(copy)
+
+
+def _import_references(
+    module: ModuleType, find_class: Callable[[str, str], Any]
+) -> list[tuple[str, str, str]]:
+    """Put back what `_stash` saved by reference (dill's `_restore_modules`, but one name that no
+    longer imports is reported instead of failing the whole restore)."""
+    namespace, failed = vars(module), []
+    names = [(m, n, n) for m, n in namespace.pop("__dill_imported", ())]
+    names += [(m, o, n) for m, o, n in namespace.pop("__dill_imported_as", ())]
+    for module_name, attribute, name in names:
+        try:
+            namespace[name] = find_class(module_name, attribute)
+        except Exception as exc:
+            failed.append((name, "reference", f"{module_name}.{attribute}: {_reason(exc)}"))
+    for module_name, name in namespace.pop("__dill_imported_top_level", ()):
+        try:
+            namespace[name] = importlib.import_module(module_name)
+        except Exception as exc:
+            failed.append((name, "module", _reason(exc)))
+    return failed
+
+
+def _stash(module: ModuleType) -> ModuleType:
+    """dill's `refimported` split of `module` (imported objects become references)."""
+    for _ in range(5):
+        with contextlib.suppress(RuntimeError):  # "dictionary changed size": a cell is running
+            stash: ModuleType = dill.session._stash_modules(module)
+            return stash
+    raise RuntimeError("the namespace kept changing while it was being saved")
+
+
+def _probe(value: Any, module: ModuleType, tensors: tuple[type, ...]) -> int:
+    """`len(dill.dumps(value))`, as the session pickle would pickle it, big arrays not counted
+    twice nor copied; raises what dill raises for an unpicklable value."""
+    sink, big = _Counter(), {}
+
+    def persistent_id(obj: Any) -> tuple[str] | None:
+        if obj is module or obj is module.__dict__:
+            return ("main",)
+        size = payloads.size_of(obj, tensors)
+        if size:
+            big[id(obj)] = size
+            return ("big",)
+        return None
+
+    pickler = dill.Pickler(sink, PICKLE_PROTOCOL)
+    pickler.persistent_id = persistent_id
+    pickler._main, pickler._byref, pickler._recurse = module, False, False
+    pickler.dump(value)
+    return sink.count + sum(big.values())
+
+
+@contextlib.contextmanager
+def _without_last_exception() -> Iterator[None]:
+    """Clear `sys.last_*` while saving: with `refimported` dill would save an exception class
+    raised in the session as a reference to `sys.last_type`, which a fresh kernel lacks."""
+    kept = {name: getattr(sys, name) for name in _LAST if hasattr(sys, name)}
+    for name in kept:
+        delattr(sys, name)
+    try:
+        yield
+    finally:
+        for name, value in kept.items():
+            setattr(sys, name, value)
+
+
+class _Counter:
+    """A write-only file that only counts bytes."""
+
+    count = 0
+
+    def write(self, data: bytes) -> int:
+        self.count += len(data)
+        return len(data)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _versions() -> dict[str, str]:
+    versions = {
+        "python": platform.python_version(),
+        "dill": dill.__version__,
+        "numpy": np.__version__,
+    }
+    if "torch" in sys.modules:
+        versions["torch"] = str(getattr(sys.modules["torch"], "__version__", "?"))
+    return versions

@@ -1,0 +1,257 @@
+"""DirectoryStore on real files with real fsync: the commit protocol, retention, permissions,
+the restored marker, damaged checkpoints and clean-up."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernel_queue.checkpoint import Checkpoint, CheckpointError, DirectoryStore
+
+
+def commit(store: DirectoryStore, marker: int, payload: bytes = b"data") -> Checkpoint:
+    writer = store.begin()
+    with writer.open("payload.bin") as file:
+        file.write(payload)
+    return writer.commit({"marker": marker, "created": 1_700_000_000.0 + marker})
+
+
+def listing(path: Path) -> list[str]:
+    return sorted(p.name for p in path.iterdir())
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def permissive_umask() -> Iterator[None]:
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def test_the_manifest_is_written_last_and_only_then_the_checkpoint_counts(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path / "kernel")
+    writer = store.begin()
+    with writer.open("namespace.pkl") as file:
+        file.write(b"x" * 1000)
+    (partial,) = (tmp_path / "kernel").iterdir()
+    assert partial.name.endswith(".partial")
+    assert listing(partial) == ["namespace.pkl"]
+    assert store.latest() is None
+    assert store.committed() == []
+
+    checkpoint = writer.commit({"marker": 1, "created": 1_700_000_000.0})
+
+    assert listing(tmp_path / "kernel") == [checkpoint.id]
+    assert checkpoint.path == tmp_path / "kernel" / checkpoint.id
+    assert listing(checkpoint.path) == ["manifest.json", "namespace.pkl"]
+    assert json.loads((checkpoint.path / "manifest.json").read_text()) == {
+        "created": 1_700_000_000.0,
+        "files": {"namespace.pkl": 1000},
+        "marker": 1,
+    }
+    assert checkpoint.created == 1_700_000_000.0
+    assert checkpoint.manifest["marker"] == 1
+    assert store.latest() == checkpoint
+    assert store.committed() == [checkpoint]
+
+
+def test_a_directory_without_a_manifest_is_ignored_by_readers(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    first = commit(store, 1)
+    later = tmp_path / "00000009-20300101T000000000Z"  # newer id, never committed
+    later.mkdir()
+    (later / "payload.bin").write_bytes(b"half written")
+
+    assert store.committed() == [first]
+    assert store.latest() == first
+
+
+def test_ids_sort_in_creation_order(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path, keep=10)
+    ids = [commit(store, marker).id for marker in range(12)]
+    assert ids == sorted(ids)
+    assert [c.id for c in store.committed()] == ids[-10:]
+    assert ids[0].startswith("00000001-") and ids[11].startswith("00000012-")
+
+
+def test_retention_keeps_the_last_keep_committed_checkpoints(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path, keep=2)
+    checkpoints = [commit(store, marker) for marker in range(4)]
+    assert store.committed() == checkpoints[2:]
+    assert listing(tmp_path) == [c.id for c in checkpoints[2:]]
+    assert [c.manifest["marker"] for c in store.committed()] == [2, 3]
+
+
+def test_keep_one_still_keeps_the_previous_checkpoint_until_the_new_one_commits(
+    tmp_path: Path,
+) -> None:
+    store = DirectoryStore(tmp_path, keep=1)
+    first = commit(store, 1)
+    writer = store.begin()
+    with writer.open("payload.bin") as file:
+        file.write(b"new")
+    assert store.latest() == first
+    second = writer.commit({"marker": 2})
+    assert store.committed() == [second]
+
+
+def test_directories_are_0700_and_files_0600_whatever_the_umask(
+    tmp_path: Path, permissive_umask: None
+) -> None:
+    root = tmp_path / "checkpoints" / "kernel"
+    root.mkdir(parents=True, mode=0o777)
+    os.chmod(root, 0o777)
+    store = DirectoryStore(root)
+    checkpoint = commit(store, 1)
+    store.mark_restored(checkpoint)
+
+    assert mode(root) == 0o700
+    assert mode(checkpoint.path) == 0o700
+    assert {name: mode(checkpoint.path / name) for name in listing(checkpoint.path)} == {
+        "manifest.json": 0o600,
+        "payload.bin": 0o600,
+        "restored": 0o600,
+    }
+
+
+def test_a_new_root_is_created_0700(tmp_path: Path, permissive_umask: None) -> None:
+    root = tmp_path / "fresh"
+    commit(DirectoryStore(root), 1)
+    assert mode(root) == 0o700
+
+
+def test_a_restored_checkpoint_is_not_offered_again_nor_replaced_by_an_older_one(
+    tmp_path: Path,
+) -> None:
+    # Decision: latest() looks at the newest committed checkpoint only. Once it is restored,
+    # an older one would roll the kernel back further, so there is nothing to restore.
+    store = DirectoryStore(tmp_path, keep=3)
+    commit(store, 1)
+    second = commit(store, 2)
+    store.mark_restored(second)
+
+    assert store.latest() is None
+    assert [c.manifest["marker"] for c in store.committed()] == [1, 2]
+    assert listing(second.path) == ["manifest.json", "payload.bin", "restored"]
+
+    third = commit(store, 3)
+    assert store.latest() == third
+
+
+def test_abort_leaves_nothing_behind(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    writer = store.begin()
+    with writer.open("a.bin") as file:
+        file.write(b"a")
+    still_open = writer.open("b.bin")
+    still_open.write(b"b")
+
+    writer.abort()
+    writer.abort()
+
+    assert listing(tmp_path) == []
+    assert store.latest() is None
+    with pytest.raises(CheckpointError, match="already committed or aborted"):
+        writer.open("c.bin")
+
+
+def test_abort_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    first = commit(store, 1)
+    writer = store.begin()
+    with writer.open("payload.bin") as file:
+        file.write(b"doomed")
+    writer.abort()
+    assert listing(tmp_path) == [first.id]
+    assert store.latest() == first
+
+
+def test_a_corrupt_manifest_is_ignored(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path, keep=3)
+    first = commit(store, 1)
+    second = commit(store, 2)
+    (second.path / "manifest.json").write_text('{"marker": 2, "fil')
+    assert store.committed() == [first]
+    assert store.latest() == first
+
+
+def test_a_checkpoint_whose_payload_file_is_truncated_or_missing_is_ignored(
+    tmp_path: Path,
+) -> None:
+    store = DirectoryStore(tmp_path, keep=3)
+    first = commit(store, 1, b"0123456789")
+    second = commit(store, 2, b"0123456789")
+    third = commit(store, 3, b"0123456789")
+    (second.path / "payload.bin").write_bytes(b"01234")
+    (third.path / "payload.bin").unlink()
+    assert store.committed() == [first]
+
+
+def test_begin_removes_what_an_interrupted_write_or_deletion_left(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path)
+    first = commit(store, 1)
+    (tmp_path / "00000007-20300101T000000000Z.partial").mkdir()
+    (tmp_path / "00000007-20300101T000000000Z.partial" / "payload.bin").write_bytes(b"x")
+    (tmp_path / "00000003-20300101T000000000Z.deleting").mkdir()
+
+    writer = store.begin()
+
+    assert listing(tmp_path) == sorted([first.id, writer.id + ".partial"])
+    assert writer.id > first.id
+    other = store.begin()  # a second writer does not remove the first one's directory
+    assert (tmp_path / (writer.id + ".partial")).is_dir()
+    other.abort()
+    writer.abort()
+
+
+def test_payload_names_are_plain_new_file_names(tmp_path: Path) -> None:
+    writer = DirectoryStore(tmp_path).begin()
+    writer.open("a.npy").close()
+    for bad in ("a.npy", "manifest.json", "restored", "../escape", ".hidden", ""):
+        with pytest.raises(ValueError, match="cannot create payload file"):
+            writer.open(bad)
+    writer.abort()
+
+
+def test_commit_refuses_open_payload_files_and_non_json_manifests(tmp_path: Path) -> None:
+    writer = DirectoryStore(tmp_path).begin()
+    file = writer.open("a.bin")
+    with pytest.raises(CheckpointError, match=r"payload files still open at commit: a\.bin"):
+        writer.commit({})
+    file.close()
+    with pytest.raises(ValueError, match="the manifest is not plain JSON"):
+        writer.commit({"when": object()})
+    with pytest.raises(ValueError, match="'files' is written by the store"):
+        writer.commit({"files": []})
+    assert writer.commit({}).manifest == {"files": {"a.bin": 0}}
+
+
+def test_delete_all_removes_every_checkpoint_and_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "kernel"
+    store = DirectoryStore(root)
+    commit(store, 1)
+    commit(store, 2)
+    store.begin()  # an uncommitted one too
+
+    store.delete_all()
+    store.delete_all()
+
+    assert not root.exists()
+    assert store.latest() is None
+    assert store.committed() == []
+    assert listing(tmp_path) == []
+
+
+def test_keep_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="keep must be at least 1, not 0"):
+        DirectoryStore(tmp_path, keep=0)

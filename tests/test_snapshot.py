@@ -1,0 +1,491 @@
+"""save/restore of a kernel namespace: real fresh Python processes play the preempted kernel and
+the re-admitted one (so the `__main__` gotchas are real), plus in-process checks of layouts,
+deadlines, format versions and the sentences users read. Torch tests run only if torch imports."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+import time
+import types
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import pytest
+
+import kernel_queue.checkpoint as kc
+
+KERNEL_BEFORE = """
+import json, socket, sys
+import numpy as np
+import kernel_queue.checkpoint as kc
+
+count = 7
+settings = {"lr": 0.5, "layers": [3, 4]}
+weights = np.arange(50 * 2**20 // 8, dtype=np.float64)  # 50 MiB
+alias = weights
+square = lambda v: v * v
+def scaled(v):
+    return v * settings["lr"] * count
+class Point:
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+    def norm2(self):
+        return self.x**2 + self.y**2
+point = Point(3, 4)
+sock = socket.socket()
+gen = (i for i in range(3))
+class Oops(Exception):
+    pass
+try:
+    raise Oops("caught, as IPython would record it")
+except Oops:
+    sys.last_type, sys.last_value, sys.last_traceback = sys.exc_info()
+
+report = kc.save(
+    sys.modules["__main__"],
+    kc.DirectoryStore(sys.argv[1]),
+    extra={"kernel_id": "k-1", "reason": "preempted"},
+)
+print(json.dumps({
+    "summary": kc.summary(report),
+    "saved": [name for name, _ in report.saved],
+    "skipped": report.skipped,
+    "error": report.error,
+    "last_type_after_save": sys.last_type.__name__,
+    "sock_still_in_namespace": "sock" in globals(),
+}))
+sock.close()
+"""
+
+KERNEL_AFTER = """
+import json, sys
+import kernel_queue.checkpoint as kc
+
+store = kc.DirectoryStore(sys.argv[1])
+checkpoint = store.latest()
+report = kc.restore(sys.modules["__main__"], checkpoint)
+store.mark_restored(checkpoint)
+print(json.dumps({
+    "summary": kc.summary(report),
+    "restored": [name for name, _ in report.restored],
+    "skipped": report.skipped,
+    "count": count,
+    "settings": settings,
+    "weights": [weights.dtype.str, weights.shape[0], float(weights[12345]), float(weights[-1])],
+    "alias is weights": alias is weights,
+    "square(7)": square(7),
+    "scaled(10)": scaled(10),
+    "point": [type(point).__name__, isinstance(point, Point), point.norm2()],
+    "Point(1, 2).norm2()": Point(1, 2).norm2(),
+    "Oops is an exception class": issubclass(Oops, Exception),
+    "sock or gen present": "sock" in globals() or "gen" in globals(),
+    "np is numpy": np.__name__,
+    "__name__": __name__,
+    "manifest": {k: checkpoint.manifest[k] for k in ("kernel_id", "reason", "format")},
+    "latest after mark_restored": store.latest(),
+}))
+"""
+
+
+def run_kernel(tmp_path: Path, source: str, *args: str) -> Any:
+    script = tmp_path / f"kernel_{len(list(tmp_path.glob('kernel_*.py')))}.py"
+    script.write_text(textwrap.dedent(source))
+    done = subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def make_module(source: str, name: str = "kernelns") -> types.ModuleType:
+    module = types.ModuleType(name)
+    exec(textwrap.dedent(source), module.__dict__)
+    return module
+
+
+def test_a_kernel_namespace_is_restored_in_a_fresh_process(tmp_path: Path) -> None:
+    root = str(tmp_path / "checkpoints")
+    before = run_kernel(tmp_path, KERNEL_BEFORE, root)
+    skipped = [
+        ["sock", "socket", "cannot pickle 'socket' object"],
+        ["gen", "generator", "cannot pickle 'generator' object"],
+    ]
+    assert before["error"] == ""
+    assert before["saved"] == [
+        "count", "settings", "weights", "alias", "square", "scaled", "Point", "point", "Oops"
+    ]  # fmt: skip
+    assert before["skipped"] == skipped
+    assert re.sub(r"in \d+\.\d s", "in N s", before["summary"]) == (
+        "saved 9 variables (52.4 MB) in N s; not saved: sock (socket: cannot pickle 'socket' "
+        "object), gen (generator: cannot pickle 'generator' object)"
+    )
+    assert before["last_type_after_save"] == "Oops"
+    assert before["sock_still_in_namespace"] is True
+
+    after = run_kernel(tmp_path, KERNEL_AFTER, root)
+
+    assert after == {
+        "summary": "restored 9 variables (52.4 MB) from a checkpoint 0 s old; "
+        "not restored: sock (socket), gen (generator)",
+        "restored": before["saved"],
+        "skipped": skipped,
+        "count": 7,
+        "settings": {"lr": 0.5, "layers": [3, 4]},
+        "weights": ["<f8", 6553600, 12345.0, 6553599.0],
+        "alias is weights": True,
+        "square(7)": 49,
+        "scaled(10)": 35.0,
+        "point": ["Point", True, 25],
+        "Point(1, 2).norm2()": 5,
+        "Oops is an exception class": True,
+        "sock or gen present": False,
+        "np is numpy": "numpy",
+        "__name__": "__main__",
+        "manifest": {"kernel_id": "k-1", "reason": "preempted", "format": 1},
+        "latest after mark_restored": None,
+    }
+
+
+def test_one_checkpoint_layout_on_disk(tmp_path: Path) -> None:
+    module = make_module("""
+        import numpy as np
+        big = np.ones((512, 512))        # 2 MiB: its own file
+        same = big
+        small = np.arange(10)            # in the namespace pickle
+        text = "hello"
+    """)
+    report = kc.save(module, kc.DirectoryStore(tmp_path), extra={"kernel_id": "k-2"})
+    assert report.checkpoint is not None
+    manifest = dict(report.checkpoint.manifest)
+    assert sorted(p.name for p in report.checkpoint.path.iterdir()) == [
+        "array-0001.npy",
+        "manifest.json",
+        "namespace.pkl",
+    ]
+    assert sorted(manifest) == [
+        "bytes", "consistency", "created", "files", "format", "kernel_id", "module", "namespace",
+        "payload", "pickle_protocol", "saved", "seconds", "skipped", "versions",
+    ]  # fmt: skip
+    assert manifest["format"] == kc.FORMAT_VERSION == 1
+    assert manifest["module"] == "kernelns"
+    assert manifest["consistency"] == "consistent"
+    assert manifest["pickle_protocol"] == 5
+    assert sorted(manifest["versions"]) == ["dill", "numpy", "python"]
+    assert [(e["name"], e["type"]) for e in manifest["saved"]] == [
+        ("big", "ndarray"), ("same", "ndarray"), ("small", "ndarray"), ("text", "str")
+    ]  # fmt: skip
+    assert manifest["saved"][0]["bytes"] == 2 * 2**20
+    assert manifest["skipped"] == []
+    assert manifest["payload"][1] == {
+        "file": "array-0001.npy", "kind": "ndarray", "shape": [512, 512], "dtype": "<f8",
+        "bytes": 2 * 2**20 + 128,
+    }  # fmt: skip
+    assert manifest["payload"][0]["file"] == "namespace.pkl"
+    assert manifest["files"] == {e["file"]: e["bytes"] for e in manifest["payload"]}
+    assert manifest["bytes"] == report.bytes == sum(manifest["files"].values())
+
+
+def test_arrays_of_every_layout_round_trip(tmp_path: Path) -> None:
+    memmap = np.memmap(tmp_path / "data.mm", dtype=np.int32, mode="w+", shape=(1024, 512))
+    memmap[:] = np.arange(1024 * 512, dtype=np.int32).reshape(1024, 512)
+    module = make_module("""
+        import numpy as np
+        c_order = np.random.default_rng(0).random((700, 300))
+        f_order = np.asfortranarray(c_order)
+        strided = np.arange(2_000_000, dtype=np.float64).reshape(1000, 2000)[::3, ::2]
+        records = np.zeros(100_000, dtype=[("a", "<i4"), ("b", "<f8"), ("c", "S7")])
+        records["a"] = np.arange(100_000)
+        when = np.arange(200_000).astype("datetime64[s]")
+        objects = np.array([{"k": i} for i in range(200_000)], dtype=object)
+        tiny = np.arange(5)
+    """)
+    module.memmap = memmap
+    expected = {name: np.array(value) for name, value in vars(module).items()
+                if isinstance(value, np.ndarray)}  # fmt: skip
+    report = kc.save(module, kc.DirectoryStore(tmp_path / "store"))
+    assert report.checkpoint is not None, report.error
+    kinds = {e["file"].split("-")[0] for e in report.checkpoint.manifest["payload"]}
+    assert kinds == {"namespace.pkl", "array"}
+    del memmap, module.memmap
+
+    fresh = types.ModuleType("kernelns")
+    kc.restore(fresh, report.checkpoint)
+
+    for name, value in expected.items():
+        restored = getattr(fresh, name)
+        assert type(restored) is np.ndarray, name
+        assert restored.dtype == value.dtype, name
+        assert np.array_equal(restored, value), name
+    assert fresh.f_order.flags.f_contiguous
+    assert fresh.objects[123] == {"k": 123}
+
+
+def test_hidden_private_and_module_names_are_not_saved_as_variables(tmp_path: Path) -> None:
+    module = make_module("""
+        import json
+        import numpy as np
+        In = ["x = 1"]
+        _private = 1
+        _5 = "an output"
+        exit = object()
+        x = 1
+    """)
+    report = kc.save(module, kc.DirectoryStore(tmp_path), hidden={"In", "exit"})
+    assert report.saved == (("x", 5),)
+    assert report.skipped == ()
+
+    fresh = types.ModuleType("kernelns")
+    kc.restore(fresh, report.checkpoint)  # type: ignore[arg-type]
+    assert sorted(k for k in vars(fresh) if not k.startswith("__")) == ["json", "np", "x"]
+    assert fresh.np is np
+
+
+def test_a_name_imported_from_a_module_that_is_gone_is_reported_not_fatal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "kq_gone_mod.py").write_text("LIMIT = 7\ndef helper():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = make_module("""
+        import kq_gone_mod
+        from kq_gone_mod import LIMIT, helper
+        kept = [1, 2]
+    """)
+    report = kc.save(module, kc.DirectoryStore(tmp_path / "store"))
+    assert [name for name, _ in report.saved] == ["LIMIT", "helper", "kept"]
+    monkeypatch.delitem(sys.modules, "kq_gone_mod")
+    (tmp_path / "kq_gone_mod.py").unlink()
+
+    fresh = types.ModuleType("kernelns")
+    restored = kc.restore(fresh, report.checkpoint)  # type: ignore[arg-type]
+
+    assert (fresh.kept, fresh.LIMIT) == ([1, 2], 7)  # a number imported by name keeps its value
+    assert [name for name, _ in restored.restored] == ["LIMIT", "kept"]
+    assert restored.skipped == (
+        ("helper", "reference", "kq_gone_mod.helper: No module named 'kq_gone_mod'"),
+        ("kq_gone_mod", "module", "No module named 'kq_gone_mod'"),
+    )
+    assert kc.summary(restored).endswith("not restored: helper (reference), kq_gone_mod (module)")
+
+
+def test_save_leaves_the_namespace_and_sys_last_untouched(tmp_path: Path) -> None:
+    module = make_module("""
+        import threading
+        lock_holder = {"sock": __import__("socket").socket()}
+        value = 3
+    """)
+    namespace = dict(vars(module))
+    last = getattr(sys, "last_type", None)
+    sys.last_type = KeyError
+    try:
+        report = kc.save(module, kc.DirectoryStore(tmp_path))
+        assert sys.last_type is KeyError
+    finally:
+        if last is None:
+            del sys.last_type
+        else:
+            sys.last_type = last
+        module.lock_holder["sock"].close()
+    assert vars(module) == namespace
+    assert [name for name, _, _ in report.skipped] == ["lock_holder"]
+
+
+def test_functions_keep_their_globals_in_a_module_of_another_name(tmp_path: Path) -> None:
+    module = make_module(
+        """
+        factor = 3
+        def times(v):
+            return v * factor
+        namespace = globals()
+        holder = {"namespace": globals()}
+        """,
+        name="first",
+    )
+    module.me = module
+    module.holder["module"] = module
+    report = kc.save(module, kc.DirectoryStore(tmp_path))
+    second = types.ModuleType("second")
+    kc.restore(second, report.checkpoint)  # type: ignore[arg-type]
+    assert second.__name__ == "second"
+    assert second.times.__globals__ is vars(second)
+    assert second.namespace is vars(second)
+    assert second.me is second
+    assert second.holder == {"namespace": vars(second), "module": second}
+    second.factor = 10
+    assert second.times(2) == 20
+
+
+def test_a_deadline_already_past_commits_nothing_and_keeps_the_previous_checkpoint(
+    tmp_path: Path,
+) -> None:
+    store = kc.DirectoryStore(tmp_path)
+    module = make_module("x = 1")
+    first = kc.save(module, store).checkpoint
+    module.x = 2
+
+    report = kc.save(module, store, deadline=time.monotonic() - 1)
+
+    assert (report.checkpoint, report.error, report.saved) == (None, "deadline", ())
+    assert re.sub(r"after \d+\.\d s", "after N s", kc.summary(report)) == (
+        "checkpoint not saved after N s (the deadline passed); any earlier one is kept"
+    )
+    assert store.latest() == first
+    assert [p.name for p in tmp_path.iterdir()] == [first.id]  # type: ignore[union-attr]
+
+
+class SlowStore:
+    """A DirectoryStore whose payload files take `delay` seconds each to open."""
+
+    def __init__(self, store: kc.DirectoryStore, delay: float) -> None:
+        self.store, self.delay = store, delay
+
+    def begin(self) -> SlowStore:
+        self.writer = self.store.begin()
+        return self
+
+    def open(self, name: str) -> BinaryIO:
+        time.sleep(self.delay)
+        return self.writer.open(name)
+
+    def commit(self, manifest: Any) -> kc.Checkpoint:
+        return self.writer.commit(manifest)
+
+    def abort(self) -> None:
+        self.writer.abort()
+
+    def latest(self) -> kc.Checkpoint | None:
+        return self.store.latest()
+
+    def committed(self) -> list[kc.Checkpoint]:
+        return self.store.committed()
+
+    def mark_restored(self, checkpoint: kc.Checkpoint) -> None:
+        self.store.mark_restored(checkpoint)
+
+    def delete_all(self) -> None:
+        self.store.delete_all()
+
+
+def test_a_deadline_passing_while_arrays_are_written_aborts_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    store = kc.DirectoryStore(tmp_path)
+    module = make_module("import numpy as np\nx = 1")
+    first = kc.save(module, store).checkpoint
+    module.a, module.b = np.ones(2**18), np.zeros(2**18)  # 2 MiB each
+
+    # namespace.pkl opens at +0.2 s, a's file at +0.4 s: its first chunk is past the deadline
+    report = kc.save(module, SlowStore(store, 0.2), deadline=time.monotonic() + 0.3)
+
+    assert (report.checkpoint, report.error) == (None, "deadline")
+    assert store.latest() == first
+    assert [p.name for p in tmp_path.iterdir()] == [first.id]  # type: ignore[union-attr]
+
+
+def test_an_error_while_saving_is_reported_not_raised(tmp_path: Path) -> None:
+    (tmp_path / "not-a-directory").write_text("")
+    report = kc.save(make_module("x = 1"), kc.DirectoryStore(tmp_path / "not-a-directory"))
+    assert report.checkpoint is None
+    assert report.error.startswith("FileExistsError: [Errno 17] File exists")
+
+
+def test_bad_arguments_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    store, module = kc.DirectoryStore(tmp_path / "store"), make_module("x = 1")
+    with pytest.raises(ValueError, match="consistency must be one of"):
+        kc.save(module, store, consistency="eventually")
+    with pytest.raises(ValueError, match=r"clash with the manifest's own: \['files', 'format'\]"):
+        kc.save(module, store, extra={"format": 9, "files": 1, "kernel_id": "k"})
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_checkpoint_of_another_format_is_refused_with_both_versions_named(
+    tmp_path: Path,
+) -> None:
+    store = kc.DirectoryStore(tmp_path)
+    checkpoint = kc.save(make_module("x = 1"), store).checkpoint
+    assert checkpoint is not None
+    manifest = json.loads((checkpoint.path / "manifest.json").read_text())
+    manifest["format"] = 2
+    (checkpoint.path / "manifest.json").write_text(json.dumps(manifest))
+    future = store.latest()
+    assert future is not None
+
+    with pytest.raises(kc.FormatMismatch) as caught:
+        kc.restore(types.ModuleType("kernelns"), future)
+    assert str(caught.value) == (
+        f"checkpoint {checkpoint.id} was written in checkpoint format 2, but this kernel-queue "
+        "reads format 1 only; restore it with the kernel-queue version that wrote it, or start "
+        "afresh"
+    )
+    assert isinstance(caught.value, kc.CheckpointError)
+
+
+def test_a_concurrent_save_is_recorded_and_told_on_restore(tmp_path: Path) -> None:
+    report = kc.save(make_module("x = 1"), kc.DirectoryStore(tmp_path), consistency="concurrent")
+    assert report.checkpoint is not None
+    restored = kc.restore(types.ModuleType("kernelns"), report.checkpoint)
+    assert restored.consistency == "concurrent"
+    assert kc.summary(restored).endswith(
+        "; it was saved while code was running, so some values may be mid-update"
+    )
+
+
+def test_summary_sentences() -> None:
+    checkpoint = kc.Checkpoint(
+        id="00000001-20260101T000000000Z",
+        path=Path("/checkpoints/k/00000001-20260101T000000000Z"),
+        created=1_700_000_000.0,
+        manifest={"bytes": 52_400_000},
+    )
+    sock = ("sock", "socket", "cannot pickle 'socket' object")
+    saved = (("x", 28), ("weights", 52_428_800), ("alias", 52_428_800))
+    save_report = kc.SaveReport(checkpoint, saved, (sock,), 52_400_000, 0.43, "consistent")
+    assert kc.summary(save_report) == (
+        "saved 3 variables (52.4 MB) in 0.4 s; not saved: sock (socket: cannot pickle 'socket' "
+        "object)"
+    )
+    one = kc.SaveReport(checkpoint, (("x", 28),), (), 900, 0.01, "consistent")
+    assert kc.summary(one) == "saved 1 variable (900 B) in 0.0 s"
+    failed = kc.SaveReport(None, (), (sock,), 0, 1.26, "concurrent", error="OSError: disk full")
+    assert kc.summary(failed) == (
+        "checkpoint not saved after 1.3 s (OSError: disk full); any earlier one is kept; "
+        "not saved: sock (socket: cannot pickle 'socket' object)"
+    )
+    restored = (*saved, ("y", 1), ("z", 2))
+    for age, words in ((12.0, "12 s"), (180.0, "3 min"), (7200.0, "2 h"), (3 * 86400.0, "3 days")):
+        report = kc.RestoreReport(checkpoint, restored, (sock,), age, "consistent")
+        assert kc.summary(report) == (
+            f"restored 5 variables (52.4 MB) from a checkpoint {words} old; "
+            "not restored: sock (socket)"
+        )
+
+
+def test_torch_tensors_go_out_of_band_and_keep_aliasing(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    module = make_module("""
+        import torch
+        weights = torch.arange(2**19, dtype=torch.float32)          # 2 MiB
+        same = weights
+        param = torch.nn.Parameter(torch.ones(1024, 512))            # 2 MiB
+        view = torch.arange(2**21, dtype=torch.float32)[: 2**18]     # 1 MiB of an 8 MiB storage
+        small = torch.ones(3)
+    """)
+    report = kc.save(module, kc.DirectoryStore(tmp_path))
+    assert report.checkpoint is not None, report.error
+    tensors = [e for e in report.checkpoint.manifest["payload"] if e["kind"] == "tensor"]
+    assert [(e["shape"], e["device"]) for e in tensors] == [
+        ([2**19], "cpu"), ([1024, 512], "cpu"), ([2**18], "cpu")
+    ]  # fmt: skip
+    assert tensors[2]["bytes"] < 2 * 2**20  # the view's elements, not its whole storage
+
+    fresh = types.ModuleType("kernelns")
+    kc.restore(fresh, report.checkpoint)
+    assert fresh.same is fresh.weights
+    assert torch.equal(fresh.weights, torch.arange(2**19, dtype=torch.float32))
+    assert isinstance(fresh.param, torch.nn.Parameter) and fresh.param.requires_grad
+    assert torch.equal(fresh.view, torch.arange(2**18, dtype=torch.float32))
+    assert torch.equal(fresh.small, torch.ones(3))
