@@ -54,6 +54,7 @@ HEAD_ENV = [
     {"name": "KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT", "value": "25"},
     {"name": "KERNEL_ID", "value": KERNEL_ID},
     {"name": "KERNEL_USERNAME", "value": "alice"},
+    {"name": "KERNEL_QUEUE_LAUNCH_TERMINATION_LOG", "value": "/dev/termination-log"},
 ]
 HEAD_PORTS = [
     {"name": "shell", "containerPort": 50100, "protocol": "TCP"},
@@ -116,6 +117,10 @@ GOLDEN_GPU_HEAD = {
                     {"name": "KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT", "value": "25"},
                     {"name": "KERNEL_ID", "value": "1a2b3c4d-5e6f-4a0b-8c9d-0e1f2a3b4c5d"},
                     {"name": "KERNEL_USERNAME", "value": "alice"},
+                    {
+                        "name": "KERNEL_QUEUE_LAUNCH_TERMINATION_LOG",
+                        "value": "/dev/termination-log",
+                    },
                 ],
                 "ports": [
                     {"name": "shell", "containerPort": 50100, "protocol": "TCP"},
@@ -641,9 +646,11 @@ def test_a_checkpoint_claim_is_mounted_in_the_head_only() -> None:
         {"name": "checkpoints", "mountPath": "/checkpoints"},
         {"name": "shm", "mountPath": "/dev/shm"},
     ]
-    assert kernel["env"][: len(HEAD_ENV) + 1] == [
-        *HEAD_ENV,
+    assert kernel["env"][: len(HEAD_ENV) + 2] == [
+        *HEAD_ENV[:-1],
         {"name": "KERNEL_QUEUE_CHECKPOINT_DIR", "value": f"/checkpoints/{KERNEL_ID}"},
+        {"name": "KERNEL_QUEUE_CHECKPOINT_DEADLINE", "value": "22"},
+        HEAD_ENV[-1],
     ]
     assert worker["spec"]["volumes"] == [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
     assert "checkpoints" not in json.dumps(worker)

@@ -128,7 +128,9 @@ class KubernetesBackend(LoggingConfigurable):
         created: list[tuple[kueue.Kind, str]] = []
         try:
             address = await self._ensure_address(api, spec, created)
-            for pod in manifests.pods(spec, name, 0, kernel_env=dict(spec.env)):
+            for pod in manifests.pods(
+                spec, name, 0, kernel_env=dict(spec.env), checkpoint_claim=_claim(spec)
+            ):
                 made = await api.create(kueue.PODS, namespace, pod)
                 created.append((kueue.PODS, made["metadata"]["name"]))
                 if not kueue.is_gated(made):
@@ -395,7 +397,13 @@ class KubernetesBackend(LoggingConfigurable):
             namespace = group.ref.namespace or self.namespace
             if group.spec is not None:
                 spec = group.spec
-                fresh = manifests.pods(spec, group.ref.name, group.attempt, kernel_env=spec.env)
+                fresh = manifests.pods(
+                    spec,
+                    group.ref.name,
+                    group.attempt,
+                    kernel_env=spec.env,
+                    checkpoint_claim=_claim(spec),
+                )
             else:  # adopted after a server restart: copy the pods Kueue last saw
                 fresh = [_replacement(old, group.attempt) for old in _latest_round(pods)]
             for pod in fresh:
@@ -490,6 +498,10 @@ class KubernetesBackend(LoggingConfigurable):
         self._groups.pop(group.ref.name, None)
         final = GroupStatus(GroupPhase.FINISHED, message="the pod group was deleted", exit_code=0)
         feed.publish(group, final)
+
+
+def _claim(spec: GroupSpec) -> str | None:
+    return spec.checkpoint.claim if spec.checkpoint.enabled else None
 
 
 def _latest_round(pods: list[Obj]) -> list[Obj]:

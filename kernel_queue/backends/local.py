@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import shutil
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -19,11 +20,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from jupyter_core.paths import jupyter_runtime_dir
+from jupyter_core.paths import jupyter_data_dir, jupyter_runtime_dir
 from traitlets import Dict, Int, List, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
-from kernel_queue import admission, errors, quantities
+from kernel_queue import admission, errors, launcher, quantities
 from kernel_queue.backends import feed, launchers
 from kernel_queue.backends import gpus as gpu_detection
 from kernel_queue.model import (
@@ -54,6 +55,7 @@ class _Group:
     process: launchers.LauncherProcess | None = None
     task: asyncio.Task[None] | None = None
     evicting: str = ""  # the preemption message while the kernel is being stopped
+    saved: str = ""  # what the last preemption's checkpoint saved, as the kernel reported it
     stopping: StopCause | None = None
 
 
@@ -115,6 +117,12 @@ class LocalBackend(LoggingConfigurable):
         help="""Priority values by name, for the kernelspec's `priority_class` (as Kueue's
         WorkloadPriorityClass). A kernel without a class has priority 0.""",
     )
+    checkpoint_root = Unicode(
+        config=True,
+        help="""Where kernels whose kernelspec enables `checkpoint` without a `path` keep their
+        checkpoints (<checkpoint_root>/<kernel id>). Default: <Jupyter data dir>/kernel-queue/
+        checkpoints.""",
+    )
     log_dir = Unicode(
         config=True,
         help="Where each kernel's output is written while it exists (<log_dir>/<group>.log).",
@@ -131,6 +139,10 @@ class LocalBackend(LoggingConfigurable):
     @default("memory")
     def _all_memory(self) -> str:
         return str(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+    @default("checkpoint_root")
+    def _data_checkpoints(self) -> str:
+        return str(Path(jupyter_data_dir()) / "kernel-queue" / "checkpoints")
 
     @default("log_dir")
     def _runtime_log_dir(self) -> str:
@@ -151,6 +163,9 @@ class LocalBackend(LoggingConfigurable):
         self._pretend = False
         self._inventory_lock = asyncio.Lock()
         self._arrivals = itertools.count()
+        self._checkpoints: dict[
+            str, Path
+        ] = {}  # kernel id -> checkpoint store to delete at release
 
     # -- inventory ---------------------------------------------------------------------------
 
@@ -227,6 +242,9 @@ class LocalBackend(LoggingConfigurable):
             log_path=self._log_path(spec.name),
         )
         self._groups[spec.name] = group
+        directory = self._checkpoint_dir(spec)
+        if directory is not None and not spec.checkpoint.keep:
+            self._checkpoints[spec.kernel_id] = directory
         self.log.info(
             "kernel %s queued in %r needing %s", short_id(spec.kernel_id), spec.queue, spec.needs()
         )
@@ -284,6 +302,9 @@ class LocalBackend(LoggingConfigurable):
                 self._finish(group, 0, "removed from the queue")
         with contextlib.suppress(FileNotFoundError):
             self._log_path(ref.name).unlink()
+        checkpoints = self._checkpoints.pop(ref.kernel_id, None)
+        if checkpoints is not None:  # the kernel's own store; kept only when asked to
+            await asyncio.to_thread(shutil.rmtree, checkpoints, True)
 
     async def aclose(self) -> None:
         """Release every group."""
@@ -362,7 +383,8 @@ class LocalBackend(LoggingConfigurable):
             group = self._groups[name]
             if self._is_waiting(group):
                 place = QueuePlace(group.spec.queue, position.in_queue + 1, position.queue_length)
-                feed.publish(group, GroupStatus(GroupPhase.QUEUED, place=place))
+                status = GroupStatus(GroupPhase.QUEUED, place=place, message=group.saved)
+                feed.publish(group, status)
 
     def _log_path(self, name: str) -> Path:
         return Path(self.log_dir) / f"{name}.log"
@@ -403,7 +425,7 @@ class LocalBackend(LoggingConfigurable):
         request = launchers.LaunchRequest(
             kernel_id=spec.kernel_id,
             argv=spec.argv,
-            env=spec.env,
+            env={**spec.env, **self._checkpoint_env(spec)},
             cwd=spec.cwd,
             connection=group.ref.connection,
             devices=group.status.devices,
@@ -420,13 +442,38 @@ class LocalBackend(LoggingConfigurable):
         group.process = None
         self._on_exit(group, code)
 
+    def _checkpoint_dir(self, spec: GroupSpec) -> Path | None:
+        if not spec.checkpoint.enabled:
+            return None
+        return Path(spec.checkpoint.path or self.checkpoint_root) / spec.kernel_id
+
+    def _checkpoint_env(self, spec: GroupSpec) -> dict[str, str]:
+        """The kernel's checkpoint store and save deadline (the launcher's stop timeout is the
+        whole grace period; the save ends a little earlier so the kernel can report and exit)."""
+        directory = self._checkpoint_dir(spec)
+        if directory is None:
+            return {}
+        env = {
+            launcher.ENV_CHECKPOINT_DIR: str(directory),
+            launcher.ENV_CHECKPOINT_DEADLINE: str(max(1.0, spec.grace_seconds - 2.0)),
+        }
+        if spec.checkpoint.keep:
+            env[launcher.ENV_CHECKPOINT_KEEP] = "1"
+        return env
+
     def _on_launcher_event(self, group: _Group, event: dict[str, Any]) -> None:
+        if event.get("event") == "checkpoint":
+            group.saved = str(event.get("summary") or "")
+            self.log.info("kernel %s: %s", short_id(group.spec.kernel_id), group.saved)
+            return
         status = group.status
         if event.get("event") == "started" and not group.evicting:
+            group.saved = ""
             feed.publish(
                 group,
                 status.evolve(
                     phase=GroupPhase.RUNNING,
+                    message="",
                     generation=int(event.get("generation", 0)),
                     kernel_alive=True,
                     restarting=False,
@@ -446,7 +493,7 @@ class LocalBackend(LoggingConfigurable):
             group.admitted = None
             # Back of the line, as Kueue requeues by eviction time; `_schedule` publishes the place.
             group.request = replace(group.request, created=float(next(self._arrivals)))
-            group.status = GroupStatus(GroupPhase.QUEUED)
+            group.status = GroupStatus(GroupPhase.QUEUED, message=group.saved)
             self._schedule()
             return
         if group.stopping is None and group.status.phase is GroupPhase.ADMITTED:

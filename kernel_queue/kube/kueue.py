@@ -198,6 +198,14 @@ def container_exit_code(pod: Mapping[str, Any], container: str) -> int | None:
     return None
 
 
+def termination_message(pod: Mapping[str, Any], container: str) -> str:
+    """What the container left in its termination-message file when it ended, or ""."""
+    for status in _items(pod, "status", "containerStatuses"):
+        if status.get("name") == container:
+            return str(_get(status, "state", "terminated", "message") or "").strip()
+    return ""
+
+
 def waiting_reason(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """Why the pod does not start: a container's waiting reason and message, or Unschedulable.
 

@@ -82,7 +82,13 @@ def group_status(
     if evicted is not None and stopping:  # gated pods are the replacements, already queued
         return GroupStatus(GroupPhase.EVICTED, message=evicted[1] or evicted[0])
     if not kueue.workload_admitted(workload):
-        return GroupStatus(GroupPhase.QUEUED, place=place)
+        # After a preemption: what the evicted kernel's checkpoint saved, as its launcher said.
+        saved = ""
+        if evicted is not None:
+            ended = [p for p in pods if (p.get("status") or {}).get("phase") in TERMINAL_PHASES]
+            last = head(ended)
+            saved = kueue.termination_message(last, "kernel") if last else ""
+        return GroupStatus(GroupPhase.QUEUED, place=place, message=saved)
     flavor = ", ".join(kueue.flavors(workload)) or None
     admitted = GroupStatus(GroupPhase.ADMITTED, flavor=flavor)
     if lead is None or kueue.is_gated(lead):

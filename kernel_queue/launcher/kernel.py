@@ -1,36 +1,78 @@
 """The kernel the launcher starts: ``python -m kernel_queue.launcher.kernel -f CONNECTION_FILE``.
 
 An IPython kernel that tells its launcher, through its exit status, whether the frontend asked
-for a restart (75) or a final shutdown (0). The only launcher module that imports ipykernel; it
-knows nothing of queues or servers.
+for a restart (75) or a final shutdown (0), and holds its first execute until IOPub has a
+subscriber. With ``KERNEL_QUEUE_CHECKPOINT_DIR`` set it restores and saves its state through
+``checkpointing`` (143 after a preemption). Only these two modules import ipykernel.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import os
 import sys
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from ipykernel.iostream import IOPubThread
 from ipykernel.ipkernel import IPythonKernel
 from ipykernel.kernelapp import IPKernelApp
+from traitlets import default
 
 from kernel_queue import launcher
 
+if TYPE_CHECKING:
+    from kernel_queue.launcher.checkpointing import Preemption
+
 EXIT_GRACE = 10.0
 """Seconds the interpreter gets to finish exiting before ``os._exit`` ends it anyway."""
+SUBSCRIBER_WAIT = 3.0
+"""Seconds the first execute_request waits at most for an IOPub subscriber (once per process)."""
+IOPUB_SUBSCRIBED = threading.Event()
+"""Set once a client subscribed to IOPub (ipykernel 7's XPUB welcome), or if that is unknowable."""
 
 
 class RestartAwareKernel(IPythonKernel):
-    """An IPythonKernel that remembers the ``restart`` flag of the last ``shutdown_request``."""
+    """An IPythonKernel that remembers the ``restart`` flag of the last ``shutdown_request``.
+
+    With checkpointing, its shell adopts ``preset_module`` (the restored ``__main__``) and its
+    execute and shutdown requests pass through the ``preemption`` hooks.
+    """
 
     restart_requested = False
+    preset_module: ClassVar[ModuleType | None] = None
+    preemption: Preemption | None = None
+
+    @default("user_module")
+    def _preset_user_module(self) -> ModuleType | None:
+        return type(self).preset_module
+
+    async def execute_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        """ipykernel's handler, held until IOPub has a subscriber, between the preemption hooks.
+
+        A client that was connected to the kernel this one replaced (restart, requeue) may get
+        its shell reconnected before its IOPub, and output published meanwhile is lost for good.
+        """
+        if not IOPUB_SUBSCRIBED.is_set():
+            await asyncio.to_thread(IOPUB_SUBSCRIBED.wait, SUBSCRIBER_WAIT)
+            IOPUB_SUBSCRIBED.set()  # a client without IOPub is held once, not on every request
+        hooks = self.preemption
+        if hooks is not None:
+            hooks.before_execute(parent)
+        try:
+            await super().execute_request(stream, ident, parent)  # type: ignore[no-untyped-call]
+        finally:
+            if hooks is not None:
+                hooks.after_execute()
 
     async def do_shutdown(self, restart: bool) -> dict[str, Any]:
         """Called by ipykernel's ``shutdown_request`` handler on the control thread."""
         self.restart_requested = bool(restart)
+        if self.preemption is not None:
+            self.preemption.on_shutdown(bool(restart))
         reply = super().do_shutdown(restart)  # type: ignore[no-untyped-call]
         if inspect.isawaitable(reply):
             reply = await reply
@@ -38,14 +80,55 @@ class RestartAwareKernel(IPythonKernel):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the kernel until a ``shutdown_request`` stops its loops; return the exit status."""
+    """Run the kernel until a ``shutdown_request`` or a preemption stops its loops.
+
+    Returns the exit status: 0, 75 (restart) or 143 (preempted, state saved or not).
+    """
+    _watch_iopub_subscribers()
+    preemption = _restore_first(os.environ)  # before initialize() binds any port
     app = IPKernelApp.instance(kernel_class=RestartAwareKernel)
     app.initialize(None if argv is None else list(argv))  # type: ignore[no-untyped-call]
+    if preemption is not None:
+        app.kernel.preemption = preemption
+        preemption.install(app.kernel)
     app.start()  # type: ignore[no-untyped-call]
+    if preemption is not None and preemption.exit_status is not None:
+        from kernel_queue.launcher import checkpointing
+
+        _exit_after(checkpointing.EXIT_GRACE, preemption.exit_status)
+        return preemption.exit_status
     restart = bool(getattr(app.kernel, "restart_requested", False))
     status = launcher.RESTART_EXIT_CODE if restart else 0
     _exit_after(EXIT_GRACE, status)
     return status
+
+
+def _watch_iopub_subscribers() -> None:
+    """Set ``IOPUB_SUBSCRIBED`` when ipykernel sends its XPUB welcome to a new subscriber."""
+    original = getattr(IOPubThread, "_send_welcome_message", None)
+    if original is None:  # no welcome in this ipykernel: do not hold anything
+        IOPUB_SUBSCRIBED.set()
+        return
+
+    def send_welcome(self: IOPubThread, subscription: str) -> None:
+        original(self, subscription)
+        IOPUB_SUBSCRIBED.set()
+
+    IOPubThread._send_welcome_message = send_welcome  # type: ignore[method-assign]
+
+
+def _restore_first(environ: Mapping[str, str]) -> Preemption | None:
+    """With ``KERNEL_QUEUE_CHECKPOINT_DIR`` set: restore the state and return the hooks."""
+    if not environ.get(launcher.ENV_CHECKPOINT_DIR):
+        return None  # no import of the checkpoint library (dill, numpy) at all
+    from kernel_queue.launcher import checkpointing
+
+    options = checkpointing.Options.from_env(environ)
+    if options is None:
+        return None
+    preemption = checkpointing.prepare(options)
+    RestartAwareKernel.preset_module = preemption.module
+    return preemption
 
 
 def _exit_after(seconds: float, status: int) -> None:

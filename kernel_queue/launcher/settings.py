@@ -51,6 +51,10 @@ class LaunchSettings:
     """Seconds a SIGTERMed kernel gets to exit before SIGKILL."""
     worker: bool = False
     """Worker mode: no kernel, ports or key (those fields stay empty); wait for SIGTERM."""
+    checkpointing: bool = False
+    """The kernel saves its state on SIGTERM (``KERNEL_QUEUE_CHECKPOINT_DIR`` is set)."""
+    termination_log: str | None = None
+    """File for the checkpoint sentence after a preemption (Kubernetes' termination message)."""
 
 
 def default_kernel_argv() -> tuple[str, ...]:
@@ -100,6 +104,8 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSet
         parent_death=args.parent_death_signal
         or _parse_flag(environ.get(launcher.ENV_PARENT_DEATH, "")),
         stop_timeout=_parse_stop_timeout(pick(args.stop_timeout, launcher.ENV_STOP_TIMEOUT)),
+        checkpointing=bool(environ.get(launcher.ENV_CHECKPOINT_DIR)),
+        termination_log=_termination_log(pick(args.termination_log, launcher.ENV_TERMINATION_LOG)),
     )
 
 
@@ -135,6 +141,11 @@ def _parser() -> argparse.ArgumentParser:
         "--stop-timeout",
         help=f"seconds between SIGTERM and SIGKILL of the kernel (${launcher.ENV_STOP_TIMEOUT}, "
         "default 25)",
+    )
+    parser.add_argument(
+        "--termination-log",
+        help=f"file for the checkpoint sentence after SIGTERM (${launcher.ENV_TERMINATION_LOG}; "
+        f"default {launcher.DEFAULT_TERMINATION_LOG} if writable)",
     )
     parser.add_argument(
         "--worker",
@@ -252,3 +263,10 @@ def _parse_stop_timeout(raw: str | None) -> float:
             "a number of seconds >= 0"
         )
     return seconds
+
+
+def _termination_log(raw: str | None) -> str | None:
+    if raw:
+        return raw
+    default = launcher.DEFAULT_TERMINATION_LOG
+    return default if os.path.isfile(default) and os.access(default, os.W_OK) else None

@@ -2,8 +2,9 @@
 
 It starts the kernel in its own session, forwards signals, restarts the kernel in place (same
 connection file) on exit status 75 or SIGHUP, and otherwise exits with the kernel's status; after
-SIGTERM it always exits 143. Signals arrive through ``signal.set_wakeup_fd`` and a selector, so
-nothing sleeps or polls; worker-mode settings hand over to ``worker.run``. Stdlib only.
+SIGTERM it always exits 143 and passes on the kernel's checkpoint report. Signals arrive through
+``signal.set_wakeup_fd`` and a selector, so nothing sleeps or polls; worker-mode settings hand over
+to ``worker.run``. Stdlib only.
 """
 
 from __future__ import annotations
@@ -32,12 +33,19 @@ LOG_PREFIX = "[kernel-queue launcher] "
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 HANDLED_SIGNALS = (*FORWARDED_SIGNALS, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD)
 RESTART_KILL_TIMEOUT = 5.0
-"""Seconds a kernel restarted by SIGHUP gets between SIGTERM and SIGKILL."""
+"""Seconds a kernel restarted by SIGHUP gets between SIGHUP and SIGKILL.
+
+It gets SIGHUP, not SIGTERM: to a checkpointing kernel SIGTERM means "preempted, save"."""
 REAP_TIMEOUT = 5.0
 """Seconds to wait for a SIGKILLed kernel to be reaped while the launcher exits."""
 START_FAILED_EXIT_CODE = 127
 """Exit status when the kernel command cannot be executed (as a shell reports it)."""
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+REPORT_FILE = "checkpoint-report.json"
+"""Name, in the launcher's private directory, of the file a preempted kernel reports into."""
+REPORT_LIMIT = 1 << 20
+TERMINATION_LOG_LIMIT = 4096
+"""Bytes Kubernetes keeps of a termination message."""
 
 
 def log(message: str) -> None:
@@ -114,6 +122,7 @@ class Supervisor:
         self._restarting = False
         self._deadline: float | None = None
         self._status_broken = False
+        self._report: Path | None = None
         if config.status_fd is not None:
             os.set_inheritable(config.status_fd, False)
 
@@ -128,6 +137,7 @@ class Supervisor:
             workdir = Path(tempfile.mkdtemp(prefix="kernel-queue-"))
             try:
                 connection_file = str(write_connection_file(workdir, self.config))
+                self._report = workdir / REPORT_FILE
                 self._argv = [
                     arg.replace(launch_settings.CONNECTION_FILE_PLACEHOLDER, connection_file)
                     for arg in self.config.kernel_argv
@@ -157,6 +167,7 @@ class Supervisor:
                 self._restarting or status == launcher.RESTART_EXIT_CODE
             )
             self._emit(event="exited", generation=self.generation, status=status, restart=restart)
+            self._pass_on_report(status)
             self._signal_group(signal.SIGKILL)  # whatever the old kernel left in its group
             self._restarting, self._deadline, self.child = False, None, None
             if self._stopping:
@@ -176,9 +187,14 @@ class Supervisor:
             if os.getppid() != parent:  # the launcher died before prctl took effect
                 os._exit(1)
 
+        env = dict(self._env)
+        env[launcher.ENV_GENERATION] = str(self.generation + 1)
+        if self._report is not None:
+            env[launcher.ENV_CHECKPOINT_REPORT] = str(self._report)
+            self._report.unlink(missing_ok=True)
         try:
             self.child = subprocess.Popen(
-                self._argv, env=self._env, start_new_session=True, preexec_fn=before_exec
+                self._argv, env=env, start_new_session=True, preexec_fn=before_exec
             )
         except (OSError, subprocess.SubprocessError) as exc:
             log(f"cannot start the kernel {self._argv[0]!r}: {exc}")
@@ -197,10 +213,32 @@ class Supervisor:
         elif signum == signal.SIGHUP and not (self._stopping or self._restarting):
             log("SIGHUP: restarting the kernel in place")
             self._restarting = True
-            self._signal_child(signal.SIGTERM)
+            self._signal_child(signal.SIGHUP)
             self._deadline = time.monotonic() + RESTART_KILL_TIMEOUT
         elif signum in FORWARDED_SIGNALS:
             self._signal_child(signum)
+
+    def _pass_on_report(self, status: int) -> None:
+        """Emit the kernel's checkpoint report; after SIGTERM, also as the termination message."""
+        report = _read_report(self._report)
+        if report is None and self._stopping and self.config.checkpointing:
+            why = "was killed" if status == 128 + signal.SIGKILL else f"exited with status {status}"
+            report = {
+                "checkpoint": None,
+                "error": f"the kernel {why} without reporting a checkpoint",
+                "summary": f"checkpoint not saved: the kernel {why} before it finished saving; "
+                "any earlier one is kept",
+            }
+        if report is None:
+            return
+        self._emit(event="checkpoint", **{k: v for k, v in report.items() if k != "event"})
+        sentence = report.get("summary")
+        if self._stopping and isinstance(sentence, str) and self.config.termination_log:
+            data = sentence.encode()[:TERMINATION_LOG_LIMIT]
+            try:
+                Path(self.config.termination_log).write_bytes(data)
+            except OSError as exc:
+                log(f"cannot write the termination log {self.config.termination_log} ({exc})")
 
     def _signal_child(self, signum: int) -> None:
         if self.child is not None and self.child.returncode is None:
@@ -279,6 +317,23 @@ class Supervisor:
             selector.close()
             os.close(read_fd)
             os.close(write_fd)
+
+
+def _read_report(path: Path | None) -> dict[str, Any] | None:
+    """The JSON object a kernel left in ``path`` (then removed), or None."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as file:
+            data = file.read(REPORT_LIMIT)
+        path.unlink()
+        report = json.loads(data)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log(f"ignoring an unreadable checkpoint report ({exc})")
+        return None
+    return report if isinstance(report, dict) else None
 
 
 def _wake(signum: int, frame: FrameType | None) -> None:

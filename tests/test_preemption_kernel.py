@@ -1,0 +1,534 @@
+"""Preemption end to end: a real launcher and kernel get SIGTERM, save, and a new launcher restores.
+
+Each test drives ``python -m kernel_queue.launcher`` with ``KERNEL_QUEUE_CHECKPOINT_DIR`` set, talks
+to the kernel with a jupyter_client BlockingKernelClient and reads the launcher's status fd. Every
+wait is bounded, and the fixture kills every launcher, kernel and client it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from queue import Empty
+from typing import Any
+
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+
+from kernel_queue import checkpoint, launcher
+from tests.test_launcher import (
+    KEY,
+    WAIT,
+    StatusReader,
+    execute,
+    free_ports,
+    is_gone,
+    launcher_env,
+    value_of,
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+NUMBERS = 50 * 2**20 // 8
+"""Elements of the 50 MB float64 array the tests save."""
+STATE = f"""
+import json, socket, sys
+import numpy as np
+x = 42
+config = {{"lr": 0.1, "layers": [64, 64]}}
+big = np.arange({NUMBERS}, dtype=np.float64)
+square = lambda v: v * v
+class Point:
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+    def norm2(self):
+        return self.x ** 2 + self.y ** 2
+p = Point(3, 4)
+sock = socket.socket()
+class PortProbe:
+    '''On restore: could the kernel's shell port still be bound by someone else?'''
+    def __init__(self):
+        self.made = True
+    def __setstate__(self, state):
+        import json as j, socket as s, sys as y
+        self.__dict__.update(state)
+        info = j.load(open(y.argv[y.argv.index("-f") + 1]))
+        probe = s.socket()
+        probe.setsockopt(s.SOL_SOCKET, s.SO_REUSEADDR, 1)
+        try:
+            probe.bind((info["ip"], info["shell_port"]))
+            self.shell_port_was_free = True
+        except OSError:
+            self.shell_port_was_free = False
+        finally:
+            probe.close()
+probe = PortProbe()
+"""
+BLOCK_IN_C = """
+import ctypes, time
+def block_in_c(seconds):
+    '''Wait in C with the GIL released, deaf to signals (as a BLAS or CUDA call would).'''
+    class Timespec(ctypes.Structure):
+        _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+    libc = ctypes.CDLL(None)
+    mutex = ctypes.create_string_buffer(64)  # all zeros: PTHREAD_MUTEX_INITIALIZER
+    libc.pthread_mutex_lock(mutex)
+    until = Timespec(int(time.time()) + seconds, 0)
+    return libc.pthread_mutex_timedlock(mutex, ctypes.byref(until))
+"""
+
+
+@dataclass
+class Cell:
+    """One execute_request: its reply content and its IOPub messages."""
+
+    reply: dict[str, Any]
+    outputs: list[dict[str, Any]]
+
+    def streams(self) -> list[str]:
+        return streams(self.outputs)
+
+
+def streams(messages: list[dict[str, Any]]) -> list[str]:
+    return [m["content"]["text"] for m in messages if m["msg_type"] == "stream"]
+
+
+@dataclass
+class Kernel:
+    """One launcher under test, its status stream, its checkpoint store and its clients."""
+
+    proc: subprocess.Popen[str]
+    status: StatusReader
+    info: dict[str, Any]
+    store: Path
+    termination_log: Path
+    clients: list[BlockingKernelClient] = field(default_factory=list)
+
+    def client(self, *, iopub: bool = True) -> BlockingKernelClient:
+        client = BlockingKernelClient()
+        client.load_connection_info(self.info)
+        client.start_channels(iopub=iopub, stdin=False, hb=False)
+        self.clients.append(client)
+        if iopub:
+            client.wait_for_ready(timeout=60)
+        return client
+
+    def sigterm(self) -> tuple[int, float]:
+        """SIGTERM the launcher; its exit status and the seconds it took to exit."""
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        status = self.proc.wait(timeout=WAIT)
+        return status, time.monotonic() - started
+
+    def events(self, timeout: float = WAIT) -> list[dict[str, Any]]:
+        """Every status event up to the launcher's exit (the pipe's end of file)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ready, _, _ = select.select([self.status.fd], [], [], deadline - time.monotonic())
+            assert ready, f"the status fd is still open after {timeout} s"
+            chunk = os.read(self.status.fd, 65536)
+            if not chunk:
+                break
+            self.status.buffer += chunk
+        lines, self.status.buffer = self.status.buffer.split(b"\n"), b""
+        self.status.events += [json.loads(line) for line in lines if line]
+        return self.status.events
+
+    def checkpoint_event(self) -> dict[str, Any]:
+        [event] = [e for e in self.events() if e["event"] == "checkpoint"]
+        return event
+
+
+StartKernel = Callable[..., Kernel]
+
+
+@pytest.fixture
+def start_kernel(tmp_path: Path) -> Iterator[StartKernel]:
+    """Start launchers with checkpointing into a store; kill them and their kernels afterwards."""
+    started: list[Kernel] = []
+
+    def start(store: Path, **env: str) -> Kernel:
+        tmpdir = tmp_path / f"launch{len(started)}"
+        tmpdir.mkdir()
+        ports = free_ports()
+        read_fd, write_fd = os.pipe()
+        termination_log = tmpdir / "termination-log"
+        extra = {
+            launcher.ENV_PORTS: ",".join(map(str, ports)),
+            launcher.ENV_KEY: KEY,
+            launcher.ENV_STATUS_FD: str(write_fd),
+            launcher.ENV_TERMINATION_LOG: str(termination_log),
+            launcher.ENV_CHECKPOINT_DIR: str(store),
+            **env,
+        }
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "kernel_queue.launcher"],
+                env=launcher_env(tmpdir, **extra),
+                pass_fds=[write_fd],
+                text=True,
+            )
+        finally:
+            os.close(write_fd)
+        names = ["shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"]
+        info: dict[str, Any] = dict(zip(names, ports, strict=True))
+        info.update(ip="127.0.0.1", key=KEY, transport="tcp", signature_scheme="hmac-sha256")
+        kernel = Kernel(proc, StatusReader(read_fd), info, store, termination_log)
+        started.append(kernel)
+        return kernel
+
+    yield start
+
+    for kernel in started:
+        for client in kernel.clients:
+            client.stop_channels()
+        if kernel.proc.poll() is None:
+            kernel.proc.kill()
+        kernel.proc.communicate(timeout=WAIT)
+        for event in kernel.status.events:
+            if event["event"] == "started" and not is_gone(event["pid"]):
+                os.kill(event["pid"], signal.SIGKILL)
+        os.close(kernel.status.fd)
+
+
+def run(client: BlockingKernelClient, code: str) -> Cell:
+    """Execute ``code``; wait for its reply and for its IOPub messages up to ``idle``."""
+    msg_id = client.execute(code)
+    outputs = iopub_until(client, msg_id, lambda m: m["msg_type"] == "status" and idle(m))
+    reply = client.get_shell_msg(timeout=WAIT)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    return Cell(reply["content"], outputs)
+
+
+def idle(message: dict[str, Any]) -> bool:
+    return bool(message["content"].get("execution_state") == "idle")
+
+
+def iopub_until(
+    client: BlockingKernelClient,
+    msg_id: str | None,
+    done: Callable[[dict[str, Any]], bool],
+    timeout: float = WAIT,
+) -> list[dict[str, Any]]:
+    """IOPub messages parented to ``msg_id`` (None: to no request) up to one ``done`` accepts."""
+    deadline = time.monotonic() + timeout
+    seen: list[dict[str, Any]] = []
+    while True:
+        try:
+            message = client.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
+        except Empty:
+            raise AssertionError(f"IOPub went quiet; seen {seen}") from None
+        if message["parent_header"].get("msg_id") != msg_id:
+            continue
+        seen.append(message)
+        if done(message):
+            return seen
+
+
+def wait_for_stream(client: BlockingKernelClient, msg_id: str, text: str) -> None:
+    """Block until the running cell ``msg_id`` printed ``text`` (its own code is running)."""
+    iopub_until(
+        client, msg_id, lambda m: m["msg_type"] == "stream" and text in m["content"]["text"]
+    )
+
+
+def unparented_streams(client: BlockingKernelClient, count: int) -> list[str]:
+    """The next ``count`` stream texts parented to no request (what an idle kernel says)."""
+    seen: list[str] = []
+
+    def enough(message: dict[str, Any]) -> bool:
+        seen.extend(streams([message]))
+        return len(seen) == count
+
+    iopub_until(client, None, enough)
+    return seen
+
+
+def is_notice(text: str) -> bool:
+    return "preempted" in text.lower() and "saving state" in text
+
+
+def private(store: Path) -> list[str]:
+    """Paths under ``store`` (itself included) that others could read: dirs not 0700, files not
+    0600."""
+    bad = [] if store.stat().st_mode & 0o777 == 0o700 else [str(store)]
+    for path in store.rglob("*"):
+        want = 0o700 if path.is_dir() else 0o600
+        if path.stat().st_mode & 0o777 != want:
+            bad.append(f"{path} {oct(path.stat().st_mode & 0o777)}")
+    return bad
+
+
+def preempt_idle(start_kernel: StartKernel, store: Path, code: str, **env: str) -> Kernel:
+    """A kernel that runs ``code``, then is preempted while idle; returns it after its exit."""
+    kernel = start_kernel(store, **env)
+    client = kernel.client()
+    assert run(client, code).reply["status"] == "ok"
+    assert kernel.sigterm()[0] == launcher.PREEMPTED_EXIT_CODE
+    return kernel
+
+
+def test_an_idle_kernel_saves_on_sigterm_and_a_new_launcher_restores_before_any_request(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    first = start_kernel(store)
+    client = first.client()
+    assert run(client, STATE).reply["status"] == "ok"
+
+    status, seconds = first.sigterm()
+
+    assert status == launcher.PREEMPTED_EXIT_CODE
+    assert seconds < 15
+    notice, result = unparented_streams(client, 2)
+    assert is_notice(notice)
+    assert "; not saved: sock (socket: cannot pickle 'socket' object)" in result
+    assert [e["event"] for e in first.events()] == ["started", "stopping", "exited", "checkpoint"]
+    assert first.status.events[2]["status"] == launcher.PREEMPTED_EXIT_CODE  # the kernel's own
+    event = first.checkpoint_event()
+    assert event["consistency"] == "consistent" and event["trigger"] == "idle"
+    assert event["bytes"] > NUMBERS * 8 and event["seconds"] > 0
+    assert [(s["name"], s["type"]) for s in event["skipped"]] == [("sock", "socket")]
+    assert {s["name"] for s in event["saved"]} == {"x", "config", "big", "square", "p", "probe"} | {
+        "Point",
+        "PortProbe",
+    }
+    assert event["summary"] == result.strip() == first.termination_log.read_text()
+    assert private(store) == []
+
+    second = start_kernel(store)
+    client = second.client()
+    cell = run(
+        client,
+        "print(x, config['layers'], big.shape, big.sum(), square(7), p.norm2(), "
+        "type(p).__name__, probe.shell_port_was_free)",
+    )
+
+    assert cell.reply["status"] == "ok", cell.reply
+    names = [m["content"]["name"] for m in cell.outputs if m["msg_type"] == "stream"]
+    assert names == ["stderr", "stdout"]  # the summary comes before the cell's own output
+    summary, printed = cell.streams()
+    first_line, restored, not_restored = summary.splitlines()
+    assert first_line.startswith("restored 8 variables (52.4 MB) from a checkpoint ")
+    assert first_line.endswith(" s old; not restored: sock (socket)")
+    assert restored == "Restored: Point, PortProbe, big, config, p, probe, square, x."
+    assert not_restored == "sock was not saved: cannot pickle 'socket' object"
+    total = float(NUMBERS * (NUMBERS - 1) // 2)
+    # probe.shell_port_was_free: restored before the kernel bound its shell port.
+    assert printed == f"42 [64, 64] ({NUMBERS},) {total} 49 25 Point True\n"
+    assert run(client, "print('again')").streams() == ["again\n"]
+    assert error_name(client, "sock") == "NameError"
+
+
+def error_name(client: BlockingKernelClient, expression: str) -> str:
+    """The exception name of evaluating ``expression`` in the kernel ("" if none)."""
+    content = execute(client, "", user_expressions={"value": expression})
+    return str(content["user_expressions"]["value"].get("ename", ""))
+
+
+def test_a_running_python_loop_is_interrupted_and_saved_at_the_cell_boundary(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    kernel = start_kernel(store)
+    client = kernel.client()
+    code = (
+        "total = 0\n"
+        "for i in range(10**12):\n"
+        "    total += i\n"
+        "    if i == 1000:\n"
+        "        print('looping', flush=True)\n"
+    )
+    msg_id = client.execute(code)
+    wait_for_stream(client, msg_id, "looping")
+
+    status, seconds = kernel.sigterm()
+
+    assert status == launcher.PREEMPTED_EXIT_CODE
+    assert seconds < 15
+    outputs = iopub_until(client, msg_id, lambda m: m["msg_type"] == "status" and idle(m))
+    reply = client.get_shell_msg(timeout=WAIT)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "Preempted"
+    assert [m["msg_type"] for m in outputs] == ["stream", "error", "stream", "status"]
+    notice, result = streams(outputs)
+    assert is_notice(notice)
+    assert outputs[1]["content"]["ename"] == "Preempted"
+    event = kernel.checkpoint_event()
+    assert (event["consistency"], event["trigger"]) == ("consistent", "cell")
+    assert event["summary"] == result.strip()
+
+    client = start_kernel(store).client()
+    assert value_of(client, "total > 0 and total == i * (i + 1) // 2") == "True"
+
+
+def test_a_cell_in_time_sleep_is_interrupted_at_once(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    kernel = start_kernel(tmp_path / "store")
+    client = kernel.client()
+    msg_id = client.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(600)")
+    wait_for_stream(client, msg_id, "sleeping")
+
+    status, seconds = kernel.sigterm()
+
+    assert status == launcher.PREEMPTED_EXIT_CODE
+    assert seconds < 10
+    reply = client.get_shell_msg(timeout=WAIT)
+    assert reply["content"]["ename"] == "Preempted"
+    assert kernel.checkpoint_event()["trigger"] == "cell"
+
+
+def test_a_cell_stuck_in_c_is_saved_concurrently_after_the_fallback_delay(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    kernel = start_kernel(store, **{launcher.ENV_CHECKPOINT_DEADLINE: "20"})
+    client = kernel.client()
+    assert run(client, BLOCK_IN_C + "\nrows = [list(range(10))] * 3").reply["status"] == "ok"
+    msg_id = client.execute("print('blocking', flush=True)\nblock_in_c(60)")
+    wait_for_stream(client, msg_id, "blocking")
+
+    status, seconds = kernel.sigterm()
+
+    assert status == launcher.PREEMPTED_EXIT_CODE
+    assert 2.0 <= seconds < 10  # the fallback delay is min(2 s, deadline / 4)
+    notice, result = streams(
+        iopub_until(
+            client, msg_id, lambda m: len(streams([m])) == 1 and not is_notice(streams([m])[0])
+        )
+    )[-2:]
+    assert is_notice(notice)
+    event = kernel.checkpoint_event()
+    assert (event["consistency"], event["trigger"]) == ("concurrent", "concurrent")
+    assert event["summary"] == result.strip()
+    [saved] = checkpoint.DirectoryStore(store).committed()
+    assert saved.manifest["consistency"] == "concurrent"
+
+    client = start_kernel(store).client()
+    assert value_of(client, "rows[2][9]") == "9"
+
+
+def test_a_kernel_killed_before_it_reports_leaves_a_checkpoint_event_saying_so(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    kernel = start_kernel(tmp_path / "store", **{launcher.ENV_STOP_TIMEOUT: "0.5"})
+    client = kernel.client()
+    assert run(client, BLOCK_IN_C).reply["status"] == "ok"
+    msg_id = client.execute("print('blocking', flush=True)\nblock_in_c(60)")
+    wait_for_stream(client, msg_id, "blocking")
+
+    status, seconds = kernel.sigterm()  # SIGKILL at 0.5 s, before the 2 s fallback save
+
+    assert status == launcher.PREEMPTED_EXIT_CODE and seconds < 5
+    event = kernel.checkpoint_event()
+    assert event["checkpoint"] is None
+    assert event["error"] == "the kernel was killed without reporting a checkpoint"
+    assert kernel.termination_log.read_text() == event["summary"]
+    assert event["summary"] == (
+        "checkpoint not saved: the kernel was killed before it finished saving; "
+        "any earlier one is kept"
+    )
+
+
+def test_a_save_past_its_deadline_is_aborted_and_the_previous_checkpoint_stays(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    preempt_idle(start_kernel, store, "small = 7")
+    [previous] = checkpoint.DirectoryStore(store).committed()
+    kernel = start_kernel(store, **{launcher.ENV_CHECKPOINT_DEADLINE: "0.02"})
+    client = kernel.client()
+    assert value_of(client, "small") == "7"
+    assert run(client, "import numpy as np\nhuge = np.ones(2**25)").reply["status"] == "ok"
+
+    status, _ = kernel.sigterm()
+
+    assert status == launcher.PREEMPTED_EXIT_CODE
+    event = kernel.checkpoint_event()
+    assert event["checkpoint"] is None and event["error"] == "deadline"
+    assert [c.id for c in checkpoint.DirectoryStore(store).committed()] == [previous.id]
+    assert sorted(p.name for p in store.iterdir()) == [previous.id]  # nothing half-written
+    module = types.ModuleType("__main__")
+    checkpoint.restore(module, previous)
+    assert module.small == 7
+
+
+def test_a_restart_neither_saves_nor_restores_and_a_final_shutdown_deletes_the_store(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    preempt_idle(start_kernel, store, "x = 1")
+    [saved] = checkpoint.DirectoryStore(store).committed()
+    kernel = start_kernel(store)
+    client = kernel.client()
+    assert value_of(client, "x") == "1"  # generation 0 restores
+
+    client.shutdown(restart=True)
+    assert kernel.status.next()["event"] == "started"
+    assert kernel.status.next() == {
+        "event": "exited",
+        "generation": 0,
+        "status": 75,
+        "restart": True,
+    }
+    assert kernel.status.next()["generation"] == 1
+    client.wait_for_ready(timeout=WAIT)  # polls IOPub, which resubscribes, as a server's loop does
+    assert error_name(client, "x") == "NameError"  # generation 1 starts fresh
+    assert run(client, "y = 2").reply["status"] == "ok"
+    kernel.proc.send_signal(signal.SIGHUP)  # the launcher's own in-place restart
+    assert kernel.status.next()["restart"] is True
+    assert kernel.status.next()["generation"] == 2
+    client.wait_for_ready(timeout=WAIT)
+    assert error_name(client, "y") == "NameError"
+    assert [c.id for c in checkpoint.DirectoryStore(store).committed()] == [saved.id]
+
+    client.shutdown(restart=False)
+
+    assert kernel.proc.wait(timeout=WAIT) == 0
+    assert not store.exists()
+    assert "checkpoint" not in [e["event"] for e in kernel.events()]
+
+
+def test_a_final_shutdown_keeps_the_store_with_keep_1(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    preempt_idle(start_kernel, store, "x = 1")
+    kernel = start_kernel(store, **{launcher.ENV_CHECKPOINT_KEEP: "1"})
+    client = kernel.client()
+
+    client.shutdown(restart=False)
+
+    assert kernel.proc.wait(timeout=WAIT) == 0
+    assert len(checkpoint.DirectoryStore(store).committed()) == 1
+
+
+def test_the_first_execute_waits_for_an_iopub_subscriber_before_the_summary(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    preempt_idle(start_kernel, store, "x = 1")
+    kernel = start_kernel(store)
+    client = kernel.client(iopub=False)  # like a server whose SUB socket has not reconnected
+    client.control_channel.send(client.session.msg("kernel_info_request"))
+    client.control_channel.get_msg(timeout=60)  # the kernel is up and serving
+    msg_id = client.execute("print(x)")
+    with pytest.raises(Empty):
+        client.get_shell_msg(timeout=0.5)  # held: nobody would see the summary
+
+    client.iopub_channel.start()
+
+    reply = client.get_shell_msg(timeout=WAIT)
+    assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["status"] == "ok"
+    summary, printed = streams(iopub_until(client, msg_id, lambda m: idle(m)))
+    assert summary.splitlines()[1] == "Restored: x." and printed == "1\n"
