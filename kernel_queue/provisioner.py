@@ -10,87 +10,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import os
 from typing import Any, cast
 
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
-from traitlets import Dict, Float, Int, TraitError, Unicode, Union, default
 from typing_extensions import override
 
 from kernel_queue import backends, errors, events, heartbeat, lifecycle, spec
 from kernel_queue.lifecycle import KernelState, Lifecycle
 from kernel_queue.model import GroupRef, GroupSpec, GroupStatus, StopCause, short_id
+from kernel_queue.options import KernelOptions
 from kernel_queue.tracking import KernelTracker
 
 # How long `load_provisioner_info` waits for the backend to say where a reattached group stands.
 _REATTACH_SECONDS = 30.0
 
 
-class _Count(Int[int, int]):
-    """A non-negative whole number whose type error says how to write it in kernel.json."""
-
-    def error(
-        self, obj: Any, value: Any, error: Exception | None = None, info: str | None = None
-    ) -> Any:
-        raise TraitError(
-            f"kernelspec config key '{self.name}' must be a whole number such as 1, "
-            f'not {value!r} ({type(value).__name__}); write "{self.name}": 1 without quotes '
-            "in kernel.json"
-        )
-
-
-def _quantity(help: str) -> Union:
-    return Union(
-        [Unicode(), Float(), Int()], default_value=None, allow_none=True, config=True, help=help
-    )
-
-
-class QueuedKernelProvisioner(KernelProvisionerBase):
+class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ignore[metaclass]
     """Run a kernel only once its queue admits it; show its place while it waits.
 
-    Every trait is a kernelspec `metadata.kernel_provisioner.config` key and can be set for all
-    kernelspecs as `c.QueuedKernelProvisioner.<key>`; kernel.json wins.
+    Every trait (`options.KernelOptions`) is a kernelspec `metadata.kernel_provisioner.config`
+    key and can be set for all kernelspecs as `c.QueuedKernelProvisioner.<key>`; kernel.json wins.
     """
-
-    backend = Unicode(
-        config=True,
-        help="""Where kernels run: 'local' (this machine) or 'kubernetes'.
-        Env: KERNEL_QUEUE_BACKEND.""",
-    )
-    queue = Unicode("default", config=True, help="The queue (Kueue LocalQueue) to wait in.")
-    namespace = Unicode(None, allow_none=True, config=True, help="Kubernetes namespace.")
-    image = Unicode(None, allow_none=True, config=True, help="Container image of kernel pods.")
-    gpus = _Count(0, config=True, help="GPUs the kernel asks for.")
-    gpu_resource = Unicode("nvidia.com/gpu", config=True, help="Extended resource name of a GPU.")
-    cpu = _quantity("CPU the kernel asks for, a quantity such as 2 or '500m'.")
-    memory = _quantity("Memory the kernel asks for, a quantity such as '8Gi'.")
-    priority_class = Unicode(
-        None, allow_none=True, config=True, help="Priority class (Kueue WorkloadPriorityClass)."
-    )
-    pod_group_size = _Count(1, config=True, help="Pods in the kernel's group (kubernetes).")
-    pod_template = Dict(config=True, help="Pod fields merged under the ones kernel-queue sets.")
-    service_account = Unicode(None, allow_none=True, config=True, help="Pods' service account.")
-    connect = Unicode(
-        "service",
-        config=True,
-        help="""kubernetes: connect through the kernel's Service ('service', a stable address
-        across pod replacement; the server must reach cluster IPs) or its pod's IP ('pod-ip').""",
-    )
-    admission_timeout = Float(
-        0.0, config=True, help="Seconds to wait in the queue before giving up; 0 waits forever."
-    )
-    startup_timeout = Float(
-        120.0, config=True, help="Seconds from admission until the kernel must be running."
-    )
-    checkpoint = Dict(
-        config=True,
-        help="Checkpoint settings: enabled, path or claim, grace_seconds, keep.",
-    )
-
-    @default("backend")
-    def _backend_from_env(self) -> str:
-        return os.environ.get("KERNEL_QUEUE_BACKEND", "local")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

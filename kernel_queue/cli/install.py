@@ -20,9 +20,11 @@ from jupyter_core.paths import SYSTEM_JUPYTER_PATH, jupyter_data_dir
 from traitlets import Bool, Float, Int, Unicode
 
 from kernel_queue import backends, quantities
+from kernel_queue import gateway as eg
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 KERNEL_ARGV = ["python", "-m", "kernel_queue.launcher.kernel", "-f", "{connection_file}"]
+GATEWAYS = ("enterprise-gateway",)
 
 
 class InstallError(Exception):
@@ -41,8 +43,17 @@ def kernel_json(
     namespace: str = "",
     priority_class: str = "",
     admission_timeout: float = 0.0,
+    gateway: str = "",
 ) -> dict[str, Any]:
-    """The kernel.json of a queued Python kernel; raises InstallError naming a bad option."""
+    """The kernel.json of a queued Python kernel; raises InstallError naming a bad option.
+
+    `gateway="enterprise-gateway"` adds `metadata.process_proxy` for Enterprise Gateway 3.x
+    beside `metadata.kernel_provisioner`: each reads its own stanza, both read the same config.
+    """
+    if gateway and gateway not in GATEWAYS:
+        raise InstallError(
+            f"--gateway must be one of {', '.join(GATEWAYS)} (or left out), not {gateway!r}"
+        )
     if backend not in backends.NAMES:
         raise InstallError(f"--backend must be one of {', '.join(backends.NAMES)}, not {backend!r}")
     if gpus < 0:
@@ -73,15 +84,18 @@ def kernel_json(
     config.update({key: value for key, value in optional.items() if value})
     if admission_timeout:
         config["admission_timeout"] = admission_timeout
+    metadata: dict[str, Any] = {
+        "debugger": True,
+        "kernel_provisioner": {"provisioner_name": "kernel-queue", "config": config},
+    }
+    if gateway == "enterprise-gateway":
+        metadata["process_proxy"] = {"class_name": eg.CLASS_NAME}
     return {
         "argv": KERNEL_ARGV,
         "display_name": display_name,
         "language": "python",
         "interrupt_mode": "message",
-        "metadata": {
-            "debugger": True,
-            "kernel_provisioner": {"provisioner_name": "kernel-queue", "config": config},
-        },
+        "metadata": metadata,
     }
 
 
@@ -105,6 +119,9 @@ class InstallApp(JupyterApp):
     namespace = Unicode("", config=True, help="Namespace (kubernetes backend).")
     priority_class = Unicode("", config=True, help="Priority class name.")
     admission_timeout = Float(0.0, config=True, help="Seconds to wait in the queue; 0 = forever.")
+    gateway = Unicode(
+        "", config=True, help="'enterprise-gateway': add Enterprise Gateway 3.x's process proxy."
+    )
     user = Bool(False, config=True, help="Install for the current user.")
     sys_prefix = Bool(False, config=True, help="Install into sys.prefix (this environment).")
     prefix = Unicode("", config=True, help="Install under this prefix.")
@@ -123,6 +140,7 @@ class InstallApp(JupyterApp):
         "namespace": "InstallApp.namespace",
         "priority-class": "InstallApp.priority_class",
         "admission-timeout": "InstallApp.admission_timeout",
+        "gateway": "InstallApp.gateway",
         "prefix": "InstallApp.prefix",
     }
     flags = {
@@ -162,6 +180,7 @@ class InstallApp(JupyterApp):
             namespace=self.namespace,
             priority_class=self.priority_class,
             admission_timeout=self.admission_timeout,
+            gateway=self.gateway,
         )
         manager = KernelSpecManager(parent=self)
         prefix = sys.prefix if self.sys_prefix else (self.prefix or None)

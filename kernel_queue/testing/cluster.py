@@ -35,6 +35,8 @@ class FakeCluster:
     `crds`: the directory of Kueue's CRD files (None: serve no Kueue kinds). `kueue` and
     `kubelet`: run those controllers. `manual_admission`: Kueue admits only on `kueue.admit()`.
     `tokens`: bearer token → user name, which turns RBAC on with `rbac_objects` as policy.
+    `image_paths`: image (fnmatch pattern) → directory put first on a container's PATH, so
+    pods of that image run another virtualenv's `python` (see `FakeKubelet`).
     """
 
     def __init__(
@@ -49,6 +51,7 @@ class FakeCluster:
         rbac_objects: Iterable[Obj] = (),
         history: int = 1000,
         port: int = 0,
+        image_paths: Mapping[str, str] | None = None,
     ) -> None:
         self._own_root = root_dir is None
         self.root = Path(root_dir or tempfile.mkdtemp(prefix="kernel-queue-fake-cluster-"))
@@ -58,7 +61,11 @@ class FakeCluster:
         self._tokens = dict(tokens) if tokens is not None else None
         self.server = Server(self.store, tokens=tokens, rbac_objects=rbac_objects, port=port)
         self.kueue = FakeKueue(self.store, manual=manual_admission) if kueue else None
-        self.kubelet = FakeKubelet(self.store, self.root / "node") if kubelet else None
+        self.kubelet = (
+            FakeKubelet(self.store, self.root / "node", image_paths=image_paths)
+            if kubelet
+            else None
+        )
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 

@@ -15,7 +15,7 @@ import logging
 import os
 import shutil
 import signal
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,8 @@ class FakeKubelet:
     CreateContainerError), one session each, stdout+stderr appended to `pods/<uid>/logs/<name>.log`
     under `root_dir`; cwd is `workingDir` (rewritten; a path missing here becomes
     `pods/<uid>/rootfs/<path>`, the default is `pods/<uid>/rootfs`). Env, later wins: `base_env`
-    (PATH with this interpreter's directory first, HOME, LANG, HOSTNAME = pod name), one
+    (PATH with this interpreter's directory first, or the directory `image_paths` maps the
+    container's image to, e.g. another virtualenv's bin; HOME, LANG, HOSTNAME = pod name), one
     `KUBE_FAKE_MOUNT_<PATH>` per volumeMount, `envFrom`, `env`. Nothing else of this process.
     Volumes: `pvc/<namespace>/<claim>` (kept; the claim must exist, else Unschedulable),
     `pods/<uid>/volumes/<name>` for emptyDir, Secret, ConfigMap, downwardAPI, projected (files
@@ -62,6 +63,7 @@ class FakeKubelet:
         pull_backoff: float = 0.5,
         service_hold_seconds: float = 30.0,
         node_name: str = NODE_NAME,
+        image_paths: Mapping[str, str] | None = None,
     ) -> None:
         self.store, self.root = store, Path(root_dir)
         self.pod_ips = network.AddressPool(pod_ip_pool)
@@ -77,6 +79,7 @@ class FakeKubelet:
             self.pod_ips,
             node_name=node_name,
             pull_backoff=pull_backoff,
+            image_paths=image_paths,
         )
         # the fault API: `PodStarter` owns the faults, as the holds they cause
         self.unschedulable = self.startup.unschedulable

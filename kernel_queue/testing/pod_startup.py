@@ -13,6 +13,7 @@ import fnmatch
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,10 +31,12 @@ PULL_FAILED = (
 )
 
 
-def base_env(pod_name: str) -> dict[str, str]:
-    """What every container starts with before its spec's env: PATH (this interpreter's bin
-    first, so `python` is the virtualenv's), HOME and LANG from this process, HOSTNAME."""
-    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)])
+def base_env(pod_name: str, bin_dir: str | None = None) -> dict[str, str]:
+    """What every container starts with before its spec's env: PATH (`bin_dir`, else this
+    interpreter's bin, first: so `python` is that virtualenv's), HOME and LANG from this
+    process, HOSTNAME."""
+    first = bin_dir or os.path.dirname(sys.executable)
+    path = os.pathsep.join([first, os.environ.get("PATH", os.defpath)])
     env = {"PATH": path, "HOSTNAME": pod_name}
     env.update({key: os.environ[key] for key in BASE_ENV_KEYS if key in os.environ})
     return env
@@ -84,9 +87,11 @@ class PodStarter:
         *,
         node_name: str,
         pull_backoff: float,
+        image_paths: Mapping[str, str] | None = None,
     ) -> None:
         self.store, self.root, self.status, self.pod_ips = store, root, status, pod_ips
         self.node_name, self.pull_backoff = node_name, pull_backoff
+        self.image_paths = dict(image_paths or {})
         self._faults: list[Fault] = []
         self._changed = asyncio.Event()
 
@@ -225,6 +230,11 @@ class PodStarter:
             container.last_event = event
             self.status.event(pod, *event)
 
+    def _bin_dir(self, container: Obj) -> str | None:
+        """The directory `image_paths` maps the container's image to (fnmatch patterns)."""
+        image = str(container.get("image", ""))
+        return next((d for p, d in self.image_paths.items() if fnmatch.fnmatch(image, p)), None)
+
     def _plan(
         self, record: PodRecord, container: ContainerRecord, pod: Obj, dirs: dict[str, Path]
     ) -> None:
@@ -232,7 +242,7 @@ class PodStarter:
         spec = container.spec
         mounts = pods.Mounts.of(spec, dirs)
         container.env, raw = pods.container_env(
-            self.store, pod, spec, mounts, base_env(record.name)
+            self.store, pod, spec, mounts, base_env(record.name, self._bin_dir(spec))
         )
         command = [str(a) for a in (spec.get("command") or [])]
         if not command:
