@@ -41,3 +41,8 @@ def __getattr__(name: str) -> Any:
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
     """jupyter_server: the extension lives in `kernel_queue.server`."""
     return [{"module": "kernel_queue.server"}]
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """JupyterLab (`jupyter labextension develop`): the prebuilt extension in `labextension/`."""
+    return [{"src": "labextension", "dest": "kernel-queue"}]

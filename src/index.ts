@@ -1,0 +1,303 @@
+/**
+ * The JupyterLab plugin: shows queued kernels where the user looks.
+ *
+ * It loads the server's queue listing once (`GET /api/kernel-queue/kernels`), then follows the
+ * server's event stream for the kernel-status schema; `state.ts` turns both into labels, panel
+ * rows and notices. This module only wires them to the status bar, the panel and JupyterLab's
+ * notifications, and cancels a queued kernel with the standard `DELETE /api/kernels/{id}`.
+ */
+
+import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { Notification } from '@jupyterlab/apputils';
+import { PathExt, URLExt } from '@jupyterlab/coreutils';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { Event, ServerConnection } from '@jupyterlab/services';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { IStatusBar, Popup, showPopup } from '@jupyterlab/statusbar';
+import { ISignal, Signal } from '@lumino/signaling';
+import { Widget } from '@lumino/widgets';
+
+import {
+  formatWait,
+  gpuCount,
+  ListingEntry,
+  Notice,
+  PanelRow,
+  QueueStatus,
+  QueueStore
+} from './state';
+
+const PLUGIN_ID = 'kernel-queue:plugin';
+/** The status-event schema (kernel_queue/events.py). */
+export const SCHEMA_ID = 'https://events.kernel-queue.dev/kernel-status/v1';
+const LISTING_PATH = 'api/kernel-queue/kernels';
+/** Default of the `longWaitSeconds` setting (schema/plugin.json). */
+const LONG_WAIT_SECONDS = 10;
+
+/** Which notebook a kernel belongs to, for panel rows and notifications. */
+function kernelName(app: JupyterFrontEnd, kernelId: string): string {
+  for (const session of app.serviceManager.sessions.running()) {
+    if (session.kernel?.id === kernelId && session.path) {
+      return PathExt.basename(session.path);
+    }
+  }
+  return `kernel ${kernelId.slice(0, 8)}`;
+}
+
+async function fetchListing(settings: ServerConnection.ISettings): Promise<ListingEntry[]> {
+  const url = URLExt.join(settings.baseUrl, LISTING_PATH);
+  const response = await ServerConnection.makeRequest(url, {}, settings);
+  if (!response.ok) {
+    throw new ServerConnection.ResponseError(response);
+  }
+  return (await response.json()) as ListingEntry[];
+}
+
+/** The status-bar item: the current notebook's kernel as the queue sees it. */
+class QueueStatusItem extends Widget {
+  constructor() {
+    super({ node: document.createElement('div') });
+    this.addClass('jp-KernelQueue-status');
+    this.node.title = 'Kernel queue: click for every queued kernel';
+  }
+
+  /** Fired when the item should appear or disappear. */
+  get activeStateChanged(): ISignal<this, void> {
+    return this._activeStateChanged;
+  }
+
+  get active(): boolean {
+    return this._text !== null;
+  }
+
+  /** Show `text`, or hide the item when null. */
+  display(text: string | null, kernelId: string | null): void {
+    const was = this.active;
+    this._text = text;
+    this.node.textContent = text ?? '';
+    this.node.dataset.kernelId = kernelId ?? '';
+    if (was !== this.active) {
+      this._activeStateChanged.emit();
+    }
+  }
+
+  private _text: string | null = null;
+  private _activeStateChanged = new Signal<this, void>(this);
+}
+
+/** The panel listing every kernel waiting in a queue, each with a Cancel button. */
+class QueuePanel extends Widget {
+  constructor(
+    private readonly _store: QueueStore,
+    private readonly _name: (kernelId: string) => string,
+    private readonly _cancel: (kernelId: string) => Promise<void>
+  ) {
+    super();
+    this.addClass('jp-KernelQueue-panel');
+    this._unsubscribe = _store.subscribe(() => this.update());
+  }
+
+  dispose(): void {
+    this._unsubscribe();
+    window.clearInterval(this._timer);
+    super.dispose();
+  }
+
+  protected onAfterAttach(): void {
+    this.update();
+    // The waits grow while the panel is open.
+    this._timer = window.setInterval(() => this.update(), 1000);
+  }
+
+  protected onBeforeDetach(): void {
+    window.clearInterval(this._timer);
+  }
+
+  protected onUpdateRequest(): void {
+    const rows = this._store.queued();
+    const node = this.node;
+    node.replaceChildren();
+    const title = document.createElement('h3');
+    title.textContent = 'Queued kernels';
+    node.appendChild(title);
+    if (rows.length === 0) {
+      const empty = document.createElement('p');
+      empty.className = 'jp-KernelQueue-empty';
+      empty.textContent = 'No kernel waits in a queue.';
+      node.appendChild(empty);
+      return;
+    }
+    const table = document.createElement('table');
+    const head = table.createTHead().insertRow();
+    for (const label of ['Kernel', 'Queue', 'Position', 'Waiting', 'GPUs', '']) {
+      const th = document.createElement('th');
+      th.textContent = label;
+      head.appendChild(th);
+    }
+    const body = table.createTBody();
+    for (const row of rows) {
+      body.appendChild(this._row(row));
+    }
+    node.appendChild(table);
+  }
+
+  private _row(row: PanelRow): HTMLTableRowElement {
+    const tr = document.createElement('tr');
+    tr.className = 'jp-KernelQueue-row';
+    tr.dataset.kernelId = row.kernelId;
+    const position =
+      row.position === null
+        ? row.state === 'preempted'
+          ? 'preempted'
+          : '–'
+        : `#${row.position}${row.queueLength ? ` of ${row.queueLength}` : ''}`;
+    const cells = [
+      this._name(row.kernelId),
+      row.queue,
+      position,
+      row.waited === null ? '–' : formatWait(row.waited),
+      gpuCount(row.gpus)
+    ];
+    for (const text of cells) {
+      tr.insertCell().textContent = text;
+    }
+    const button = document.createElement('button');
+    button.className = 'jp-Button jp-mod-styled jp-mod-warn jp-KernelQueue-cancel';
+    button.textContent = 'Cancel';
+    button.title = 'Shut this kernel down and leave the queue';
+    button.addEventListener('click', () => {
+      button.disabled = true;
+      button.textContent = 'Cancelling…';
+      void this._cancel(row.kernelId);
+    });
+    tr.insertCell().appendChild(button);
+    return tr;
+  }
+
+  private _timer = 0;
+  private _unsubscribe: () => void;
+}
+
+function notify(app: JupyterFrontEnd, notice: Notice): void {
+  const name = kernelName(app, notice.kernelId);
+  const text =
+    notice.moment === 'admitted' ? `${name}: kernel ${notice.message}` : `${name}: ${notice.message}`;
+  // What happened while the user looked away stays until dismissed; a resume is a short note.
+  const autoClose = notice.moment === 'resumed' ? 10000 : false;
+  Notification.emit(text, notice.kind, { autoClose });
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'Shows a queued kernel’s place, admission, preemption and restore.',
+  autoStart: true,
+  requires: [INotebookTracker],
+  optional: [IStatusBar, ISettingRegistry],
+  activate: (
+    app: JupyterFrontEnd,
+    tracker: INotebookTracker,
+    statusBar: IStatusBar | null,
+    settingRegistry: ISettingRegistry | null
+  ) => {
+    const services = app.serviceManager;
+    const store = new QueueStore({ longWaitMs: LONG_WAIT_SECONDS * 1000 });
+    const show = (notices: Notice[]) => notices.forEach(n => notify(app, n));
+
+    if (settingRegistry) {
+      settingRegistry
+        .load(PLUGIN_ID)
+        .then(settings => {
+          const read = () => {
+            const seconds = settings.get('longWaitSeconds').composite as number;
+            store.longWaitMs = seconds * 1000;
+          };
+          read();
+          settings.changed.connect(read);
+        })
+        .catch(reason => console.warn('kernel-queue: settings not loaded', reason));
+    }
+
+    // Follow events first, then load the listing: the store holds events until it has it.
+    services.events.stream.connect((_, emission: Event.Emission) => {
+      if (emission.schema_id === SCHEMA_ID) {
+        show(store.apply(emission as unknown as QueueStatus));
+      }
+    });
+    fetchListing(services.serverSettings)
+      .then(listing => show(store.load(listing)))
+      .catch(reason => {
+        console.error('kernel-queue: could not list kernels', reason);
+        show(store.load([]));
+      });
+
+    // Forget kernels that disappear from the server (shut down from anywhere).
+    let known = new Set<string>();
+    services.kernels.runningChanged.connect((_, models) => {
+      const now = new Set(models.map(m => m.id));
+      for (const id of known) {
+        if (!now.has(id)) {
+          store.remove(id);
+        }
+      }
+      known = now;
+    });
+
+    const cancel = async (kernelId: string) => {
+      try {
+        await services.kernels.shutdown(kernelId);
+        store.remove(kernelId);
+      } catch (reason) {
+        Notification.error(`Could not cancel ${kernelName(app, kernelId)}: ${reason}`);
+      }
+    };
+
+    if (!statusBar) {
+      return;
+    }
+    const item = new QueueStatusItem();
+    const currentKernel = (): string | null =>
+      tracker.currentWidget?.sessionContext.session?.kernel?.id ?? null;
+    const refresh = () => {
+      const kernelId = currentKernel();
+      let text = kernelId ? store.label(kernelId) : null;
+      if (text === null) {
+        // Not a queued kernel: still offer the panel while others wait.
+        const waiting = store.queued().length;
+        text = waiting ? `Queue · ${waiting} waiting` : null;
+      }
+      item.display(text, kernelId);
+    };
+    store.subscribe(refresh);
+
+    let watched: NotebookPanel | null = null;
+    tracker.currentChanged.connect((_, panel) => {
+      watched?.sessionContext.kernelChanged.disconnect(refresh);
+      watched?.sessionContext.sessionChanged.disconnect(refresh);
+      watched = panel;
+      panel?.sessionContext.kernelChanged.connect(refresh);
+      panel?.sessionContext.sessionChanged.connect(refresh);
+      refresh();
+    });
+
+    let popup: Popup | null = null;
+    item.node.addEventListener('click', () => {
+      if (popup && !popup.isDisposed) {
+        popup.dispose();
+        popup = null;
+        return;
+      }
+      const body = new QueuePanel(store, id => kernelName(app, id), cancel);
+      popup = showPopup({ body, anchor: item, align: 'left', hasDynamicSize: true });
+    });
+
+    statusBar.registerStatusItem('kernel-queue:status', {
+      item,
+      align: 'left',
+      rank: 4,
+      isActive: () => item.active,
+      activeStateChanged: item.activeStateChanged
+    });
+  }
+};
+
+export default plugin;

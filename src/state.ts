@@ -1,0 +1,343 @@
+/**
+ * What JupyterLab knows about queued kernels, as plain data: no DOM, no JupyterLab services.
+ *
+ * `QueueStore` is fed the server's REST listing (at page load) and its status events (as they
+ * come); it answers what the status bar reads for one kernel, which kernels the panel lists, and
+ * which notifications a change deserves. The plugin (`index.ts`) owns every side effect.
+ */
+
+/** The kernel-status schema's states (kernel_queue/schemas/kernel-status.yaml). */
+export type KernelState =
+  | 'queued'
+  | 'admitted'
+  | 'running'
+  | 'preempted'
+  | 'requeued'
+  | 'resumed'
+  | 'finished'
+  | 'failed'
+  | 'cancelled';
+
+/** The payload of one status event, and the `queue` field of the REST listing. */
+export interface QueueStatus {
+  kernel_id: string;
+  state: KernelState;
+  message: string;
+  backend?: string;
+  queue?: string;
+  position?: number | null;
+  queue_length?: number | null;
+  gpus?: number;
+  devices?: string[];
+  preemptions?: number;
+}
+
+/** One entry of `GET /api/kernel-queue/kernels`: a Jupyter kernel model plus its queue state. */
+export interface ListingEntry {
+  id: string;
+  name?: string;
+  execution_state?: string;
+  queue: QueueStatus | null;
+  /** ISO time the kernel started its current wait in the queue, null when not waiting. */
+  waiting_since?: string | null;
+}
+
+/** What the store keeps per kernel. */
+export interface KernelEntry {
+  status: QueueStatus;
+  /** When the current wait began (ms since the epoch), null while not waiting. */
+  waitingSince: number | null;
+  /** Milliseconds the latest wait lasted, once it ended in an admission. */
+  waited: number | null;
+}
+
+/** A notification the plugin should show. `kind` picks the JupyterLab Notification type. */
+export interface Notice {
+  kernelId: string;
+  kind: 'info' | 'success' | 'warning' | 'error';
+  /** The moment: admitted after a long wait, preempted, resumed, failed. */
+  moment: 'admitted' | 'preempted' | 'resumed' | 'failed';
+  message: string;
+}
+
+/** One row of the queued-kernels panel. */
+export interface PanelRow {
+  kernelId: string;
+  state: KernelState;
+  queue: string;
+  position: number | null;
+  queueLength: number | null;
+  gpus: number;
+  /** Milliseconds waited so far, null when the server did not say when the wait began. */
+  waited: number | null;
+}
+
+/** States in which a kernel waits for (re-)admission (lifecycle.WAITING on the server). */
+export const WAITING: ReadonlySet<KernelState> = new Set(['queued', 'preempted', 'requeued']);
+/** States after which nothing more happens to the kernel. */
+export const TERMINAL: ReadonlySet<KernelState> = new Set(['finished', 'failed', 'cancelled']);
+const LIVE: ReadonlySet<KernelState> = new Set(['running', 'resumed']);
+
+/** "1 GPU", "2 GPUs". */
+export function gpuCount(gpus: number): string {
+  return `${gpus} ${gpus === 1 ? 'GPU' : 'GPUs'}`;
+}
+
+/** A wait as a person says it: "45 s", "3 min 05 s", "2 h 07 min". */
+export function formatWait(ms: number): string {
+  const seconds = Math.max(0, Math.floor(ms / 1000));
+  if (seconds < 60) {
+    return `${seconds} s`;
+  }
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 60) {
+    return `${minutes} min ${String(seconds % 60).padStart(2, '0')} s`;
+  }
+  return `${Math.floor(minutes / 60)} h ${String(minutes % 60).padStart(2, '0')} min`;
+}
+
+/**
+ * The status-bar text for one kernel's status: `Queued · #2 in gpu`, `Admitted · 1 GPU`,
+ * `Running`, `Preempted · saving…`, `Requeued · #1`, `Failed`, ...
+ */
+export function statusLabel(status: QueueStatus): string {
+  const position = status.position ? `#${status.position}` : null;
+  switch (status.state) {
+    case 'queued': {
+      const where = status.queue ? `in ${status.queue}` : '';
+      return ['Queued', [position, where].filter(Boolean).join(' ')].filter(Boolean).join(' · ');
+    }
+    case 'admitted':
+      return status.gpus ? `Admitted · ${gpuCount(status.gpus)}` : 'Admitted';
+    case 'running':
+    case 'resumed':
+      return 'Running';
+    case 'preempted':
+      // The server's sentence says "saving its variables" when the kernel checkpoints.
+      return /saving/.test(status.message) ? 'Preempted · saving…' : 'Preempted';
+    case 'requeued':
+      return position ? `Requeued · ${position}` : 'Requeued';
+    case 'failed':
+      return 'Failed';
+    case 'cancelled':
+      return 'Cancelled';
+    case 'finished':
+      return 'Finished';
+  }
+}
+
+function parseTime(iso: string | null | undefined): number | null {
+  if (!iso) {
+    return null;
+  }
+  const ms = Date.parse(iso);
+  return Number.isNaN(ms) ? null : ms;
+}
+
+/** Options of a `QueueStore`. */
+export interface StoreOptions {
+  /** An admission after a wait at least this long (ms) deserves a notification. */
+  longWaitMs: number;
+  /** The clock, in ms since the epoch (tests pass their own). */
+  now?: () => number;
+}
+
+/**
+ * Every queued kernel's last known status. Events received before the first listing are held
+ * and applied on top of it, so a page load never shows a state older than the server's.
+ */
+export class QueueStore {
+  constructor(options: StoreOptions) {
+    this.longWaitMs = options.longWaitMs;
+    this._now = options.now ?? Date.now;
+  }
+
+  /** Threshold for the "admitted after a long wait" notification, in ms. */
+  longWaitMs: number;
+
+  /** True once a listing was loaded. */
+  get loaded(): boolean {
+    return this._loaded;
+  }
+
+  /** Register a callback run after every change; returns a function that unregisters it. */
+  subscribe(callback: () => void): () => void {
+    this._listeners.add(callback);
+    return () => this._listeners.delete(callback);
+  }
+
+  /** The entry of one kernel, if it is a queued kernel the store knows. */
+  get(kernelId: string): KernelEntry | undefined {
+    return this._entries.get(kernelId);
+  }
+
+  /** The status-bar text for one kernel, null for kernels that are not queued kernels. */
+  label(kernelId: string): string | null {
+    const entry = this._entries.get(kernelId);
+    return entry ? statusLabel(entry.status) : null;
+  }
+
+  /**
+   * Replace everything with the server's listing (a page load, or a reconnect), then apply the
+   * events that arrived meanwhile. Returns the notifications those events deserve.
+   */
+  load(listing: ListingEntry[]): Notice[] {
+    this._entries.clear();
+    for (const kernel of listing) {
+      if (kernel.queue && !TERMINAL.has(kernel.queue.state)) {
+        const waiting = WAITING.has(kernel.queue.state);
+        this._entries.set(kernel.id, {
+          status: kernel.queue,
+          waitingSince: waiting ? parseTime(kernel.waiting_since) : null,
+          waited: null
+        });
+      }
+    }
+    this._loaded = true;
+    const held = this._held;
+    this._held = [];
+    const notices = held.flatMap(([status, at]) => this._apply(status, at));
+    this._changed();
+    return notices;
+  }
+
+  /**
+   * Apply one status event (`at`: its timestamp in ms, default now). Returns the
+   * notifications it deserves; none while the first listing is still awaited.
+   */
+  apply(status: QueueStatus, at?: number): Notice[] {
+    const when = at ?? this._now();
+    if (!this._loaded) {
+      this._held.push([status, when]);
+      return [];
+    }
+    const notices = this._apply(status, when);
+    this._changed();
+    return notices;
+  }
+
+  /** Forget kernels that no longer exist on the server (`ids`: the ones that do). */
+  retain(ids: Iterable<string>): void {
+    const keep = new Set(ids);
+    let changed = false;
+    for (const id of [...this._entries.keys()]) {
+      if (!keep.has(id)) {
+        this._entries.delete(id);
+        changed = true;
+      }
+    }
+    if (changed) {
+      this._changed();
+    }
+  }
+
+  /** Forget one kernel (it was shut down). */
+  remove(kernelId: string): void {
+    if (this._entries.delete(kernelId)) {
+      this._changed();
+    }
+  }
+
+  /** The kernels waiting for (re-)admission, by queue then position. */
+  queued(): PanelRow[] {
+    const now = this._now();
+    const rows: PanelRow[] = [];
+    for (const [kernelId, entry] of this._entries) {
+      const s = entry.status;
+      if (!WAITING.has(s.state)) {
+        continue;
+      }
+      rows.push({
+        kernelId,
+        state: s.state,
+        queue: s.queue ?? '',
+        position: s.position ?? null,
+        queueLength: s.queue_length ?? null,
+        gpus: s.gpus ?? 0,
+        waited: entry.waitingSince === null ? null : Math.max(0, now - entry.waitingSince)
+      });
+    }
+    const order = (p: number | null) => p ?? Number.MAX_SAFE_INTEGER;
+    return rows.sort(
+      (a, b) =>
+        a.queue.localeCompare(b.queue) ||
+        order(a.position) - order(b.position) ||
+        a.kernelId.localeCompare(b.kernelId)
+    );
+  }
+
+  private _apply(status: QueueStatus, at: number): Notice[] {
+    const previous = this._entries.get(status.kernel_id);
+    if (TERMINAL.has(status.state)) {
+      this._entries.delete(status.kernel_id);
+    } else {
+      const waiting = WAITING.has(status.state);
+      const wasWaiting = previous !== undefined && WAITING.has(previous.status.state);
+      let waitingSince: number | null = null;
+      if (waiting) {
+        waitingSince = wasWaiting ? previous.waitingSince : at;
+      }
+      let waited = previous?.waited ?? null;
+      if (!waiting && wasWaiting && previous.waitingSince !== null) {
+        waited = at - previous.waitingSince;
+      }
+      this._entries.set(status.kernel_id, { status, waitingSince, waited });
+    }
+    return this._notices(previous, status);
+  }
+
+  private _notices(previous: KernelEntry | undefined, status: QueueStatus): Notice[] {
+    const before = previous?.status.state;
+    if (before === status.state) {
+      return [];
+    }
+    const id = status.kernel_id;
+    switch (status.state) {
+      case 'admitted':
+      case 'running':
+      case 'resumed': {
+        const notices: Notice[] = [];
+        // Admission ends a wait once: when ADMITTED is skipped, RUNNING/RESUMED ends it.
+        const endsWait = before !== undefined && WAITING.has(before);
+        const waited = this._entries.get(id)?.waited ?? null;
+        if (endsWait && waited !== null && waited >= this.longWaitMs) {
+          const gpus = status.gpus ? ` with ${gpuCount(status.gpus)}` : '';
+          notices.push({
+            kernelId: id,
+            kind: 'success',
+            moment: 'admitted',
+            message: `admitted${gpus} after waiting ${formatWait(waited)}`
+          });
+        }
+        if (status.state === 'resumed' && !LIVE.has(before as KernelState)) {
+          notices.push({ kernelId: id, kind: 'info', moment: 'resumed', message: status.message });
+        }
+        return notices;
+      }
+      case 'preempted':
+        return [{ kernelId: id, kind: 'warning', moment: 'preempted', message: status.message }];
+      case 'requeued':
+        // A preemption seen without the PREEMPTED step (the kernel went straight back).
+        if (before !== undefined && LIVE.has(before)) {
+          return [{ kernelId: id, kind: 'warning', moment: 'preempted', message: status.message }];
+        }
+        return [];
+      case 'failed':
+        return [{ kernelId: id, kind: 'error', moment: 'failed', message: status.message }];
+      default:
+        return [];
+    }
+  }
+
+  private _changed(): void {
+    for (const callback of [...this._listeners]) {
+      callback();
+    }
+  }
+
+  private _entries = new Map<string, KernelEntry>();
+  private _held: [QueueStatus, number][] = [];
+  private _loaded = false;
+  private _listeners = new Set<() => void>();
+  private _now: () => number;
+}

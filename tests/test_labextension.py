@@ -1,0 +1,50 @@
+"""The JupyterLab extension as installed: JupyterLab lists it enabled, and its state logic passes
+its unit tests in the JavaScript toolchain (vitest, `npm test`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernel_queue import __version__
+
+REPO = Path(__file__).resolve().parent.parent
+JUPYTER = str(Path(sys.executable).parent / "jupyter")
+
+
+def test_jupyterlab_lists_the_extension_enabled(tmp_path: Path) -> None:
+    # Private user dirs: only what the environment's installation provides counts.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
+    env.update(HOME=str(tmp_path), JUPYTER_CONFIG_DIR=str(tmp_path), JUPYTER_DATA_DIR=str(tmp_path))
+    done = subprocess.run(
+        [JUPYTER, "labextension", "list"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    listing = re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)  # colours
+    assert re.search(rf"kernel-queue v{re.escape(__version__)} enabled\s+OK", listing), listing
+
+
+def test_the_extension_state_logic_passes_its_unit_tests() -> None:
+    npm = shutil.which("npm")
+    if npm is None:
+        if os.environ.get("KQ_CI") == "1":
+            pytest.fail("npm is needed to run the extension's unit tests")
+        pytest.skip("npm is not installed")
+    if not (REPO / "node_modules" / ".bin" / "vitest").exists():
+        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=REPO, check=True, timeout=600)
+    done = subprocess.run(
+        [npm, "test"], cwd=REPO, capture_output=True, text=True, timeout=300, check=False
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert re.search(r"Tests\s+\d+ passed", output), output

@@ -1,0 +1,74 @@
+"""`GET /api/kernel-queue/kernels`: what a reloaded JupyterLab page rebuilds its queue view from,
+and the standard `DELETE /api/kernels/{id}` that its Cancel button sends."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any
+
+import pytest
+from tornado.httpclient import HTTPClientError
+
+from kernel_queue.server.handlers import WaitClock
+from tests.conftest import KernelspecFactory, Server
+
+
+async def listing(server: Server, **kwargs: Any) -> dict[str, dict[str, Any]]:
+    response = await server.fetch("api", "kernel-queue", "kernels", method="GET", **kwargs)
+    return {k["id"]: k for k in json.loads(response.body)}
+
+
+@pytest.fixture
+def local_backend_config() -> dict[str, Any]:
+    return {"gpus": ["0"]}
+
+
+async def test_listing_says_since_when_a_kernel_waits_and_cancel_takes_it_out_at_once(
+    server: Server, kernelspec: KernelspecFactory
+) -> None:
+    name = kernelspec(gpus=1)
+    before = datetime.datetime.now(datetime.UTC)
+    first, second = await server.start(name), await server.start(name)
+    await server.wait_reason(second, "position 1 of 1")
+    assert (await server.execute(first, "1+1"))["data"] == "2"
+
+    kernels = await listing(server)
+    assert kernels[first]["queue"]["state"] == "running"
+    assert kernels[first]["waiting_since"] is None
+    waiting = kernels[second]
+    assert waiting["queue"]["state"] == "queued"
+    assert waiting["queue"]["position"] == 1
+    assert waiting["queue"]["gpus"] == 1
+    since = datetime.datetime.fromisoformat(waiting["waiting_since"])
+    assert before <= since <= datetime.datetime.now(datetime.UTC)
+
+    # What the panel's Cancel button sends. The first kernel keeps the only GPU, so this
+    # returns only if the queued launch is cancelled rather than awaited.
+    await server.shutdown(second)
+    kernels = await listing(server)
+    assert second not in kernels
+    assert kernels[first]["queue"]["state"] == "running"
+    await server.shutdown_and_wait(first)
+
+
+async def test_listing_needs_the_token(server: Server) -> None:
+    with pytest.raises(HTTPClientError) as refused:
+        await listing(server, headers={"Authorization": "token wrong"})
+    assert refused.value.code == 403
+
+
+def test_wait_clock_keeps_the_start_of_a_wait_across_positions_and_preemption() -> None:
+    clock = WaitClock()
+    t0 = datetime.datetime(2026, 1, 1, 10, 0, tzinfo=datetime.UTC)
+    later = t0 + datetime.timedelta(minutes=5)
+    clock.observe({"kernel_id": "k", "state": "queued"}, now=t0)
+    clock.observe({"kernel_id": "k", "state": "queued"}, now=later)  # moved up a place
+    assert clock.since("k") == t0.isoformat()
+    clock.observe({"kernel_id": "k", "state": "running"}, now=later)
+    assert clock.since("k") is None
+    clock.observe({"kernel_id": "k", "state": "preempted"}, now=later)
+    clock.observe({"kernel_id": "k", "state": "requeued"}, now=t0 + datetime.timedelta(hours=1))
+    assert clock.since("k") == later.isoformat()
+    clock.retain(set())
+    assert clock.since("k") is None
