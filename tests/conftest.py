@@ -186,6 +186,41 @@ class Server:
         return result
 
 
+class Listener:
+    """Every message a notebook's websocket receives from one kernel, while it is open."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws, self.messages = ws, []
+        self.task = asyncio.get_running_loop().create_task(self._read())
+
+    @classmethod
+    async def open(cls, server: Server, kernel_id: str) -> Listener:
+        """Connect, and return once a reply came back: jupyter_server forwards a new
+        connection's IOPub messages only after its kernel_info "nudge" has finished."""
+        ws = await server.ws_fetch("api", "kernels", kernel_id, "channels")
+        header = {"msg_id": uuid.uuid4().hex, "msg_type": "kernel_info_request", "version": "5.3"}
+        header |= {"session": uuid.uuid4().hex, "username": "test", "date": ""}
+        request = {"header": header, "parent_header": {}, "metadata": {}, "content": {}}
+        await ws.write_message(json.dumps({**request, "channel": "shell", "buffers": []}))
+        while (raw := await ws.read_message()) is not None:
+            if json.loads(raw).get("msg_type") == "kernel_info_reply":
+                return cls(ws)
+        raise AssertionError("the websocket closed before the kernel answered")
+
+    async def _read(self) -> None:
+        while (raw := await self.ws.read_message()) is not None:
+            self.messages.append(json.loads(raw))
+
+    def text(self) -> str:
+        return "".join(
+            m["content"].get("text", "") for m in self.messages if m.get("msg_type") == "stream"
+        )
+
+    def close(self) -> None:
+        self.ws.close()
+        self.task.cancel()
+
+
 class EventLog:
     """Collects kernel-queue status events from `/api/events/subscribe`."""
 

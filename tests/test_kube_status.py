@@ -41,12 +41,13 @@ def pod(
     deleting: bool = False,
     created: str = "2026-11-30T00:00:00Z",
     ip: str = "127.10.0.5",
+    said: str = "",
 ) -> dict[str, Any]:
     state: dict[str, Any] = {"running": {}}
     if waiting:
         state = {"waiting": {"reason": waiting[0], "message": waiting[1]}}
     if exit_code is not None:
-        state = {"terminated": {"exitCode": exit_code}}
+        state = {"terminated": {"exitCode": exit_code, "message": said}}
     meta: dict[str, Any] = {
         "name": "kq-1-head-0",
         "creationTimestamp": created,
@@ -135,6 +136,33 @@ PLACE = QueuePlace("user-queue", 2, 3)
             id="replacements-queued",
         ),
         pytest.param(
+            workload(cond("Evicted", reason="Preempted"), cond("Requeued", reason="Preempted")),
+            [
+                pod("Failed", exit_code=143, deleting=True, said="saved 2 variables (1 kB)\n"),
+                pod(gated=True, created="2026-11-30T00:01:00Z"),
+            ],
+            {"was_running": True, "saved": "an older sentence"},
+            P.QUEUED,
+            "saved 2 variables (1 kB)",
+            id="requeued-says-what-the-evicted-pod-saved",
+        ),
+        pytest.param(
+            workload(cond("Evicted", reason="Preempted"), cond("Requeued", reason="Preempted")),
+            [pod(gated=True, created="2026-11-30T00:01:00Z")],
+            {"was_running": True, "saved": "saved 2 variables (1 kB)"},
+            P.QUEUED,
+            "saved 2 variables (1 kB)",
+            id="requeued-keeps-the-sentence-after-the-pod-is-gone",
+        ),
+        pytest.param(
+            workload(),
+            [pod(gated=True)],
+            {"saved": "saved 2 variables (1 kB)"},
+            P.QUEUED,
+            "",
+            id="no-eviction-no-sentence",
+        ),
+        pytest.param(
             workload(cond("Finished", reason="Succeeded", message="Pods succeeded: 1/1.")),
             [pod("Succeeded", exit_code=0)],
             {},
@@ -154,6 +182,8 @@ def test_group_status(
     status = group_status(wl, pods, place=PLACE, **options)
     assert status.phase is phase
     assert message in status.message
+    if not message:
+        assert status.message == "" or phase is not P.QUEUED
     if phase is P.QUEUED:
         assert status.place == PLACE
 

@@ -55,6 +55,7 @@ class _Group:
     attempt: int = 0
     released: bool = False
     failure_logged: bool = False
+    saved: str = ""  # what the last preempted pod's checkpoint saved; kept after it is deleted
 
 
 class KubernetesBackend(LoggingConfigurable):
@@ -232,7 +233,8 @@ class KubernetesBackend(LoggingConfigurable):
         return self._api
 
     async def _check_queue(self, api: Any, spec: GroupSpec) -> None:
-        """Kueue installed, the LocalQueue there, the priority class known: else say which."""
+        """Kueue installed, the LocalQueue there, the priority class and the checkpoint claim
+        known: else say which."""
         who, namespace = f"kernel {short_id(spec.kernel_id)}", spec.namespace
         try:
             await api.get(kueue.LOCAL_QUEUES, namespace, spec.queue)
@@ -257,6 +259,17 @@ class KubernetesBackend(LoggingConfigurable):
                     f"{who}: WorkloadPriorityClass {spec.priority_class!r} does not exist, so "
                     "Kueue would never queue the kernel; fix `priority_class` in the "
                     "kernelspec or create the class."
+                ) from exc
+        claim = _claim(spec)
+        if claim:
+            try:
+                await api.get(kueue.CLAIMS, namespace, claim)
+            except errors.ClusterNotFound as exc:
+                raise errors.ConfigError(
+                    f"{who}: checkpoint claim {claim!r} does not exist in namespace "
+                    f"{namespace!r}, so the kernel's pod could never start; create the "
+                    "PersistentVolumeClaim (ReadWriteMany, so a requeued kernel can mount it on "
+                    "any node) or fix `checkpoint.claim` in the kernelspec."
                 ) from exc
 
     async def _ensure_address(
@@ -348,6 +361,7 @@ class KubernetesBackend(LoggingConfigurable):
         workload = informers[1].get(name) if informers else None
         pods = self._group_pods(namespace, name)
         pod_ip = group.spec is not None and group.spec.connect == "pod-ip"
+        group.saved = group_status.saved_message(workload, pods) or group.saved
         status = group_status.group_status(
             workload,
             pods,
@@ -355,10 +369,11 @@ class KubernetesBackend(LoggingConfigurable):
             was_running=group.was_running,
             had_workload=group.had_workload,
             pod_ip_address=pod_ip,
+            saved=group.saved,
         )
         group.had_workload = group.had_workload or workload is not None
         if status.phase is GroupPhase.RUNNING:
-            group.was_running = True
+            group.was_running, group.saved = True, ""
         if group_status.needs_replacement(workload, pods) and not group.replacing:
             group.replacing = True
             asyncio.get_running_loop().create_task(self._replace(group, pods))

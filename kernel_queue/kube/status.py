@@ -52,6 +52,16 @@ def needs_replacement(workload: Obj | None, pods: Sequence[Obj]) -> bool:
     return (waiting or bool(requeued)) and not live_pods(pods)
 
 
+def saved_message(workload: Obj | None, pods: Sequence[Obj]) -> str:
+    """After a preemption: what the evicted kernel's checkpoint saved, as its launcher said in
+    the head pod's termination message; "" while no ended head pod says anything."""
+    if workload is None or kueue.workload_evicted(workload) is None:
+        return ""
+    ended = [p for p in pods if (p.get("status") or {}).get("phase") in TERMINAL_PHASES]
+    last = head(ended)
+    return kueue.termination_message(last, "kernel") if last else ""
+
+
 def group_status(
     workload: Obj | None,
     pods: Sequence[Obj],
@@ -60,10 +70,12 @@ def group_status(
     was_running: bool = False,
     had_workload: bool = False,
     pod_ip_address: bool = False,
+    saved: str = "",
 ) -> GroupStatus:
     """The group's status. `was_running`: its head has been ready before (a later failure is the
     kernel ending, not a failed start). `had_workload`: Kueue made its Workload before, so its
-    absence now means someone deleted it. `pod_ip_address`: report the head pod's IP."""
+    absence now means someone deleted it. `pod_ip_address`: report the head pod's IP. `saved`:
+    the last `saved_message` seen, shown while a preempted group waits (its pod is gone)."""
     lead = head(pods)
     if workload is None:
         if had_workload or (not pods and was_running):
@@ -82,12 +94,7 @@ def group_status(
     if evicted is not None and stopping:  # gated pods are the replacements, already queued
         return GroupStatus(GroupPhase.EVICTED, message=evicted[1] or evicted[0])
     if not kueue.workload_admitted(workload):
-        # After a preemption: what the evicted kernel's checkpoint saved, as its launcher said.
-        saved = ""
-        if evicted is not None:
-            ended = [p for p in pods if (p.get("status") or {}).get("phase") in TERMINAL_PHASES]
-            last = head(ended)
-            saved = kueue.termination_message(last, "kernel") if last else ""
+        saved = (saved_message(workload, pods) or saved) if evicted is not None else ""
         return GroupStatus(GroupPhase.QUEUED, place=place, message=saved)
     flavor = ", ".join(kueue.flavors(workload)) or None
     admitted = GroupStatus(GroupPhase.ADMITTED, flavor=flavor)

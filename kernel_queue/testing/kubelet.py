@@ -88,6 +88,10 @@ class FakeKubelet:
         self._pods: dict[str, PodRecord] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
+    def claim_dir(self, namespace: str, claim: str) -> Path:
+        """The directory that holds the files of claim `claim` in `namespace`."""
+        return pods.claim_dir(self.root, namespace, claim)
+
     def install(self) -> None:
         """Pod admission rules, pod/volume-source listeners, the graceful-delete hook, Services."""
         pods.install(self.store)

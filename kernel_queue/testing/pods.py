@@ -324,6 +324,11 @@ def missing_claims(store: Store, pod: Obj) -> list[str]:
     return missing
 
 
+def claim_dir(cluster_dir: Path, namespace: str, claim: str) -> Path:
+    """Where a PersistentVolumeClaim's files live on the fake node (kept across pods)."""
+    return cluster_dir / "pvc" / namespace / claim
+
+
 def prepare_volumes(store: Store, pod: Obj, cluster_dir: Path, pod_dir: Path) -> dict[str, Path]:
     """Create each volume's directory (files for Secret/ConfigMap/downward API keys, mode 0600
     unless the spec says otherwise) and return volume name -> directory."""
@@ -331,8 +336,9 @@ def prepare_volumes(store: Store, pod: Obj, cluster_dir: Path, pod_dir: Path) ->
     for volume in (pod.get("spec") or {}).get("volumes") or []:
         name = volume["name"]
         if "persistentVolumeClaim" in volume:
-            claim = volume["persistentVolumeClaim"]["claimName"]
-            dirs[name] = cluster_dir / "pvc" / namespace / claim
+            dirs[name] = claim_dir(
+                cluster_dir, namespace, volume["persistentVolumeClaim"]["claimName"]
+            )
         elif "hostPath" in volume:
             dirs[name] = Path(volume["hostPath"]["path"])
         else:

@@ -1,0 +1,97 @@
+"""Preemption becomes a pause on the fake cluster: the kernel's pod saves to the checkpoint
+claim, the pod group's Workload is requeued (not Finished, because the kernel exits non-zero),
+and the replacement pod restores the variables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernel_queue.kube import kueue
+from kernel_queue.testing.cluster import FakeCluster
+from tests.checkpoint_scenario import (
+    CHECK,
+    EXPECTED,
+    NOT_RESTORED,
+    NOT_SAVED,
+    NOTICE,
+    RESTORED,
+    SAVED,
+    SETUP,
+    private_modes,
+)
+from tests.conftest import KernelspecFactory, Listener, Server
+from tests.kube.support import kube_spec, labelled, ours, wait_clean
+
+CLAIM = "kernel-checkpoints"
+PVC = f"""
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {CLAIM}, namespace: default}}
+spec:
+  accessModes: [ReadWriteMany]
+  resources: {{requests: {{storage: 10Gi}}}}
+"""
+CHECKPOINT = {"enabled": True, "claim": CLAIM, "grace_seconds": 30}
+
+
+def workload(cluster: FakeCluster, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = cluster.store.get(kueue.KUEUE_GROUP, "workloads", "default", name)
+    return obj
+
+
+async def test_a_preempted_pod_saves_to_the_claim_and_its_replacement_restores(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, event_log: Any
+) -> None:
+    cluster.apply(PVC)
+    low = await server.start(
+        kube_spec(kernelspec, "low", priority_class="low", checkpoint=CHECKPOINT)
+    )
+    assert (await server.execute(low, SETUP))["status"] == "ok"
+    (group,) = labelled(cluster, low)["workloads"]
+    listener = await Listener.open(server, low)
+    try:
+        high = await server.start(kube_spec(kernelspec, "high", priority_class="high"))
+
+        async def told() -> bool:
+            return NOTICE in listener.text() and NOT_SAVED in listener.text()
+
+        await server.wait_for(told, within=60)
+    finally:
+        listener.close()
+    model = await server.wait_reason(low, SAVED)  # from the pod's termination message
+    assert "; requeued in 'user-queue'" in model["reason"], model["reason"]
+    assert (await server.execute(high, "1+1"))["data"] == "2"
+
+    # Kueue requeued the group: the kernel exited 143, so the Workload is not Finished.
+    requeued = workload(cluster, group)
+    assert kueue.condition(requeued, kueue.FINISHED) is None
+    assert (kueue.condition(requeued, "Requeued") or {}).get("status") == "True"
+    assert cluster.kubelet is not None
+    store = cluster.kubelet.claim_dir("default", CLAIM) / low
+    assert private_modes(store) == ({0o700}, {0o600})
+
+    await server.shutdown(high)
+    first = await server.execute(low, CHECK, within=120)
+    assert first["data"] == EXPECTED
+    assert RESTORED in first["stream"]
+    assert NOT_RESTORED in first["stream"]
+    assert event_log.states(low)[-4:] == ["preempted", "requeued", "admitted", "resumed"]
+
+    await server.shutdown(low)
+    await wait_clean(server, cluster, low, high)
+    assert not store.exists()  # deleted at shutdown (checkpoint.keep is off)
+
+
+async def test_a_missing_checkpoint_claim_is_refused_before_anything_is_created(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    kernel = await server.start(kube_spec(kernelspec, checkpoint=CHECKPOINT))
+
+    async def dead() -> bool:
+        return (await server.model(kernel))["execution_state"] == "dead"
+
+    await server.wait_for(dead, within=60)
+    reason = (await server.model(kernel))["reason"]
+    assert f"checkpoint claim {CLAIM!r} does not exist in namespace 'default'" in reason
+    assert "create the PersistentVolumeClaim" in reason
+    assert ours(cluster) == {}
