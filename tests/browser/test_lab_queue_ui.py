@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -67,42 +68,73 @@ def _api(base: str, path: str, method: str = "GET") -> Any:
         return json.loads(response.read() or b"null")
 
 
-def _notebook(path: Path) -> None:
-    """A notebook whose metadata names the queued GPU kernelspec, so opening it starts one."""
-    path.write_text(
-        json.dumps(
-            {
-                "cells": [
-                    {
-                        "cell_type": "code",
-                        "execution_count": None,
-                        "id": "c1",
-                        "metadata": {},
-                        "outputs": [],
-                        "source": "1 + 1",
-                    }
-                ],
-                "metadata": {
-                    "kernelspec": {
-                        "name": "python3-gpu-queued",
-                        "display_name": "Python 3 (1 GPU, queued)",
-                        "language": "python",
-                    }
-                },
-                "nbformat": 4,
-                "nbformat_minor": 5,
+def _notebook(path: Path, kernel: str, source: str = "1 + 1") -> None:
+    """A notebook whose metadata names a kernelspec, so opening it starts that kernel."""
+    cell = {
+        "cell_type": "code",
+        "execution_count": None,
+        "id": "c1",
+        "metadata": {},
+        "outputs": [],
+        "source": source,
+    }
+    spec = {"name": kernel, "display_name": kernel, "language": "python"}
+    notebook = {
+        "cells": [cell],
+        "metadata": {"kernelspec": spec},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    path.write_text(json.dumps(notebook))
+
+
+def _kernelspec(data: Path, name: str, **config: Any) -> None:
+    """A queued local kernelspec in the server's private data dir."""
+    folder = data / "kernels" / name
+    folder.mkdir(parents=True)
+    spec = {
+        "argv": [sys.executable, "-m", "kernel_queue.launcher.kernel", "-f", "{connection_file}"],
+        "display_name": f"Python 3 ({name})",
+        "language": "python",
+        "interrupt_mode": "message",
+        "metadata": {
+            "kernel_provisioner": {
+                "provisioner_name": "kernel-queue",
+                "config": {"backend": "local", "queue": "gpu", "gpus": 1, **config},
             }
-        )
-    )
+        },
+    }
+    (folder / "kernel.json").write_text(json.dumps(spec))
 
 
 @pytest.fixture
-def lab(tmp_path: Path) -> Iterator[str]:
+def artifacts(request: pytest.FixtureRequest) -> Path:
+    """This test's screenshot folder under test-artifacts/browser/, emptied first."""
+    folder = ARTIFACTS / request.node.name.removeprefix("test_")[:60]
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
+
+
+@pytest.fixture
+def browser_api() -> Any:
+    return _require_browser()
+
+
+@pytest.fixture
+def lab(tmp_path: Path, artifacts: Path, browser_api: Any) -> Iterator[str]:
     """`jupyter kernel-queue lab` with 1 pretend GPU, private dirs; yields its base URL."""
     root = tmp_path / "notebooks"
     root.mkdir()
     for name in ("first", "second", "third"):
-        _notebook(root / f"{name}.ipynb")
+        _notebook(root / f"{name}.ipynb", "python3-gpu-queued")
+    data = tmp_path / "data"
+    # Preemption: a low-priority kernel that checkpoints, and a high-priority one.
+    checkpoint = {"enabled": True, "path": str(tmp_path / "checkpoints"), "grace_seconds": 60}
+    _kernelspec(data, "low", priority_class="low", checkpoint=checkpoint)
+    _kernelspec(data, "high", priority_class="high")
+    _notebook(root / "low.ipynb", "low", source="x = 41")
+    _notebook(root / "high.ipynb", "high")
     settings = tmp_path / "lab-settings"
     # Every admission after a wait notifies (the default waits 10 s): the test needs no sleep.
     (settings / "kernel-queue").mkdir(parents=True)
@@ -118,7 +150,7 @@ def lab(tmp_path: Path) -> Iterator[str]:
     env.update(
         HOME=str(tmp_path / "home"),
         JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-        JUPYTER_DATA_DIR=str(tmp_path / "data"),
+        JUPYTER_DATA_DIR=str(data),
         JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
         JUPYTERLAB_SETTINGS_DIR=str(settings),
         JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
@@ -126,7 +158,8 @@ def lab(tmp_path: Path) -> Iterator[str]:
     if gpu_detection.detect():
         env["CUDA_VISIBLE_DEVICES"] = "0"  # a real GPU machine: queue on one of them
     port = _free_port()
-    log = (tmp_path / "lab.log").open("w")
+    log_path = tmp_path / "lab.log"
+    log = log_path.open("w")
     process = subprocess.Popen(
         [
             JUPYTER,
@@ -151,7 +184,7 @@ def lab(tmp_path: Path) -> Iterator[str]:
                 _api(base, "api/status")
                 break
             except OSError:
-                assert process.poll() is None, (tmp_path / "lab.log").read_text()
+                assert process.poll() is None, log_path.read_text()
                 time.sleep(0.05)
         yield base
     finally:
@@ -161,21 +194,14 @@ def lab(tmp_path: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
         log.close()
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(tmp_path / "lab.log", ARTIFACTS / "lab.log")
+        shutil.copy(log_path, artifacts / "lab.log")
 
 
-def test_the_second_notebook_waits_runs_when_the_first_stops_and_cancel_leaves_the_queue(
-    lab: str, tmp_path: Path
-) -> None:
-    sync_api = _require_browser()
-    expect = sync_api.expect
-    expect.set_options(timeout=UI_WAIT_MS)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    for old in ARTIFACTS.glob("*.png"):
-        old.unlink()
-
-    with sync_api.sync_playwright() as playwright:
+@pytest.fixture
+def page(browser_api: Any, lab: str, artifacts: Path) -> Iterator[Any]:
+    """A page of headless Debian Chromium; its last state is screenshotted whatever happens."""
+    browser_api.expect.set_options(timeout=UI_WAIT_MS)
+    with browser_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM,
             headless=True,
@@ -191,95 +217,155 @@ def test_the_second_notebook_waits_runs_when_the_first_stops_and_cancel_leaves_t
         )
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         try:
-            _scenario(page, expect, lab)
+            yield page
         finally:
-            page.screenshot(path=str(ARTIFACTS / "99-last.png"))
+            page.screenshot(path=str(artifacts / "99-last.png"))
             browser.close()
 
 
-def _scenario(page: Any, expect: Any, base: str) -> None:
-    status = page.locator(".jp-KernelQueue-status")
-    step = iter(range(1, 100))
+class Lab:
+    """What the tests do in JupyterLab, by what a user sees and clicks."""
 
-    def shot(name: str) -> None:
-        page.screenshot(path=str(ARTIFACTS / f"{next(step):02d}-{name}.png"))
+    def __init__(self, page: Any, expect: Any, base: str, artifacts: Path) -> None:
+        self.page, self.expect, self.base, self.artifacts = page, expect, base, artifacts
+        self.status = page.locator(".jp-KernelQueue-status")
+        self._step = 0
 
-    def tab(name: str) -> Any:
-        return page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=name)
+    def shot(self, name: str) -> None:
+        self._step += 1
+        self.page.screenshot(path=str(self.artifacts / f"{self._step:02d}-{name}.png"))
 
-    def open_notebook(name: str) -> None:
-        page.locator(".jp-DirListing-item", has_text=name).dblclick()
-        expect(tab(name)).to_have_class(_current_tab())
+    def tab(self, name: str) -> Any:
+        return self.page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=name)
 
-    def kernels() -> dict[str, Any]:
-        return {k["id"]: k for k in _api(base, "api/kernel-queue/kernels")}
+    def open_notebook(self, name: str) -> None:
+        """Double-click it in the file browser (opens it, or shows it if already open)."""
+        self.page.locator(".jp-DirListing-item", has_text=name).dblclick()
+        self.expect(self.tab(name)).to_have_class(CURRENT_TAB)
 
-    page.goto(f"{base}lab/tree/first.ipynb?token={TOKEN}")
-    expect(tab("first.ipynb")).to_have_class(_current_tab())
+    def goto(self, path: str) -> None:
+        self.page.goto(f"{self.base}{path}?token={TOKEN}")
+
+    def shut_down_kernel(self) -> None:
+        """Kernel ▸ Shut Down Kernel, for the current notebook."""
+        self.page.locator(".lm-MenuBar-item", has_text="Kernel").click()
+        self.page.locator(".lm-Menu-item", has_text="Shut Down Kernel").first.click()
+
+    def toast(self, text: str) -> Any:
+        return self.page.locator(".Toastify__toast", has_text=text)
+
+    def kernels(self) -> dict[str, Any]:
+        """The server's own listing, as the extension loads it."""
+        return {k["id"]: k for k in _api(self.base, "api/kernel-queue/kernels")}
+
+
+def test_the_second_notebook_waits_runs_when_the_first_stops_and_cancel_leaves_the_queue(
+    page: Any, browser_api: Any, lab: str, artifacts: Path
+) -> None:
+    _scenario(Lab(page, browser_api.expect, lab, artifacts))
+
+
+def _scenario(lab: Lab) -> None:
+    expect, status = lab.expect, lab.status
+    lab.goto("lab/tree/first.ipynb")
+    expect(lab.tab("first.ipynb")).to_have_class(CURRENT_TAB)
     expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
     first_kernel = status.get_attribute("data-kernel-id")
-    shot("first-running")
+    lab.shot("first-running")
 
     # The second notebook's kernel waits for the only GPU, and says where.
-    open_notebook("second.ipynb")
+    lab.open_notebook("second.ipynb")
     expect(status).to_have_text("Queued · #1 in gpu", timeout=KERNEL_WAIT_MS)
     second_kernel = status.get_attribute("data-kernel-id")
     assert second_kernel and second_kernel != first_kernel
-    shot("second-queued")
+    lab.shot("second-queued")
 
     # Each notebook shows its own kernel: the first still reads Running.
-    tab("first.ipynb").click()
+    lab.tab("first.ipynb").click()
     expect(status).to_have_text("Running")
     expect(status).to_have_attribute("data-kernel-id", first_kernel)
-    tab("second.ipynb").click()
+    lab.tab("second.ipynb").click()
     expect(status).to_have_text("Queued · #1 in gpu")
 
     # A reload rebuilds the view from the server's listing (no event arrives meanwhile).
-    page.reload()
-    expect(tab("second.ipynb")).to_have_class(_current_tab())
+    lab.page.reload()
+    expect(lab.tab("second.ipynb")).to_have_class(CURRENT_TAB)
     expect(status).to_have_text("Queued · #1 in gpu", timeout=KERNEL_WAIT_MS)
-    shot("second-queued-after-reload")
+    lab.shot("second-queued-after-reload")
 
     # Shut the first kernel down from its notebook; the second is admitted and runs.
-    open_notebook("first.ipynb")  # the reload opened only the second
+    lab.open_notebook("first.ipynb")  # the reload opened only the second
     expect(status).to_have_text("Running")
     expect(status).to_have_attribute("data-kernel-id", first_kernel)
-    page.locator(".lm-MenuBar-item", has_text="Kernel").click()
-    page.locator(".lm-Menu-item", has_text="Shut Down Kernel").first.click()
-    open_notebook("second.ipynb")
+    lab.shut_down_kernel()
+    lab.open_notebook("second.ipynb")
     expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
-    toast = page.locator(".Toastify__toast", has_text="second.ipynb: kernel admitted with 1 GPU")
-    expect(toast).to_be_visible()
-    assert first_kernel not in kernels()
-    shot("second-admitted")
+    expect(lab.toast("second.ipynb: kernel admitted with 1 GPU after waiting")).to_be_visible()
+    assert first_kernel not in lab.kernels()
+    lab.shot("second-admitted")
 
     # A third notebook queues behind the second; the panel lists it and cancels it.
-    open_notebook("third.ipynb")
+    lab.open_notebook("third.ipynb")
     expect(status).to_have_text("Queued · #1 in gpu", timeout=KERNEL_WAIT_MS)
     third_kernel = status.get_attribute("data-kernel-id")
-    assert third_kernel in kernels()
+    assert third_kernel in lab.kernels()
     status.click()
-    row = page.locator(f'.jp-KernelQueue-row[data-kernel-id="{third_kernel}"]')
+    row = lab.page.locator(f'.jp-KernelQueue-row[data-kernel-id="{third_kernel}"]')
     expect(row).to_be_visible()
     cells = row.locator("td")
     expect(cells.nth(0)).to_have_text("third.ipynb")
     expect(cells.nth(1)).to_have_text("gpu")
     expect(cells.nth(2)).to_have_text("#1 of 1")
     expect(cells.nth(4)).to_have_text("1 GPU")
-    expect(page.locator(".jp-KernelQueue-row")).to_have_count(1)  # the running one is not queued
-    shot("panel-lists-third")
+    expect(lab.page.locator(".jp-KernelQueue-row")).to_have_count(1)  # not the running one
+    lab.shot("panel-lists-third")
     row.locator(".jp-KernelQueue-cancel").click()
     expect(row).to_have_count(0)
     # Nothing waits any more and the third notebook has no kernel: the item goes away.
     expect(status).to_be_hidden()
-    expect(page.locator(".jp-NotebookPanel:visible .jp-KernelName")).to_have_text("No Kernel")
-    shot("third-cancelled")
-    remaining = kernels()
+    expect(lab.page.locator(".jp-NotebookPanel:visible .jp-KernelName")).to_have_text("No Kernel")
+    lab.shot("third-cancelled")
+    remaining = lab.kernels()
     assert third_kernel not in remaining
     assert remaining[second_kernel]["queue"]["state"] == "running"
 
 
-def _current_tab() -> Any:
-    import re
+def test_a_preempted_notebook_says_why_waits_again_and_resumes_with_its_variables(
+    page: Any, browser_api: Any, lab: str, artifacts: Path
+) -> None:
+    ui = Lab(page, browser_api.expect, lab, artifacts)
+    expect, status = ui.expect, ui.status
+    ui.goto("lab/tree/low.ipynb")
+    expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+    low_kernel = status.get_attribute("data-kernel-id")
+    page.locator(".jp-Cell").first.click()
+    page.keyboard.press("Shift+Enter")  # x = 41
+    expect(page.locator(".jp-InputArea-prompt", has_text="[1]").first).to_be_visible()
+    ui.shot("low-running")
 
-    return re.compile(r"\blm-mod-current\b")
+    # The high-priority notebook takes the only GPU: the low one is preempted, saves, waits.
+    ui.open_notebook("high.ipynb")
+    expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+    preempted = ui.toast("low.ipynb: preempted")
+    expect(preempted).to_be_visible(timeout=KERNEL_WAIT_MS)
+    expect(preempted).to_contain_text("by higher-priority kernel")  # the reason
+    expect(preempted).to_contain_text("saving its variables")
+    ui.tab("low.ipynb").click()
+    expect(status).to_have_text("Requeued · #1", timeout=KERNEL_WAIT_MS)
+    expect(status).to_have_attribute("data-kernel-id", low_kernel)
+    ui.shot("low-requeued")
+
+    # The high one ends: the low one comes back with its variables, and says so.
+    ui.open_notebook("high.ipynb")
+    ui.shut_down_kernel()
+    ui.tab("low.ipynb").click()
+    expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+    expect(ui.toast("low.ipynb: resumed")).to_contain_text(
+        "variables restored from the checkpoint", timeout=KERNEL_WAIT_MS
+    )
+    ui.shot("low-resumed")
+    assert ui.kernels()[low_kernel]["queue"]["state"] == "resumed"
+
+
+# JupyterLab marks the notebook tab on show as the current one.
+CURRENT_TAB = re.compile(r"\blm-mod-current\b")
