@@ -16,12 +16,13 @@ from dataclasses import replace
 from typing import Any
 
 from enterprise_gateway.services.processproxies.processproxy import BaseProcessProxyABC
-from tornado import web
+from tornado import ioloop, web
 
-from kernel_queue import backends, errors, lifecycle, spec
+from kernel_queue import backends, errors, heartbeat, lifecycle, spec
 from kernel_queue.gateway import launch
 from kernel_queue.lifecycle import KernelState, Lifecycle
 from kernel_queue.model import GroupRef, GroupSpec, GroupStatus, StopCause, short_id
+from kernel_queue.options import KernelOptions
 from kernel_queue.tracking import KernelTracker
 
 INFO_KEY = "kernel_queue"
@@ -31,7 +32,31 @@ INFO_KEY = "kernel_queue"
 _tasks: set[asyncio.Task[None]] = set()
 # kernel id -> release scheduled by `cleanup`; a restart (a new launch of the same kernel,
 # which EG starts before the loop runs again) takes the group over instead.
-_releases: dict[str, asyncio.Task[None]] = {}
+_releases: dict[str, tuple[asyncio.Task[None], KueueProcessProxy]] = {}
+
+
+# id(owner) -> proxies using that owner's backends; the last one to let go closes them, so
+# nothing (informers, API connections) outlives EG's final shutdown of its kernels.
+_users: dict[int, int] = {}
+
+
+def _watch_shutdown_requests(km: Any) -> None:
+    """Make `km.request_shutdown(restart)` tell the kernel's current proxy.
+
+    EG 3 gives process proxies no such hook, and a restart in place needs the flag: the pod
+    stays and only its kernel process restarts. Done once per kernel manager."""
+    if getattr(km, "_kernel_queue_watched", False):
+        return
+    original = km.request_shutdown
+
+    def request_shutdown(restart: bool = False) -> None:
+        original(restart)
+        proxy = getattr(km, "process_proxy", None)
+        if isinstance(proxy, KueueProcessProxy):
+            proxy.shutdown_requested(restart)
+
+    km.request_shutdown = request_shutdown
+    km._kernel_queue_watched = True
 
 
 class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
@@ -46,6 +71,14 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         self._queue = ""
         self._needs = ""
         self._last_message = ""
+        self._launching = False  # a failure during launch is reported by the launch's error
+        self._owner_in_use: Any = None  # whose backends this proxy counts as used
+        self._ending: asyncio.Task[None] | None = None  # kill: stop and release, under way
+        self._exit_code = 0
+        self._startup_timeout = KernelOptions.startup_timeout.default_value
+        self._old_kernel_gone = False  # asked to restart, and the old kernel stopped answering
+        self._handover: KernelTracker | None = None  # for the next launch: restart in place
+        _watch_shutdown_requests(kernel_manager)
 
     # -- launch ------------------------------------------------------------------------------
 
@@ -55,12 +88,14 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         Bad config, a missing queue or a wait that ended become an HTTP error whose message
         names the fix, with nothing left in the cluster."""
         await super().launch_process(kernel_cmd, **kwargs)  # env, KERNEL_ID, authorization
-        pending = _releases.pop(self.kernel_id, None)
-        if pending is not None:
-            pending.cancel()  # a restart: the new launch reuses the Secret and the Service
+        previous = self._take_over()
         env: dict[str, str] = kwargs["env"]
+        self._launching = True
         try:
-            await self._launch(env)
+            if previous is not None:
+                await self._restarted_in_place(previous)
+            else:
+                await self._launch(env)
         except errors.KernelQueueError as exc:
             await self._release()
             status, reason, message = launch.reply(exc)
@@ -69,7 +104,40 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         except BaseException:
             await self._release()
             raise
+        finally:
+            self._launching = False
         return self
+
+    def _take_over(self) -> KueueProcessProxy | None:
+        """A restart (EG makes a new proxy for it): stop the previous proxy's release. Return it
+        when its kernel restarted in place, so this launch only waits for the new process;
+        otherwise the launch queues a new group behind the kept Secret and Service."""
+        pending = _releases.pop(self.kernel_id, None)
+        if pending is None:
+            return None
+        task, previous = pending
+        task.cancel()
+        if previous._handover is None:
+            previous._forget_owner()
+            return None
+        return previous
+
+    async def _restarted_in_place(self, previous: KueueProcessProxy) -> None:
+        """Adopt the previous proxy's group, whose pod restarts the kernel in place (the
+        admission is kept), and wait for the new kernel process to answer."""
+        tracker, previous._handover = previous._handover, None
+        assert tracker is not None
+        self._tracker, self._backend, self._group = tracker, previous._backend, previous._group
+        self._queue, self._needs = previous._queue, previous._needs
+        self._owner_in_use, previous._owner_in_use = previous._owner_in_use, None
+        within = self._startup_timeout = previous._startup_timeout
+        ip, port = self._address(tracker), tracker.ref.connection.hb_port
+        if not await heartbeat.wait_for(ip, port, alive=True, within=within):
+            raise errors.StartupTimeout(
+                f"kernel {short_id(self.kernel_id)} did not come back within {within:.0f} s "
+                "of a restart; see its pod's log"
+            )
+        self._connect(tracker)
 
     async def _launch(self, env: dict[str, str]) -> None:
         km = self.kernel_manager
@@ -83,10 +151,9 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
             connection=replace(group.connection, key=key),
             user=env.get("KERNEL_USERNAME") or group.user,
         )
-        self._backend = backends.get_backend(
-            options.backend, owner=self._owner(), config=km.config, log=self.log
-        )
+        self._backend = self._use_backend(options.backend)
         self._group, self._queue, self._needs = group, group.queue, group.needs()
+        self._startup_timeout = options.startup_timeout
         ref = await self._backend.submit(group)
         self._tracker = self._track(ref)
         deadline = launch.queue_deadline(options.admission_timeout, env)
@@ -101,11 +168,14 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
             raise launch.client_gave_up(short_id(self.kernel_id), group.queue, waited) from None
         self._connect(self._tracker)
 
+    @staticmethod
+    def _address(tracker: KernelTracker) -> str:
+        return tracker.status.address or tracker.ref.connection.ip  # connect = "pod-ip" or not
+
     def _connect(self, tracker: KernelTracker) -> None:
         """Point EG's kernel manager at the kernel (its ports were chosen locally by EG)."""
         info = tracker.ref.connection.to_dict()
-        if tracker.status.address:
-            info["ip"] = tracker.status.address  # connect = "pod-ip"
+        info["ip"] = self._address(tracker)
         km = self.kernel_manager
         km.shell_port = km.iopub_port = km.stdin_port = km.hb_port = km.control_port = 0
         km.load_connection_info(info)
@@ -115,16 +185,33 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
 
     def poll(self) -> int | None:
         """None while the kernel runs or waits (also through a preemption); else its exit code.
+        0 once a kernel asked to restart has stopped answering (its pod restarts it in place).
 
         Right after `load_process_info` (EG starting, no loop running yet) it answers None;
         the restarter's next poll starts following the group and learns the truth."""
+        if self._old_kernel_gone:
+            return 0
+        if self._ending is not None and not self._ending.done():
+            return None  # kill's release is under way: EG keeps the loop running meanwhile
         tracker = self._tracker
         if tracker is None:
-            return None if self._follow_adopted() else 0
+            return None if self._follow_adopted() else self._exit_code
         if tracker.lifecycle.state in lifecycle.TERMINAL:
             code = tracker.status.exit_code
             return code if code is not None else 1
         return None
+
+    def shutdown_requested(self, restart: bool) -> None:
+        """After EG sent `shutdown_request` (see `_watch_shutdown_requests`): on a restart, watch
+        the old kernel's heartbeat stop, so `poll` ends the shutdown without stopping the pod."""
+        tracker = self._tracker
+        if restart and tracker is not None and tracker.lifecycle.state in lifecycle.LIVE:
+            self._spawn(self._await_old_kernel(tracker))
+
+    async def _await_old_kernel(self, tracker: KernelTracker) -> None:
+        ip, port = self._address(tracker), tracker.ref.connection.hb_port
+        # Bounded: a kernel that ignores the request is terminated by EG as usual (and requeued).
+        self._old_kernel_gone = await heartbeat.wait_for(ip, port, alive=False, within=10.0)
 
     def wait(self) -> int | None:
         """After `poll` reported an exit (EG never waits on a live kernel): the exit code."""
@@ -149,8 +236,12 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         return None
 
     def kill(self) -> bool | None:
-        """Stop the kernel at once, in a task."""
-        self._spawn(self._stop(StopCause.KILL))
+        """Stop the kernel at once and release everything, in a task `poll` waits for.
+
+        EG's own exit shuts kernels down this way (`now=True`) and then closes its loop: a
+        release left for `cleanup` would never run."""
+        if self._ending is None or self._ending.done():
+            self._ending = self._spawn(self._end())
         return None
 
     def cleanup(self) -> None:
@@ -159,9 +250,11 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         tracker, self._tracker = self._tracker, None
         if tracker is None or self._backend is None:
             return
+        if self._old_kernel_gone and tracker.lifecycle.state in lifecycle.LIVE:
+            self._handover = tracker  # restarting in place: the next launch adopts the group
         task = self._spawn(self._release_tracked(tracker, self._backend))
         if task is not None:
-            _releases[self.kernel_id] = task
+            _releases[self.kernel_id] = (task, self)
         super().cleanup()
 
     # -- persistence -------------------------------------------------------------------------
@@ -182,7 +275,8 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
             self._adopted = GroupRef.from_dict(ours["group"])
             self._queue = str(ours.get("queue", ""))
             self.ip = self._adopted.connection.ip
-            self._follow_adopted()
+            # EG revives sessions before its loop runs: follow the group as soon as it does.
+            ioloop.IOLoop.current().add_callback(self._follow_adopted)
 
     def _follow_adopted(self) -> bool:
         """Start following an adopted group once a loop runs; False if there is none."""
@@ -194,9 +288,7 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         except RuntimeError:
             return True  # EG's startup, before its loop runs
         self._adopted = None
-        self._backend = backends.get_backend(
-            ref.backend, owner=self._owner(), config=self.kernel_manager.config, log=self.log
-        )
+        self._backend = self._use_backend(ref.backend)
         self._tracker = self._track(ref)
         self.log.info("kernel %s: following its group %s again", self.kernel_id, ref.name)
         return True
@@ -207,6 +299,32 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         """What shares one backend: EG's mapping kernel manager (else the loop)."""
         owner = getattr(self.kernel_manager, "parent", None)
         return owner if owner is not None else asyncio.get_running_loop()
+
+    def _use_backend(self, name: str) -> backends.ClusterBackend:
+        """The shared backend `name`, counted as used by this proxy until `_let_go`."""
+        assert self._owner_in_use is None
+        owner = self._owner()
+        self._owner_in_use = owner
+        _users[id(owner)] = _users.get(id(owner), 0) + 1
+        config = self.kernel_manager.config
+        return backends.get_backend(name, owner=owner, config=config, log=self.log)
+
+    async def _let_go(self) -> None:
+        """Stop using the backend; close the owner's backends if no proxy uses them now."""
+        owner = self._owner_in_use
+        if self._forget_owner():
+            await backends.aclose_all(owner)
+
+    def _forget_owner(self) -> bool:
+        """Stop counting this proxy as a user; True if it was the owner's last."""
+        owner, self._owner_in_use = self._owner_in_use, None
+        if owner is None:
+            return False
+        _users[id(owner)] -= 1
+        if _users[id(owner)]:
+            return False
+        del _users[id(owner)]
+        return True
 
     def _track(self, ref: GroupRef) -> KernelTracker:
         backend, group = self._backend, self._group
@@ -224,6 +342,8 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
     def _notify(self, state: Lifecycle, status: GroupStatus) -> None:
         """Log each new sentence: EG 3 has no `reason` field to show it in."""
         tracker = self._tracker
+        if state.state in lifecycle.TERMINAL and self._launching:
+            return  # launch_process raises it as the reply to the client, and logs it there
         if (
             tracker is not None
             and tracker.failure is not None
@@ -244,10 +364,17 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
                 tracker.ref, grace=0.0 if cause is StopCause.KILL else grace, cause=cause
             )
 
+    async def _end(self) -> None:
+        await self._stop(StopCause.KILL)
+        self._exit_code = -signal.SIGKILL
+        await self._release()
+
     async def _release(self) -> None:
         tracker, self._tracker = self._tracker, None
         if tracker is not None and self._backend is not None:
             await self._release_tracked(tracker, self._backend)
+        else:
+            await self._let_go()
 
     async def _release_tracked(
         self, tracker: KernelTracker, backend: backends.ClusterBackend
@@ -259,8 +386,9 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
                 await backend.release(tracker.ref)
         finally:
             await tracker.aclose()
-            if _releases.get(tracker.ref.kernel_id) is asyncio.current_task():
+            if _releases.get(tracker.ref.kernel_id, (None,))[0] is asyncio.current_task():
                 del _releases[tracker.ref.kernel_id]
+            await self._let_go()
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
         """Run `work` on the loop, logging its failure; None (and nothing run) without a loop."""

@@ -1,0 +1,208 @@
+"""Enterprise Gateway 3.x, in its own environment (`.venv-eg`, jupyter_client 6), runs
+`KueueProcessProxy` on the fake cluster; kernels run from that environment (ipykernel 6), as EG
+users' kernel images do. A jupyter_server in gateway mode is the client, as in a deployment."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+from kernel_queue.testing.cluster import FakeCluster
+from tests.conftest import Server
+from tests.gateway.conftest import REQUEST_TIMEOUT, backend_options, server_config, stop_gateway
+from tests.gateway.gateways import (
+    GatewayProcess,
+    enterprise_gateway_python,
+    free_port,
+    gateway_env,
+)
+from tests.gateway.queueing import gated_kernels, wait_until
+from tests.kube.support import labelled, ours, wait_clean
+
+EG_IMAGE = "kernel-queue/eg-kernel"
+"""The kernels' image: the fake kubelet runs it with `.venv-eg`'s python."""
+LAUNCH_TIMEOUT = 2
+"""EG_KERNEL_LAUNCH_TIMEOUT: far shorter than the queue waits below."""
+SPEC = "eg-gpu"
+JUPYTER = Path(sys.executable).parent / "jupyter"
+
+
+@pytest.fixture(scope="session")
+def eg_python() -> Path:
+    return enterprise_gateway_python()
+
+
+@pytest.fixture
+def cluster_options(eg_python: Path) -> dict[str, Any]:
+    return {"image_paths": {EG_IMAGE: str(eg_python.parent)}}
+
+
+@pytest.fixture
+def eg_kernelspecs(gateway_home: Path) -> Path:
+    """A prefix holding the kernelspec `jupyter kernel-queue install --gateway ...` writes."""
+    prefix = gateway_home / "prefix"
+    done = subprocess.run(
+        [
+            str(JUPYTER),
+            "kernel-queue",
+            "install",
+            f"--name={SPEC}",
+            "--gateway=enterprise-gateway",
+            "--backend=kubernetes",
+            f"--image={EG_IMAGE}",
+            "--namespace=default",
+            "--queue=user-queue",
+            "--gpus=1",
+            f"--prefix={prefix}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return prefix / "share" / "jupyter"
+
+
+@pytest.fixture
+def enterprise_gateway(
+    cluster: FakeCluster,
+    eg_python: Path,
+    eg_kernelspecs: Path,
+    gateway_home: Path,
+    jp_asyncio_loop: asyncio.AbstractEventLoop,
+) -> Iterator[GatewayProcess]:
+    """EG with file-based session persistence (standalone: a restart revives the sessions)."""
+    port = free_port()
+    argv = [
+        str(eg_python.parent / "jupyter-enterprisegateway"),
+        "--EnterpriseGatewayApp.ip=127.0.0.1",
+        f"--EnterpriseGatewayApp.port={port}",
+        "--KernelSessionManager.enable_persistence=True",
+        "--EnterpriseGatewayApp.availability_mode=standalone",
+        *backend_options(cluster),
+    ]
+    env = gateway_env(
+        gateway_home,
+        JUPYTER_PATH=str(eg_kernelspecs),
+        EG_KERNEL_LAUNCH_TIMEOUT=str(LAUNCH_TIMEOUT),
+        EG_LIST_KERNELS="True",
+    )
+    gateway = GatewayProcess(argv, env, port, gateway_home / "enterprise-gateway.log")
+    jp_asyncio_loop.run_until_complete(gateway.start())
+    yield gateway
+    stop_gateway(gateway, jp_asyncio_loop)
+
+
+@pytest.fixture
+def jp_server_config(enterprise_gateway: GatewayProcess, gateway_client: None) -> dict[str, Any]:
+    return server_config(enterprise_gateway)
+
+
+async def test_a_queued_kernel_outwaits_eg_launch_timeout_and_runs_code_once_admitted(
+    server: Server, cluster: FakeCluster, enterprise_gateway: GatewayProcess
+) -> None:
+    first = await server.start(SPEC)
+    assert (await server.execute(first, "import ipykernel; ipykernel.__version__[0]"))[
+        "data"
+    ] == "'6'"  # the kernel runs from EG's environment
+
+    body = json.dumps({"name": SPEC})
+    start = asyncio.ensure_future(
+        server.fetch("api", "kernels", method="POST", body=body, request_timeout=REQUEST_TIMEOUT)
+    )
+    (second,) = await wait_until(lambda: gated_kernels(cluster) - {first}, "a queued kernel")
+    await wait_until(
+        lambda: "queued in 'user-queue', position 1 of 1, needs 1 GPU" in enterprise_gateway.log(),
+        "the queue position in the gateway's log",
+    )
+    await asyncio.sleep(3 * LAUNCH_TIMEOUT)  # well past EG's launch timeout
+    assert not start.done()
+    assert second in gated_kernels(cluster)
+
+    await server.shutdown(first)
+    started = json.loads((await start).body)
+    assert started["id"] == second
+    assert (await server.execute(second, "2+3"))["data"] == "5"
+    await server.shutdown(second)
+    await wait_clean(server, cluster, first, second)
+    assert "Waited too long" not in enterprise_gateway.log()
+
+
+async def test_a_restarted_enterprise_gateway_reattaches_to_a_running_kernel(
+    server: Server, cluster: FakeCluster, enterprise_gateway: GatewayProcess
+) -> None:
+    kernel = await server.start(SPEC)
+    assert (await server.execute(kernel, "x = 41; x"))["data"] == "41"
+
+    await enterprise_gateway.stop(signal.SIGKILL)  # a crash: EG shuts nothing down
+    await enterprise_gateway.start()
+    assert f"Startup of persisted kernel session for id '{kernel}' was successful" in (
+        enterprise_gateway.log()
+    )
+    assert (await server.execute(kernel, "x + 1"))["data"] == "42"  # the same kernel, state kept
+    await server.shutdown(kernel)
+    await wait_clean(server, cluster, kernel)
+
+
+async def test_a_client_that_stops_waiting_gets_a_clear_error_and_nothing_is_left_queued(
+    server: Server, cluster: FakeCluster, enterprise_gateway: GatewayProcess
+) -> None:
+    first = await server.start(SPEC)
+    # A client whose KERNEL_LAUNCH_TIMEOUT is 3 s asks for a kernel while the GPU is taken.
+    body = {"name": SPEC, "env": {"KERNEL_LAUNCH_TIMEOUT": "3", "KERNEL_USERNAME": "bob"}}
+    with pytest.raises(HTTPClientError) as caught:
+        await AsyncHTTPClient().fetch(
+            f"{enterprise_gateway.url}/api/kernels",
+            method="POST",
+            body=json.dumps(body),
+            request_timeout=60,
+        )
+    assert caught.value.code == 503
+    message = json.loads(caught.value.response.body)["message"]
+    assert "without being admitted, as long as the gateway client waits" in message
+    assert "GatewayClient.request_timeout" in message
+    await wait_until(lambda: not gated_kernels(cluster), "the queued kernel removed")
+    await server.shutdown(first)
+    await wait_clean(server, cluster, first)
+    assert ours(cluster) == {}
+
+
+async def test_stopping_enterprise_gateway_ends_its_kernels_and_leaves_nothing(
+    cluster: FakeCluster, enterprise_gateway: GatewayProcess
+) -> None:
+    body = {"name": SPEC, "env": {"KERNEL_USERNAME": "carol"}}
+    response = await AsyncHTTPClient().fetch(
+        f"{enterprise_gateway.url}/api/kernels",
+        method="POST",
+        body=json.dumps(body),
+        request_timeout=60,
+    )
+    kernel = json.loads(response.body)["id"]
+    assert labelled(cluster, kernel)["pods"]
+    assert await enterprise_gateway.stop() == 0  # SIGTERM: EG shuts its kernels down, then exits
+    assert labelled(cluster, kernel) == {}
+    assert "Traceback" not in enterprise_gateway.log()
+
+
+async def test_a_restart_through_enterprise_gateway_happens_in_place_and_keeps_the_admission(
+    server: Server, cluster: FakeCluster, enterprise_gateway: GatewayProcess
+) -> None:
+    kernel = await server.start(SPEC)
+    assert (await server.execute(kernel, "x = 1; x"))["data"] == "1"
+    before = labelled(cluster, kernel)
+    await server.fetch("api", "kernels", kernel, "restart", method="POST", body="{}")
+    assert (await server.execute(kernel, "'x' in dir()"))["data"] == "False"  # a fresh kernel
+    assert labelled(cluster, kernel) == before  # the same pod, Workload, Service and Secret
+    assert enterprise_gateway.log().count("submitted as pod group") == 1  # never requeued
+    await server.shutdown(kernel)
+    await wait_clean(server, cluster, kernel)
