@@ -206,3 +206,50 @@ async def test_a_restart_through_enterprise_gateway_happens_in_place_and_keeps_t
     assert enterprise_gateway.log().count("submitted as pod group") == 1  # never requeued
     await server.shutdown(kernel)
     await wait_clean(server, cluster, kernel)
+
+
+@pytest.mark.parametrize(
+    ("config", "status", "message"),
+    [
+        pytest.param(
+            {"process_proxy": {"gpu": 1}},
+            500,
+            "kernelspec 'eg-bad': unknown config keys ['gpu']; use only admission_timeout",
+            id="unknown-key",
+        ),
+        pytest.param(
+            {"kernel_provisioner": {"queue": "gpu-queue"}},
+            500,
+            "LocalQueue 'gpu-queue' does not exist in namespace 'default'; LocalQueues there: "
+            "user-queue",
+            id="missing-queue",
+        ),
+    ],
+)
+async def test_a_bad_kernelspec_fails_the_launch_with_the_fix_and_leaves_nothing(
+    cluster: FakeCluster,
+    enterprise_gateway: GatewayProcess,
+    eg_kernelspecs: Path,
+    config: dict[str, dict[str, Any]],
+    status: int,
+    message: str,
+) -> None:
+    good = json.loads((eg_kernelspecs / "kernels" / SPEC / "kernel.json").read_text())
+    metadata = good["metadata"]
+    metadata["kernel_provisioner"]["config"].update(config.get("kernel_provisioner", {}))
+    metadata["process_proxy"]["config"] = config.get("process_proxy", {})
+    folder = eg_kernelspecs / "kernels" / "eg-bad"
+    folder.mkdir()
+    (folder / "kernel.json").write_text(json.dumps(good))
+
+    body = {"name": "eg-bad", "env": {"KERNEL_USERNAME": "dave"}}
+    with pytest.raises(HTTPClientError) as caught:
+        await AsyncHTTPClient().fetch(
+            f"{enterprise_gateway.url}/api/kernels",
+            method="POST",
+            body=json.dumps(body),
+            request_timeout=60,
+        )
+    assert caught.value.code == status
+    assert message in json.loads(caught.value.response.body)["message"]
+    assert ours(cluster) == {}
