@@ -59,6 +59,8 @@ class QueueStatusItem extends Widget {
     super({ node: document.createElement('div') });
     this.addClass('jp-KernelQueue-status');
     this.node.title = 'Kernel queue: click for every queued kernel';
+    this.node.setAttribute('role', 'button');
+    this.node.tabIndex = 0;
   }
 
   /** Fired when the item should appear or disappear. */
@@ -280,7 +282,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
 
     let popup: Popup | null = null;
-    item.node.addEventListener('click', () => {
+    const togglePanel = () => {
       if (popup && !popup.isDisposed) {
         popup.dispose();
         popup = null;
@@ -288,6 +290,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
       const body = new QueuePanel(store, id => kernelName(app, id), cancel);
       popup = showPopup({ body, anchor: item, align: 'left', hasDynamicSize: true });
+    };
+    item.node.addEventListener('click', togglePanel);
+    item.node.addEventListener('keydown', event => {
+      if (event.key === 'Enter' || event.key === ' ') {
+        event.preventDefault();
+        togglePanel();
+      }
     });
 
     statusBar.registerStatusItem('kernel-queue:status', {
