@@ -100,7 +100,9 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
 
     @override
     async def poll(self) -> int | None:
-        """None while the kernel runs or waits (also through preemption); else its exit code."""
+        """None while the kernel runs or waits (also through preemption); else its exit code.
+
+        Called by the restarter (every `time_to_dead`) and shutdown waits: answers from memory."""
         tracker = self._tracker
         if tracker is None:
             return 0
@@ -114,6 +116,10 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
             return 0
         if state in lifecycle.TERMINAL:
             return status.exit_code if status.exit_code is not None else 1
+        if state in lifecycle.WAITING and self.parent is not None:
+            # Preempted, waiting to come back: the restarter polls every few seconds, which
+            # keeps the culler away also where the server extension is not loaded (gateways).
+            self.parent.last_activity = datetime.datetime.now(datetime.UTC)
         return None
 
     @override

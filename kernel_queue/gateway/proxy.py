@@ -10,6 +10,7 @@ Nothing here talks to Kubernetes: `backends`, `spec` and `tracking` do, as for t
 from __future__ import annotations
 
 import asyncio
+import datetime
 import signal
 from collections.abc import Coroutine, Mapping
 from dataclasses import replace
@@ -199,6 +200,8 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         if tracker.lifecycle.state in lifecycle.TERMINAL:
             code = tracker.status.exit_code
             return code if code is not None else 1
+        if tracker.waiting:  # preempted, waiting to come back: EG's culler leaves it alone
+            self.kernel_manager.last_activity = datetime.datetime.now(datetime.UTC)
         return None
 
     def shutdown_requested(self, restart: bool) -> None:
@@ -351,7 +354,10 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         ):
             message = str(tracker.failure)
         else:
-            message = lifecycle.describe(state, status, queue=self._queue, needs=self._needs)
+            restored = self._group is not None and self._group.checkpoint.enabled
+            message = lifecycle.describe(
+                state, status, queue=self._queue, needs=self._needs, restored=restored
+            )
         if message != self._last_message:
             self._last_message = message
             self.log.info("kernel %s: %s", short_id(self.kernel_id), message)

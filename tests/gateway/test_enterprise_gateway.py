@@ -26,14 +26,33 @@ from tests.gateway.gateways import (
     gateway_env,
 )
 from tests.gateway.queueing import gated_kernels, wait_until
-from tests.kube.support import labelled, ours, wait_clean
+from tests.kube.support import REPO, labelled, ours, wait_clean
 
 EG_IMAGE = "kernel-queue/eg-kernel"
 """The kernels' image: the fake kubelet runs it with `.venv-eg`'s python."""
 LAUNCH_TIMEOUT = 2
 """EG_KERNEL_LAUNCH_TIMEOUT: far shorter than the queue waits below."""
 SPEC = "eg-gpu"
+EG_CONFIG = REPO / "etc" / "jupyter" / "enterprise_gateway_config.py"
 JUPYTER = Path(sys.executable).parent / "jupyter"
+
+
+def add_kernelspec(kernelspecs: Path, name: str, **changes: dict[str, Any]) -> str:
+    """A copy of the installed kernelspec under `name`, with `kernel_provisioner` config and
+    `process_proxy` config changed; EG reads kernelspecs from disk on each launch."""
+    spec = json.loads((kernelspecs / "kernels" / SPEC / "kernel.json").read_text())
+    spec["metadata"]["kernel_provisioner"]["config"].update(changes.get("kernel_provisioner", {}))
+    spec["metadata"]["process_proxy"]["config"] = changes.get("process_proxy", {})
+    folder = kernelspecs / "kernels" / name
+    folder.mkdir()
+    (folder / "kernel.json").write_text(json.dumps(spec))
+    return name
+
+
+async def eg_model(gateway: GatewayProcess, kernel: str) -> dict[str, Any]:
+    """The kernel's model straight from EG's REST API."""
+    response = await AsyncHTTPClient().fetch(f"{gateway.url}/api/kernels/{kernel}")
+    return dict(json.loads(response.body))
 
 
 @pytest.fixture(scope="session")
@@ -81,14 +100,14 @@ def enterprise_gateway(
     gateway_home: Path,
     jp_asyncio_loop: asyncio.AbstractEventLoop,
 ) -> Iterator[GatewayProcess]:
-    """EG with file-based session persistence (standalone: a restart revives the sessions)."""
+    """EG configured by etc/jupyter/enterprise_gateway_config.py (file-based session
+    persistence, standalone: a restart revives the sessions), its backend on `cluster`."""
     port = free_port()
     argv = [
         str(eg_python.parent / "jupyter-enterprisegateway"),
         "--EnterpriseGatewayApp.ip=127.0.0.1",
         f"--EnterpriseGatewayApp.port={port}",
-        "--KernelSessionManager.enable_persistence=True",
-        "--EnterpriseGatewayApp.availability_mode=standalone",
+        f"--config={EG_CONFIG}",  # the shipped example: persistence, culling, users
         *backend_options(cluster),
     ]
     env = gateway_env(
@@ -234,13 +253,7 @@ async def test_a_bad_kernelspec_fails_the_launch_with_the_fix_and_leaves_nothing
     status: int,
     message: str,
 ) -> None:
-    good = json.loads((eg_kernelspecs / "kernels" / SPEC / "kernel.json").read_text())
-    metadata = good["metadata"]
-    metadata["kernel_provisioner"]["config"].update(config.get("kernel_provisioner", {}))
-    metadata["process_proxy"]["config"] = config.get("process_proxy", {})
-    folder = eg_kernelspecs / "kernels" / "eg-bad"
-    folder.mkdir()
-    (folder / "kernel.json").write_text(json.dumps(good))
+    add_kernelspec(eg_kernelspecs, "eg-bad", **config)
 
     body = {"name": "eg-bad", "env": {"KERNEL_USERNAME": "dave"}}
     with pytest.raises(HTTPClientError) as caught:
@@ -253,3 +266,45 @@ async def test_a_bad_kernelspec_fails_the_launch_with_the_fix_and_leaves_nothing
     assert caught.value.code == status
     assert message in json.loads(caught.value.response.body)["message"]
     assert ours(cluster) == {}
+
+
+async def test_a_preempted_kernel_waits_behind_enterprise_gateway_and_comes_back(
+    server: Server, cluster: FakeCluster, enterprise_gateway: GatewayProcess, eg_kernelspecs: Path
+) -> None:
+    low = await server.start(
+        add_kernelspec(eg_kernelspecs, "eg-low", kernel_provisioner={"priority_class": "low"})
+    )
+    assert (await server.execute(low, "x = 41; x + 1"))["data"] == "42"
+    high = await server.start(
+        add_kernelspec(eg_kernelspecs, "eg-high", kernel_provisioner={"priority_class": "high"})
+    )
+    assert (await server.execute(high, "1+1"))["data"] == "2"
+    await wait_until(
+        lambda: (
+            f"kernel {low[:8]}: preempted; requeued in 'user-queue', position 1 of 1"
+            in enterprise_gateway.log()
+        ),
+        "the preempted kernel back in the queue",
+    )
+    before = (await eg_model(enterprise_gateway, low))["last_activity"]
+    await asyncio.sleep(3.5)  # EG's restarter polls every 3 s; the kernel stays, kept active
+    assert (await eg_model(enterprise_gateway, low))["last_activity"] > before
+
+    await server.shutdown(high)
+    back = await server.execute(low, "x")
+    assert back["error"] == "NameError"  # no checkpoint configured: it restarted fresh
+    await server.shutdown(low)
+    await wait_clean(server, cluster, low, high)
+
+
+async def test_an_interrupt_through_enterprise_gateway_stops_the_running_cell(
+    server: Server, cluster: FakeCluster, enterprise_gateway: GatewayProcess
+) -> None:
+    kernel = await server.start(SPEC)
+    cell = asyncio.ensure_future(server.execute(kernel, "import time; time.sleep(60)", within=30))
+    await asyncio.sleep(1.5)
+    await server.fetch("api", "kernels", kernel, "interrupt", method="POST", body="{}")
+    assert (await cell)["error"] == "KeyboardInterrupt"  # message mode: EG's control channel
+    assert (await server.execute(kernel, "1+1"))["data"] == "2"
+    await server.shutdown(kernel)
+    await wait_clean(server, cluster, kernel)

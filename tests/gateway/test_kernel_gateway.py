@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tornado.httpclient import AsyncHTTPClient
 
 from kernel_queue.testing.cluster import FakeCluster
 from tests.conftest import KernelspecFactory, Server
@@ -45,6 +46,12 @@ def kernel_gateway(
     stop_gateway(gateway, jp_asyncio_loop)
 
 
+async def gateway_model(gateway: GatewayProcess, kernel: str) -> dict[str, Any]:
+    """The kernel's model straight from the gateway's REST API."""
+    response = await AsyncHTTPClient().fetch(f"{gateway.url}/api/kernels/{kernel}")
+    return dict(json.loads(response.body))
+
+
 @pytest.fixture
 def jp_server_config(kernel_gateway: GatewayProcess, gateway_client: None) -> dict[str, Any]:
     return server_config(kernel_gateway)
@@ -76,3 +83,27 @@ async def test_a_queued_kernel_behind_kernel_gateway_waits_then_runs_code(
     assert (await server.execute(second, "2+3"))["data"] == "5"
     await server.shutdown(second)
     await wait_clean(server, cluster, first, second)
+
+
+async def test_a_preempted_kernel_behind_kernel_gateway_is_kept_active_and_comes_back(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, kernel_gateway: Any
+) -> None:
+    low = await server.start(kube_spec(kernelspec, "low", priority_class="low"))
+    assert (await server.execute(low, "x = 41; x + 1"))["data"] == "42"
+    high = await server.start(kube_spec(kernelspec, "high", priority_class="high"))
+    assert (await server.execute(high, "1+1"))["data"] == "2"
+    await wait_until(
+        lambda: (
+            f"kernel {low[:8]}: preempted; requeued in 'user-queue', position 1 of 1"
+            in kernel_gateway.log()
+        ),
+        "the preempted kernel back in the queue",
+    )
+    before = (await gateway_model(kernel_gateway, low))["last_activity"]
+    await asyncio.sleep(3.5)  # the restarter polls every 3 s: the culler sees a fresh activity
+    assert (await gateway_model(kernel_gateway, low))["last_activity"] > before
+
+    await server.shutdown(high)
+    assert (await server.execute(low, "x"))["error"] == "NameError"  # back, restarted fresh
+    await server.shutdown(low)
+    await wait_clean(server, cluster, low, high)
