@@ -1,10 +1,11 @@
 """JupyterLab in headless Chromium shows the queue: two notebooks share one GPU, the second
 waits and says so, runs when the first is shut down (with a notification), and a queued kernel
-is cancelled from the panel.
+is cancelled from the panel; a preempted notebook says why, waits again and resumes, and a
+kernel that gives up waiting says so.
 
 A real `jupyter kernel-queue lab` (local backend, 1 pretend GPU, token auth, private Jupyter
 dirs) and Debian's Chromium driven by Playwright; never a downloaded browser. Screenshots of
-each step go to `test-artifacts/browser/`; assertions read the DOM.
+each step and the server's log go to `test-artifacts/browser/<test>/`; assertions read the DOM.
 """
 
 from __future__ import annotations
@@ -135,6 +136,9 @@ def lab(tmp_path: Path, artifacts: Path, browser_api: Any) -> Iterator[str]:
     _kernelspec(data, "high", priority_class="high")
     _notebook(root / "low.ipynb", "low", source="x = 41")
     _notebook(root / "high.ipynb", "high")
+    # Failure: a kernel that gives up after 1 s in the queue (the GPU stays busy meanwhile).
+    _kernelspec(data, "impatient", priority_class="low", admission_timeout=1)
+    _notebook(root / "impatient.ipynb", "impatient")
     settings = tmp_path / "lab-settings"
     # Every admission after a wait notifies (the default waits 10 s): the test needs no sleep.
     (settings / "kernel-queue").mkdir(parents=True)
@@ -330,7 +334,7 @@ def _scenario(lab: Lab) -> None:
     assert remaining[second_kernel]["queue"]["state"] == "running"
 
 
-def test_a_preempted_notebook_says_why_waits_again_and_resumes_with_its_variables(
+def test_preemption_requeue_resume_and_failure_are_told_with_their_reasons(
     page: Any, browser_api: Any, lab: str, artifacts: Path
 ) -> None:
     ui = Lab(page, browser_api.expect, lab, artifacts)
@@ -365,6 +369,14 @@ def test_a_preempted_notebook_says_why_waits_again_and_resumes_with_its_variable
     )
     ui.shot("low-resumed")
     assert ui.kernels()[low_kernel]["queue"]["state"] == "resumed"
+
+    # A kernel that cannot wait fails, and the notification gives the error's sentence.
+    ui.open_notebook("impatient.ipynb")
+    failed = ui.toast("impatient.ipynb: kernel")
+    expect(failed).to_contain_text(
+        "without being admitted (admission_timeout)", timeout=KERNEL_WAIT_MS
+    )
+    ui.shot("impatient-failed")
 
 
 # JupyterLab marks the notebook tab on show as the current one.
