@@ -154,9 +154,10 @@ def describe(
     if state is _S.RUNNING:
         return f"running{on}"
     if state is _S.PREEMPTED:
-        why = f": {status.message}" if status.message else ""
+        said = status.message  # the backend's or Kueue's sentence, often "Preempted …" itself
+        why = said if said.lower().startswith("preempted") else f"preempted: {said}".rstrip(": ")
         then = "saving its variables, then waiting" if restored else "the kernel will wait"
-        return f"preempted{why}; {then} in '{queue}' again"
+        return f"{why}; {then} in '{queue}' again"
     if state is _S.RESUMED:
         if restored:
             return f"resumed{on}; variables restored from the checkpoint (the notebook lists them)"

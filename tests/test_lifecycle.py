@@ -146,8 +146,20 @@ def _status(phase: GroupPhase, **kw: object) -> GroupStatus:
         pytest.param(
             Lifecycle(S.PREEMPTED, 1),
             _status(P.EVICTED, message="preempted by a higher-priority kernel"),
-            "preempted: preempted by a higher-priority kernel; the kernel will wait in 'gpu' again",
+            "preempted by a higher-priority kernel; the kernel will wait in 'gpu' again",
             id="preempted",
+        ),
+        pytest.param(
+            Lifecycle(S.PREEMPTED, 1),
+            _status(P.EVICTED, message="the node is drained"),
+            "preempted: the node is drained; the kernel will wait in 'gpu' again",
+            id="preempted-for-another-reason",
+        ),
+        pytest.param(
+            Lifecycle(S.PREEMPTED, 1),
+            _status(P.EVICTED),
+            "preempted; the kernel will wait in 'gpu' again",
+            id="preempted-without-a-reason",
         ),
         pytest.param(
             Lifecycle(S.REQUEUED, 1),

@@ -33,6 +33,8 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
             # Already shutting down (pending kernels return from DELETE at once): wait for it.
             await asyncio.wait({self._pending_kernels[kernel_id]})
             return None
+        if km is None and self._stopping_all:
+            return None  # listed by shutdown_all, then removed by a shutdown already under way
         cancel = getattr(getattr(km, "provisioner", None), "cancel_launch", None)
         if km is not None and cancel is not None and not km.ready.done():
             await cancel()
@@ -41,8 +43,14 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
 
     shutdown_kernel = _async_shutdown_kernel  # type: ignore[assignment]
 
+    _stopping_all = False
+
     async def _async_shutdown_all(self, now: bool = False) -> None:
-        await super()._async_shutdown_all(now=now)
+        self._stopping_all = True
+        try:
+            await super()._async_shutdown_all(now=now)
+        finally:
+            self._stopping_all = False
         # With pending kernels the base class starts each shutdown without waiting for it; wait,
         # so the server exits only once launchers are stopped and connection files removed.
         stopping = [task for task in self._pending_kernels.values() if not task.done()]
