@@ -562,6 +562,28 @@ def test_the_launcher_imports_nothing_server_side(tmp_path: Path) -> None:
     assert proc.stdout.strip() == "[]"
 
 
+def test_the_kernel_started_without_the_launcher_refuses_to_skip_the_queue(tmp_path: Path) -> None:
+    """What jupyter_client 6 (Enterprise Gateway 3) does with a provisioner kernelspec: run its
+    argv directly. The kernel must not start unqueued on the GPUs."""
+    connection = tmp_path / "kernel.json"
+    names = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+    ports = dict(zip(names, free_ports(), strict=True))
+    connection.write_text(json.dumps({"ip": "127.0.0.1", "key": "k", **ports}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernel_queue.launcher.kernel", "-f", str(connection)],
+        env=launcher_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+
+    assert proc.returncode == 2
+    assert "It was started directly, which would skip the queue" in proc.stderr
+    assert "jupyter kernel-queue install --gateway enterprise-gateway" in proc.stderr
+    with socket.socket() as probe:  # nothing was bound
+        probe.bind(("127.0.0.1", ports["shell_port"]))
+
+
 def test_a_custom_kernel_command_gets_the_connection_file_and_nothing_else(
     launch: LaunchFactory, tmp_path: Path
 ) -> None:

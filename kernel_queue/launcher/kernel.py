@@ -27,6 +27,14 @@ from kernel_queue import launcher
 if TYPE_CHECKING:
     from kernel_queue.launcher.checkpointing import Preemption
 
+UNQUEUED = (
+    "kernel-queue: this kernel runs only under the kernel-queue launcher, which the kernel-queue "
+    "provisioner starts once the queue admits the kernel. It was started directly, which would "
+    "skip the queue: jupyter_client older than 8 (Enterprise Gateway 3) ignores kernel "
+    "provisioners. Under Enterprise Gateway 3 use a kernelspec written by `jupyter kernel-queue "
+    "install --gateway enterprise-gateway`; elsewhere install `kernel-queue[server]`."
+)
+"""Said (with exit status 2) when the kernelspec's command runs without the launcher."""
 EXIT_GRACE = 10.0
 """Seconds the interpreter gets to finish exiting before ``os._exit`` ends it anyway."""
 SUBSCRIBER_WAIT = 3.0
@@ -84,6 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns the exit status: 0, 75 (restart) or 143 (preempted, state saved or not).
     """
+    if launcher.ENV_GENERATION not in os.environ:
+        print(UNQUEUED, file=sys.stderr, flush=True)
+        return 2
     _watch_iopub_subscribers()
     preemption = _restore_first(os.environ)  # before initialize() binds any port
     app = IPKernelApp.instance(kernel_class=RestartAwareKernel)

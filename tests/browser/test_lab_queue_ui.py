@@ -262,6 +262,14 @@ class Lab:
         """The server's own listing, as the extension loads it."""
         return {k["id"]: k for k in _api(self.base, "api/kernel-queue/kernels")}
 
+    def gone(self, kernel_id: str, within: float = 30) -> dict[str, Any]:
+        """The listing once `kernel_id` has left it (a shutdown ends after DELETE returns)."""
+        deadline = time.monotonic() + within
+        while kernel_id in (listing := self.kernels()):
+            assert time.monotonic() < deadline, f"kernel {kernel_id} still listed: {listing}"
+            time.sleep(0.2)
+        return listing
+
 
 def test_the_second_notebook_waits_runs_when_the_first_stops_and_cancel_leaves_the_queue(
     page: Any, browser_api: Any, lab: str, artifacts: Path
@@ -305,7 +313,7 @@ def _scenario(lab: Lab) -> None:
     lab.open_notebook("second.ipynb")
     expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
     expect(lab.toast("second.ipynb: kernel admitted with 1 GPU after waiting")).to_be_visible()
-    assert first_kernel not in lab.kernels()
+    lab.gone(first_kernel)
     lab.shot("second-admitted")
 
     # A third notebook queues behind the second; the panel lists it and cancels it.
@@ -329,8 +337,7 @@ def _scenario(lab: Lab) -> None:
     expect(status).to_be_hidden()
     expect(lab.page.locator(".jp-NotebookPanel:visible .jp-KernelName")).to_have_text("No Kernel")
     lab.shot("third-cancelled")
-    remaining = lab.kernels()
-    assert third_kernel not in remaining
+    remaining = lab.gone(third_kernel)
     assert remaining[second_kernel]["queue"]["state"] == "running"
 
 
