@@ -8,7 +8,9 @@ imported it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -121,13 +123,26 @@ def _write_array(file: IO[bytes], array: np.ndarray[Any, Any], deadline: float |
         flat = (array if array.flags.c_contiguous else array.T).reshape(-1).view(np.uint8)
         for start in range(0, flat.size, CHUNK):
             check(deadline)
-            file.write(flat[start : start + CHUNK].data)
+            _write_through(file, flat[start : start + CHUNK].data)
         return
     rows = max(1, CHUNK // max(1, array[:1].nbytes))
     for start in range(0, array.shape[0], rows):
         check(deadline)
         block = np.ascontiguousarray(array[start : start + rows])
-        file.write(block.reshape(-1).view(np.uint8).data)
+        _write_through(file, block.reshape(-1).view(np.uint8).data)
+
+
+def _write_through(file: IO[bytes], data: memoryview) -> None:
+    """Write `data`, then have the disk start on it while the next chunk is copied (Linux
+    starts writeback of dirty pages on POSIX_FADV_DONTNEED), so the closing fsync waits less."""
+    file.flush()
+    start = file.tell()
+    file.write(data)
+    file.flush()
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is not None:
+        with contextlib.suppress(OSError, ValueError):
+            advise(file.fileno(), start, len(data), os.POSIX_FADV_DONTNEED)
 
 
 def _write_tensor(file: IO[bytes], tensor: Any) -> None:
