@@ -33,6 +33,12 @@ export const SCHEMA_ID = 'https://events.kernel-queue.dev/kernel-status/v1';
 const LISTING_PATH = 'api/kernel-queue/kernels';
 /** Default of the `longWaitSeconds` setting (schema/plugin.json). */
 const LONG_WAIT_SECONDS = 10;
+/**
+ * While kernels wait and the page is in view, the listing is fetched again this often (ms):
+ * events missed while the events socket was down (JupyterLab reconnects it without telling
+ * anyone) are then repaired within this time.
+ */
+const RESYNC_MS = 30_000;
 
 /** Which notebook a kernel belongs to, for panel rows and notifications. */
 function kernelName(app: JupyterFrontEnd, kernelId: string): string {
@@ -231,6 +237,35 @@ const plugin: JupyterFrontEndPlugin<void> = {
         console.error('kernel-queue: could not list kernels', reason);
         show(store.load([]));
       });
+
+    // Resync from the listing when the page comes back into view (the events socket may have
+    // closed meanwhile and JupyterLab reconnects it only when the page is visible), and now
+    // and then while kernels wait.
+    let resyncing = false;
+    const resync = () => {
+      if (resyncing || !store.loaded) {
+        return;
+      }
+      resyncing = true;
+      store.hold();
+      fetchListing(services.serverSettings)
+        .then(listing => show(store.load(listing)))
+        .catch(reason => {
+          console.warn('kernel-queue: could not refresh the kernel listing', reason);
+          show(store.resume());
+        })
+        .finally(() => (resyncing = false));
+    };
+    document.addEventListener('visibilitychange', () => {
+      if (document.visibilityState === 'visible') {
+        resync();
+      }
+    });
+    window.setInterval(() => {
+      if (document.visibilityState === 'visible' && store.queued().length > 0) {
+        resync();
+      }
+    }, RESYNC_MS);
 
     // Forget kernels that disappear from the server (shut down from anywhere).
     let known = new Set<string>();

@@ -216,6 +216,25 @@ export class QueueStore {
     return notices;
   }
 
+  /**
+   * A fresh listing is on its way (the page came back into view, or a periodic check): hold
+   * events from now until `load` takes the listing, or `resume` says it could not be had, so
+   * that none emitted while the listing is fetched is lost under it.
+   */
+  hold(): void {
+    this._loaded = false;
+  }
+
+  /** The listing could not be fetched: apply the held events to what the store has. */
+  resume(): Notice[] {
+    this._loaded = true;
+    const held = this._held;
+    this._held = [];
+    const notices = held.flatMap(([status, at]) => this._apply(status, at));
+    this._changed();
+    return notices;
+  }
+
   /** Forget kernels that no longer exist on the server (`ids`: the ones that do). */
   retain(ids: Iterable<string>): void {
     const keep = new Set(ids);

@@ -116,6 +116,29 @@ describe('QueueStore', () => {
     expect(store.label('b')).toBe('Queued · #2 in gpu');
   });
 
+  it('resyncs from a later listing without losing the events that came meanwhile', () => {
+    const { store } = loaded();
+    store.apply(event('a', 'queued', { position: 2, queue_length: 2 }));
+    store.apply(event('b', 'queued', { position: 1, queue_length: 2 }));
+    store.hold(); // the listing is being fetched: events wait for it
+    expect(store.apply(event('a', 'requeued', { position: 1 }))).toEqual([]);
+    expect(store.label('a')).toBe('Queued · #2 in gpu'); // still what it was, until the listing
+    // The listing says b was cancelled while the events were missed; a's event is newer.
+    store.load([{ id: 'a', queue: event('a', 'running'), waiting_since: null }]);
+    expect(store.label('a')).toBe('Requeued · #1');
+    expect(store.label('b')).toBeNull();
+  });
+
+  it('applies held events to what it has when the listing cannot be fetched', () => {
+    const { store } = loaded();
+    store.apply(event('a', 'queued', { position: 2 }));
+    store.hold();
+    store.apply(event('a', 'running'));
+    expect(store.resume()).toEqual([]);
+    expect(store.label('a')).toBe('Running');
+    expect(store.apply(event('a', 'failed', { message: 'boom' }))).toHaveLength(1);
+  });
+
   it('rebuilds from the listing alone on reload, wait times included', () => {
     const clock = { now: Date.parse('2026-01-01T10:05:00Z') };
     const store = new QueueStore({ longWaitMs: 10_000, now: () => clock.now });
