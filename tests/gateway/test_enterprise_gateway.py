@@ -17,7 +17,7 @@ import pytest
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from kernel_queue.testing.cluster import FakeCluster
-from tests.conftest import Server
+from tests.conftest import Listener, Server
 from tests.gateway.conftest import REQUEST_TIMEOUT, backend_options, server_config, stop_gateway
 from tests.gateway.gateways import (
     GatewayProcess,
@@ -301,8 +301,17 @@ async def test_an_interrupt_through_enterprise_gateway_stops_the_running_cell(
     server: Server, cluster: FakeCluster, enterprise_gateway: GatewayProcess
 ) -> None:
     kernel = await server.start(SPEC)
-    cell = asyncio.ensure_future(server.execute(kernel, "import time; time.sleep(60)", within=30))
-    await asyncio.sleep(1.5)
+    listener = await Listener.open(server, kernel)
+    try:
+        code = "import time; print('sleeping', flush=True); time.sleep(60)"
+        cell = asyncio.ensure_future(server.execute(kernel, code, within=30))
+
+        async def sleeping() -> bool:
+            return "sleeping" in listener.text()
+
+        await server.wait_for(sleeping, within=30)  # the cell runs: interrupt it, not the idle
+    finally:
+        listener.close()
     await server.fetch("api", "kernels", kernel, "interrupt", method="POST", body="{}")
     assert (await cell)["error"] == "KeyboardInterrupt"  # message mode: EG's control channel
     assert (await server.execute(kernel, "1+1"))["data"] == "2"
