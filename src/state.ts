@@ -193,12 +193,7 @@ export class QueueStore {
         });
       }
     }
-    this._loaded = true;
-    const held = this._held;
-    this._held = [];
-    const notices = held.flatMap(([status, at]) => this._apply(status, at));
-    this._changed();
-    return notices;
+    return this.resume();
   }
 
   /**
@@ -225,7 +220,10 @@ export class QueueStore {
     this._loaded = false;
   }
 
-  /** The listing could not be fetched: apply the held events to what the store has. */
+  /**
+   * Apply the held events to what the store has (after `load`, or when the listing could not
+   * be fetched) and follow events directly again.
+   */
   resume(): Notice[] {
     this._loaded = true;
     const held = this._held;
