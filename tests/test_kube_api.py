@@ -17,7 +17,8 @@ import pytest
 
 from kernel_queue import errors
 from kernel_queue.kube import api as kube
-from kernel_queue.kube.api import PODS, SECRETS, SERVICES, KubernetesApi, Resource
+from kernel_queue.kube.api import PODS, KubernetesApi, Resource
+from kernel_queue.kube.kueue import SECRETS, SERVICES
 from kernel_queue.testing.cluster import FakeCluster
 from kernel_queue.testing.rbac import User
 

@@ -18,9 +18,6 @@ def test_kueue_keys_have_kueues_values() -> None:
         "count": kueue.POD_GROUP_TOTAL_COUNT_ANNOTATION,
         "priority": kueue.PRIORITY_CLASS_LABEL,
         "managed": kueue.MANAGED_LABEL,
-        "finalizer": kueue.POD_FINALIZER,
-        "admission": kueue.ADMISSION_GATE,
-        "topology": kueue.TOPOLOGY_GATE,
         "retriable": kueue.RETRIABLE_IN_GROUP_ANNOTATION,
         "role-hash": kueue.ROLE_HASH_ANNOTATION,
     } == {
@@ -29,9 +26,6 @@ def test_kueue_keys_have_kueues_values() -> None:
         "count": "kueue.x-k8s.io/pod-group-total-count",
         "priority": "kueue.x-k8s.io/priority-class",
         "managed": "kueue.x-k8s.io/managed",
-        "finalizer": "kueue.x-k8s.io/managed",
-        "admission": "kueue.x-k8s.io/admission",
-        "topology": "kueue.x-k8s.io/topology",
         "retriable": "kueue.x-k8s.io/retriable-in-group",
         "role-hash": "kueue.x-k8s.io/role-hash",
     }
@@ -39,29 +33,17 @@ def test_kueue_keys_have_kueues_values() -> None:
 
 def test_condition_types_and_reasons() -> None:
     assert [
-        kueue.QUOTA_RESERVED,
         kueue.ADMITTED,
         kueue.EVICTED,
-        kueue.PREEMPTED,
         kueue.REQUEUED,
-        kueue.PODS_READY,
         kueue.WAITING_FOR_REPLACEMENT_PODS,
         kueue.FINISHED,
-        kueue.TERMINATION_TARGET,
-        kueue.EVICTED_DUE_TO_PREEMPTED,
-        kueue.WORKLOAD_DELETED,
     ] == [
-        "QuotaReserved",
         "Admitted",
         "Evicted",
-        "Preempted",
         "Requeued",
-        "PodsReady",
         "WaitingForReplacementPods",
         "Finished",
-        "TerminationTarget",
-        "WorkloadEvictedDueToPreempted",
-        "WorkloadDeleted",
     ]
 
 
@@ -112,13 +94,6 @@ def test_our_keys_share_one_prefix() -> None:
             id="services",
         ),
         pytest.param(
-            kueue.EVENTS,
-            "v1",
-            "/api/v1/namespaces/ns/events",
-            "/api/v1/namespaces/ns/events/p",
-            id="events",
-        ),
-        pytest.param(
             kueue.WORKLOADS,
             "kueue.x-k8s.io/v1beta2",
             "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/workloads",
@@ -147,9 +122,6 @@ def test_namespaced_kinds(kind: kueue.Kind, api_version: str, collection: str, n
 @pytest.mark.parametrize(
     ("kind", "collection"),
     [
-        pytest.param(
-            kueue.CLUSTER_QUEUES, "/apis/kueue.x-k8s.io/v1beta2/clusterqueues", id="clusterqueues"
-        ),
         pytest.param(
             kueue.WORKLOAD_PRIORITY_CLASSES,
             "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses",
@@ -249,32 +221,6 @@ def test_condition_and_is_true(
 ) -> None:
     assert kueue.condition(obj, type_) == found
     assert kueue.is_true(obj, type_) is true
-
-
-@pytest.mark.parametrize(
-    ("obj", "reason"),
-    [
-        pytest.param(
-            pod(conditions=[cond("TerminationTarget", "True", "WorkloadEvictedDueToPreempted")]),
-            "WorkloadEvictedDueToPreempted",
-            id="preempted",
-        ),
-        pytest.param(
-            pod(conditions=[cond("TerminationTarget", "True", "WorkloadDeleted")]),
-            "WorkloadDeleted",
-            id="deleted",
-        ),
-        pytest.param(
-            pod(conditions=[cond("TerminationTarget", "False", "WorkloadDeleted")]),
-            None,
-            id="false",
-        ),
-        pytest.param(pod(conditions=[cond("DisruptionTarget", "True", "x")]), None, id="other"),
-        pytest.param(pod(), None, id="none"),
-    ],
-)
-def test_termination_target(obj: dict[str, Any], reason: str | None) -> None:
-    assert kueue.termination_target(obj) == reason
 
 
 @pytest.mark.parametrize(

@@ -721,7 +721,6 @@ def test_no_user_and_no_kernelspec_leave_their_keys_out() -> None:
     assert pod["metadata"]["annotations"] == {"kueue.x-k8s.io/pod-group-total-count": "1"}
 
 
-def test_selector_and_service_host() -> None:
-    assert manifests.selector(KERNEL_ID) == f"kernel-queue.dev/kernel-id={KERNEL_ID}"
+def test_service_host() -> None:
     assert manifests.service_host(SPEC) == "kq-1a2b3c4d.team-a.svc"
     assert manifests.service_host(replace(SPEC, namespace=None)) == "kq-1a2b3c4d"

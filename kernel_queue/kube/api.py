@@ -46,7 +46,7 @@ SERVICE_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 # Where a kind is served; one definition, beside every other Kubernetes and Kueue key.
 Resource = kueue.Kind
-PODS, SECRETS, SERVICES, EVENTS = kueue.PODS, kueue.SECRETS, kueue.SERVICES, kueue.EVENTS
+PODS = kueue.PODS
 
 
 class KubeApi(Protocol):

@@ -12,46 +12,27 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-# --- Kueue: pod labels, annotations, finalizer and scheduling gates (kueue.md §1.2) ---
+# --- Kueue: pod labels and annotations (kueue.md §1.2) ---
 KUEUE_PREFIX = "kueue.x-k8s.io/"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 POD_GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 MANAGED_LABEL = "kueue.x-k8s.io/managed"
-POD_FINALIZER = "kueue.x-k8s.io/managed"
-ADMISSION_GATE = "kueue.x-k8s.io/admission"
-TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
 RETRIABLE_IN_GROUP_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 """Set to ``"false"`` only at deliberate shutdown, never at creation (kueue.md §3.4)."""
 ROLE_HASH_ANNOTATION = "kueue.x-k8s.io/role-hash"
 PODSET_LABEL = "kueue.x-k8s.io/podset"
 LOCAL_QUEUE_LABEL = "kueue.x-k8s.io/local-queue-name"
 CLUSTER_QUEUE_LABEL = "kueue.x-k8s.io/cluster-queue-name"
-IS_GROUP_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/is-group-workload"
 
 # --- Kueue: Workload condition types and the reasons we read (kueue.md §2.1) ---
-QUOTA_RESERVED = "QuotaReserved"
 ADMITTED = "Admitted"
 EVICTED = "Evicted"
-PREEMPTED = "Preempted"
 REQUEUED = "Requeued"
-PODS_READY = "PodsReady"
 WAITING_FOR_REPLACEMENT_PODS = "WaitingForReplacementPods"
 FINISHED = "Finished"
-REASON_PREEMPTED = "Preempted"
-REASON_PODS_READY_TIMEOUT = "PodsReadyTimeout"
-REASON_DEACTIVATED = "Deactivated"
 REASON_SUCCEEDED = "Succeeded"
-REASON_FAILED_TO_START = "FailedToStart"
-
-# --- Kueue: the pod condition set before it deletes a pod (kueue.md §3.2) ---
-TERMINATION_TARGET = "TerminationTarget"
-EVICTED_DUE_TO_PREFIX = "WorkloadEvictedDueTo"
-"""Prefix of the reason when the Workload was evicted: ``WorkloadEvictedDueTo<Evicted reason>``."""
-EVICTED_DUE_TO_PREEMPTED = EVICTED_DUE_TO_PREFIX + REASON_PREEMPTED
-WORKLOAD_DELETED = "WorkloadDeleted"
-"""The reason when the Workload was deleted on purpose (shutdown, not preemption)."""
 
 # --- Kubernetes pod conditions and reasons we read ---
 POD_READY = "Ready"
@@ -61,7 +42,6 @@ STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
 """Waiting reasons of a container that is simply starting, which ``waiting_reason`` skips."""
 
 # --- Ours: one prefix (style.md §7) ---
-PREFIX = "kernel-queue.dev/"
 KERNEL_ID_LABEL = "kernel-queue.dev/kernel-id"
 """The full kernel id (as a label value); on every object of the kernel, so leaks are findable."""
 ROLE_LABEL = "kernel-queue.dev/role"
@@ -113,11 +93,9 @@ VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 PODS = Kind("", "v1", "pods", namespaced=True)
 SECRETS = Kind("", "v1", "secrets", namespaced=True)
 SERVICES = Kind("", "v1", "services", namespaced=True)
-EVENTS = Kind("", "v1", "events", namespaced=True)
 CLAIMS = Kind("", "v1", "persistentvolumeclaims", namespaced=True)
 WORKLOADS = Kind(KUEUE_GROUP, KUEUE_VERSION, "workloads", namespaced=True)
 LOCAL_QUEUES = Kind(KUEUE_GROUP, KUEUE_VERSION, "localqueues", namespaced=True)
-CLUSTER_QUEUES = Kind(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", namespaced=False)
 WORKLOAD_PRIORITY_CLASSES = Kind(
     KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses", namespaced=False
 )
@@ -177,12 +155,6 @@ def _reason_message(obj: Mapping[str, Any], type_: str) -> tuple[str, str] | Non
         return None
     entry = condition(obj, type_) or {}
     return str(entry.get("reason") or ""), str(entry.get("message") or "")
-
-
-def termination_target(pod: Mapping[str, Any]) -> str | None:
-    """The reason Kueue stops the pod (``WorkloadEvictedDueTo…``, ``WorkloadDeleted``), or None."""
-    found = _reason_message(pod, TERMINATION_TARGET)
-    return None if found is None else found[0]
 
 
 def pod_ready(pod: Mapping[str, Any]) -> bool:

@@ -71,11 +71,6 @@ def common_annotations(spec: GroupSpec) -> dict[str, str]:
     return found
 
 
-def selector(kernel_id: str) -> str:
-    """The label selector matching every object of one kernel."""
-    return f"{kueue.KERNEL_ID_LABEL}={names.label_value(kernel_id)}"
-
-
 def service_host(spec: GroupSpec) -> str:
     """The Service's DNS name, ``<service>.<namespace>.svc`` (the bare name without a namespace,
     which resolves in the pod's own namespace)."""

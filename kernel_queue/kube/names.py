@@ -1,4 +1,4 @@
-"""Names Kubernetes accepts: DNS-1123 labels and subdomains, label values, and our object names.
+"""Names Kubernetes accepts: DNS-1123 labels, label values, and our object names.
 
 Sanitizers never raise: they replace what is invalid, trim, and append ``-`` plus eight hex digits
 of the original's sha256 whenever they had to change or shorten the text, so distinct inputs stay
@@ -15,15 +15,11 @@ from kernel_queue.kube import kueue
 
 LABEL_MAX = 63
 """Longest DNS-1123 label and longest label value."""
-SUBDOMAIN_MAX = 253
-"""Longest DNS-1123 subdomain (most object names)."""
 HASH_LENGTH = 8
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _NOT_DNS_LABEL = re.compile(r"[^-a-z0-9]")
-_NOT_DNS_SUBDOMAIN = re.compile(r"[^-.a-z0-9]")
 _NOT_LABEL_VALUE = re.compile(r"[^-A-Za-z0-9_.]")
 _HEX = re.compile(r"[0-9a-f]+")
 
@@ -31,11 +27,6 @@ _HEX = re.compile(r"[0-9a-f]+")
 def is_dns_label(text: str) -> bool:
     """True for a DNS-1123 label: at most 63 of ``[a-z0-9-]``, alphanumeric at both ends."""
     return len(text) <= LABEL_MAX and _DNS_LABEL.fullmatch(text) is not None
-
-
-def is_dns_subdomain(text: str) -> bool:
-    """True for a DNS-1123 subdomain: dot-separated labels, at most 253 characters in all."""
-    return len(text) <= SUBDOMAIN_MAX and _DNS_SUBDOMAIN.fullmatch(text) is not None
 
 
 def is_label_value(text: str) -> bool:
@@ -60,16 +51,6 @@ def dns_label(text: str) -> str:
     if is_dns_label(text):
         return text
     return _sanitize(text, _NOT_DNS_LABEL.sub("-", text.lower()), "-", LABEL_MAX)
-
-
-def dns_subdomain(text: str) -> str:
-    """``text`` as a DNS-1123 subdomain (lower case); unchanged when it already is one."""
-    if is_dns_subdomain(text):
-        return text
-    cleaned = _NOT_DNS_SUBDOMAIN.sub("-", text.lower())
-    # Each dot-separated part must itself start and end alphanumeric.
-    parts = [part.strip("-") for part in cleaned.split(".")]
-    return _sanitize(text, ".".join(part for part in parts if part), "-.", SUBDOMAIN_MAX)
 
 
 def _sanitize(original: str, cleaned: str, edges: str, limit: int) -> str:
