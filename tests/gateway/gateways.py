@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
@@ -61,6 +63,11 @@ class GatewayProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    async def kernel_model(self, kernel: str) -> dict[str, Any]:
+        """The kernel's model straight from the gateway's REST API."""
+        response = await AsyncHTTPClient().fetch(f"{self.url}/api/kernels/{kernel}")
+        return dict(json.loads(response.body))
 
     def spawn(self) -> subprocess.Popen[bytes]:
         """Start the process (its own session, output appended to the log)."""

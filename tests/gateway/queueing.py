@@ -6,8 +6,27 @@ import asyncio
 from collections.abc import Callable
 
 from kernel_queue.testing.cluster import FakeCluster
+from tests.gateway.gateways import GatewayProcess
 
 KERNEL_ID_LABEL = "kernel-queue.dev/kernel-id"
+
+
+def uids(cluster: FakeCluster, kernel_id: str) -> dict[str, list[str]]:
+    """`metadata.uid`s of what `tests.kube.support.labelled` names (pods, Services, Secrets, the
+    kernel's Workloads), by plural: an object deleted and recreated under its name shows here."""
+    found: dict[str, list[str]] = {}
+    for plural in ("pods", "services", "secrets"):
+        items, _ = cluster.store.list_objects(
+            "", plural, "default", labels=f"{KERNEL_ID_LABEL}={kernel_id}"
+        )
+        found[plural] = sorted(i["metadata"]["uid"] for i in items)
+    if ("kueue.x-k8s.io", "workloads") in cluster.store.types:
+        workloads, _ = cluster.store.list_objects("kueue.x-k8s.io", "workloads", "default")
+        prefix = f"kq-{kernel_id.replace('-', '')[:8]}"
+        found["workloads"] = sorted(
+            w["metadata"]["uid"] for w in workloads if w["metadata"]["name"].startswith(prefix)
+        )
+    return {k: v for k, v in found.items() if v}
 
 
 def gated_kernels(cluster: FakeCluster) -> set[str]:
@@ -29,3 +48,19 @@ async def wait_until(check: Callable[[], object], what: str, within: float = 60)
     except TimeoutError:
         raise AssertionError(f"never saw {what} within {within} s") from None
     return found
+
+
+async def requeued_and_kept_active(gateway: GatewayProcess, kernel: str) -> None:
+    """Wait until the gateway's log shows the preempted `kernel` back in the queue, then check
+    that it stays active meanwhile: the restarter polls every 3 s and each poll refreshes the
+    kernel's last_activity, so the gateway's culler never sees it idle."""
+    await wait_until(
+        lambda: (
+            f"kernel {kernel[:8]}: preempted; requeued in 'user-queue', position 1 of 1"
+            in gateway.log()
+        ),
+        "the preempted kernel back in the queue",
+    )
+    before = (await gateway.kernel_model(kernel))["last_activity"]
+    await asyncio.sleep(3.5)
+    assert (await gateway.kernel_model(kernel))["last_activity"] > before

@@ -25,7 +25,7 @@ from tests.gateway.gateways import (
     free_port,
     gateway_env,
 )
-from tests.gateway.queueing import gated_kernels, wait_until
+from tests.gateway.queueing import gated_kernels, requeued_and_kept_active, uids, wait_until
 from tests.kube.support import REPO, labelled, ours, wait_clean
 
 EG_IMAGE = "kernel-queue/eg-kernel"
@@ -47,12 +47,6 @@ def add_kernelspec(kernelspecs: Path, name: str, **changes: dict[str, Any]) -> s
     folder.mkdir()
     (folder / "kernel.json").write_text(json.dumps(spec))
     return name
-
-
-async def eg_model(gateway: GatewayProcess, kernel: str) -> dict[str, Any]:
-    """The kernel's model straight from EG's REST API."""
-    response = await AsyncHTTPClient().fetch(f"{gateway.url}/api/kernels/{kernel}")
-    return dict(json.loads(response.body))
 
 
 @pytest.fixture(scope="session")
@@ -135,22 +129,37 @@ async def test_a_queued_kernel_outwaits_eg_launch_timeout_and_runs_code_once_adm
         "data"
     ] == "'6'"  # the kernel runs from EG's environment
 
-    body = json.dumps({"name": SPEC})
+    # Straight to EG: jupyter_server would send KERNEL_LAUNCH_TIMEOUT (its request_timeout less
+    # 2 s), which replaces EG's launch timeout; without it EG's own 2 s are in force.
+    body = json.dumps({"name": SPEC, "env": {"KERNEL_USERNAME": "alice"}})
     start = asyncio.ensure_future(
-        server.fetch("api", "kernels", method="POST", body=body, request_timeout=REQUEST_TIMEOUT)
+        AsyncHTTPClient().fetch(
+            f"{enterprise_gateway.url}/api/kernels",
+            method="POST",
+            body=body,
+            request_timeout=REQUEST_TIMEOUT,
+        )
     )
-    (second,) = await wait_until(lambda: gated_kernels(cluster) - {first}, "a queued kernel")
-    await wait_until(
-        lambda: "queued in 'user-queue', position 1 of 1, needs 1 GPU" in enterprise_gateway.log(),
-        "the queue position in the gateway's log",
-    )
-    await asyncio.sleep(3 * LAUNCH_TIMEOUT)  # well past EG's launch timeout
-    assert not start.done()
-    assert second in gated_kernels(cluster)
+    try:
+        (second,) = await wait_until(lambda: gated_kernels(cluster) - {first}, "a queued kernel")
+        await wait_until(
+            lambda: (
+                "queued in 'user-queue', position 1 of 1, needs 1 GPU" in enterprise_gateway.log()
+            ),
+            "the queue position in the gateway's log",
+        )
+        await asyncio.sleep(3 * LAUNCH_TIMEOUT)  # well past EG's launch timeout
+        assert not start.done()
+        assert second in gated_kernels(cluster)
 
-    await server.shutdown(first)
-    started = json.loads((await start).body)
+        await server.shutdown(first)
+        started = json.loads((await start).body)
+    finally:
+        start.cancel()  # a failed test leaves no request open; stopping EG ends the kernel
     assert started["id"] == second
+    # jupyter_server in gateway mode attaches to a kernel the gateway runs when given its id.
+    attach = json.dumps({"name": SPEC, "kernel_id": second})
+    await server.fetch("api", "kernels", method="POST", body=attach)
     assert (await server.execute(second, "2+3"))["data"] == "5"
     await server.shutdown(second)
     await wait_clean(server, cluster, first, second)
@@ -218,10 +227,12 @@ async def test_a_restart_through_enterprise_gateway_happens_in_place_and_keeps_t
 ) -> None:
     kernel = await server.start(SPEC)
     assert (await server.execute(kernel, "x = 1; x"))["data"] == "1"
-    before = labelled(cluster, kernel)
+    before, uids_before = labelled(cluster, kernel), uids(cluster, kernel)
+    assert set(uids_before) == {"pods", "services", "secrets", "workloads"}
     await server.fetch("api", "kernels", kernel, "restart", method="POST", body="{}")
     assert (await server.execute(kernel, "'x' in dir()"))["data"] == "False"  # a fresh kernel
     assert labelled(cluster, kernel) == before  # the same pod, Workload, Service and Secret
+    assert uids(cluster, kernel) == uids_before  # the same objects, none deleted and recreated
     assert enterprise_gateway.log().count("submitted as pod group") == 1  # never requeued
     await server.shutdown(kernel)
     await wait_clean(server, cluster, kernel)
@@ -279,16 +290,7 @@ async def test_a_preempted_kernel_waits_behind_enterprise_gateway_and_comes_back
         add_kernelspec(eg_kernelspecs, "eg-high", kernel_provisioner={"priority_class": "high"})
     )
     assert (await server.execute(high, "1+1"))["data"] == "2"
-    await wait_until(
-        lambda: (
-            f"kernel {low[:8]}: preempted; requeued in 'user-queue', position 1 of 1"
-            in enterprise_gateway.log()
-        ),
-        "the preempted kernel back in the queue",
-    )
-    before = (await eg_model(enterprise_gateway, low))["last_activity"]
-    await asyncio.sleep(3.5)  # EG's restarter polls every 3 s; the kernel stays, kept active
-    assert (await eg_model(enterprise_gateway, low))["last_activity"] > before
+    await requeued_and_kept_active(enterprise_gateway, low)  # EG's restarter keeps it
 
     await server.shutdown(high)
     back = await server.execute(low, "x")

@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tornado.httpclient import AsyncHTTPClient
 
 from kernel_queue.testing.cluster import FakeCluster
 from tests.conftest import KernelspecFactory, Server
 from tests.gateway.conftest import REQUEST_TIMEOUT, backend_options, server_config, stop_gateway
 from tests.gateway.gateways import GatewayProcess, free_port, gateway_env
-from tests.gateway.queueing import gated_kernels, wait_until
+from tests.gateway.queueing import gated_kernels, requeued_and_kept_active, wait_until
 from tests.kube.support import kube_spec, wait_clean
 
 KERNEL_GATEWAY = Path(sys.executable).parent / "jupyter-kernelgateway"
@@ -44,12 +43,6 @@ def kernel_gateway(
     jp_asyncio_loop.run_until_complete(gateway.start())
     yield gateway
     stop_gateway(gateway, jp_asyncio_loop)
-
-
-async def gateway_model(gateway: GatewayProcess, kernel: str) -> dict[str, Any]:
-    """The kernel's model straight from the gateway's REST API."""
-    response = await AsyncHTTPClient().fetch(f"{gateway.url}/api/kernels/{kernel}")
-    return dict(json.loads(response.body))
 
 
 @pytest.fixture
@@ -92,16 +85,7 @@ async def test_a_preempted_kernel_behind_kernel_gateway_is_kept_active_and_comes
     assert (await server.execute(low, "x = 41; x + 1"))["data"] == "42"
     high = await server.start(kube_spec(kernelspec, "high", priority_class="high"))
     assert (await server.execute(high, "1+1"))["data"] == "2"
-    await wait_until(
-        lambda: (
-            f"kernel {low[:8]}: preempted; requeued in 'user-queue', position 1 of 1"
-            in kernel_gateway.log()
-        ),
-        "the preempted kernel back in the queue",
-    )
-    before = (await gateway_model(kernel_gateway, low))["last_activity"]
-    await asyncio.sleep(3.5)  # the restarter polls every 3 s: the culler sees a fresh activity
-    assert (await gateway_model(kernel_gateway, low))["last_activity"] > before
+    await requeued_and_kept_active(kernel_gateway, low)
 
     await server.shutdown(high)
     assert (await server.execute(low, "x"))["error"] == "NameError"  # back, restarted fresh
