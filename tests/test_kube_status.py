@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kernel_queue.kube.status import group_status, needs_replacement
+from kernel_queue.kube.status import group_status, needs_replacement, saved_message
 from kernel_queue.model import GroupPhase, QueuePlace
 
 P = GroupPhase
@@ -141,7 +141,7 @@ PLACE = QueuePlace("user-queue", 2, 3)
                 pod("Failed", exit_code=143, deleting=True, said="saved 2 variables (1 kB)\n"),
                 pod(gated=True, created="2026-11-30T00:01:00Z"),
             ],
-            {"was_running": True, "saved": "an older sentence"},
+            {"was_running": True, "saved": "saved 2 variables (1 kB)"},
             P.QUEUED,
             "saved 2 variables (1 kB)",
             id="requeued-says-what-the-evicted-pod-saved",
@@ -224,3 +224,36 @@ def test_needs_replacement(
     wl: dict[str, Any] | None, pods: list[dict[str, Any]], expected: bool
 ) -> None:
     assert needs_replacement(wl, pods) is expected
+
+
+@pytest.mark.parametrize(
+    ("wl", "pods", "expected"),
+    [
+        pytest.param(
+            workload(cond("Evicted", reason="Preempted"), cond("Requeued", reason="Preempted")),
+            [
+                pod("Failed", exit_code=143, deleting=True, said="saved 2 variables (1 kB)\n"),
+                pod(gated=True, created="2026-11-30T00:01:00Z"),
+            ],
+            "saved 2 variables (1 kB)",
+            id="the-evicted-head-pod-says-it",
+        ),
+        pytest.param(
+            workload(cond("Evicted", reason="Preempted")),
+            [pod("Running", ready=True)],
+            "",
+            id="the-pod-has-not-ended",
+        ),
+        pytest.param(
+            workload(*ADMITTED),
+            [pod("Failed", exit_code=143, said="saved 2 variables (1 kB)")],
+            "",
+            id="not-evicted",
+        ),
+        pytest.param(None, [], "", id="no-workload"),
+    ],
+)
+def test_saved_message(
+    wl: dict[str, Any] | None, pods: list[dict[str, Any]], expected: str
+) -> None:
+    assert saved_message(wl, pods) == expected

@@ -75,7 +75,8 @@ def group_status(
     """The group's status. `was_running`: its head has been ready before (a later failure is the
     kernel ending, not a failed start). `had_workload`: Kueue made its Workload before, so its
     absence now means someone deleted it. `pod_ip_address`: report the head pod's IP. `saved`:
-    the last `saved_message` seen, shown while a preempted group waits (its pod is gone)."""
+    the last `saved_message` the caller saw (kept after the pod is gone), shown while a preempted
+    group waits."""
     lead = head(pods)
     if workload is None:
         if had_workload or (not pods and was_running):
@@ -94,7 +95,7 @@ def group_status(
     if evicted is not None and stopping:  # gated pods are the replacements, already queued
         return GroupStatus(GroupPhase.EVICTED, message=evicted[1] or evicted[0])
     if not kueue.workload_admitted(workload):
-        saved = (saved_message(workload, pods) or saved) if evicted is not None else ""
+        saved = saved if evicted is not None else ""
         return GroupStatus(GroupPhase.QUEUED, place=place, message=saved)
     flavor = ", ".join(kueue.flavors(workload)) or None
     admitted = GroupStatus(GroupPhase.ADMITTED, flavor=flavor)
