@@ -45,7 +45,6 @@ class Action(enum.StrEnum):
 
     NOTIFY = "notify"  # update `reason`, emit a status event, refresh `last_activity`
     CONNECT = "connect"  # the kernel can be reached: a waiting launch returns
-    REQUEUE = "requeue"  # ask the backend for replacement pods (the local backend requeues itself)
     RELEASE = "release"  # free the queue place or quota and delete what was created
     FAIL = "fail"  # a waiting launch raises; a live kernel is reported dead
 
@@ -69,7 +68,7 @@ class Transition:
     actions: frozenset[Action]
 
 
-_N, _C, _Q, _R, _F = Action.NOTIFY, Action.CONNECT, Action.REQUEUE, Action.RELEASE, Action.FAIL
+_N, _C, _R, _F = Action.NOTIFY, Action.CONNECT, Action.RELEASE, Action.FAIL
 _S = KernelState
 _P = GroupPhase
 
@@ -92,14 +91,15 @@ _rows((_S.QUEUED,), _P.QUEUED, _S.QUEUED, _N)
 _rows((_S.ADMITTED,), _P.QUEUED, _S.QUEUED, _N)
 _rows((_S.QUEUED,), _P.ADMITTED, _S.ADMITTED, _N)
 _rows(_BEFORE_LIVE, _P.RUNNING, _S.RUNNING, _N, _C)
-_rows(_BEFORE_LIVE, _P.EVICTED, _S.PREEMPTED, _N, _Q)
+_rows(_BEFORE_LIVE, _P.EVICTED, _S.PREEMPTED, _N)
 _rows(_BEFORE_LIVE, _P.FINISHED, _S.FAILED, _N, _F, _R)
 _rows(_BEFORE_LIVE, Command.STARTUP_TIMEOUT, _S.FAILED, _N, _F, _R)
-_rows((_S.QUEUED,), Command.ADMISSION_TIMEOUT, _S.FAILED, _N, _F, _R)
+# The queue wait of a launch is bounded also when the kernel was preempted before it first ran.
+_rows((_S.QUEUED, *_AFTER_PREEMPTION), Command.ADMISSION_TIMEOUT, _S.FAILED, _N, _F, _R)
 _rows(_BEFORE_LIVE + _AFTER_PREEMPTION, Command.CANCEL, _S.CANCELLED, _N, _F, _R)
 _rows(_BEFORE_LIVE + _AFTER_PREEMPTION + (_S.RUNNING, _S.RESUMED), _P.FAILED, _S.FAILED, _N, _F, _R)
-_rows((_S.RUNNING, _S.RESUMED), _P.EVICTED, _S.PREEMPTED, _N, _Q)
-_rows((_S.RUNNING, _S.RESUMED), _P.QUEUED, _S.REQUEUED, _N, _Q)
+_rows((_S.RUNNING, _S.RESUMED), _P.EVICTED, _S.PREEMPTED, _N)
+_rows((_S.RUNNING, _S.RESUMED), _P.QUEUED, _S.REQUEUED, _N)
 _rows((_S.RUNNING, _S.RESUMED), _P.FINISHED, _S.FINISHED, _N)
 _rows(_AFTER_PREEMPTION, _P.PENDING, _S.REQUEUED, _N)
 _rows(_AFTER_PREEMPTION, _P.QUEUED, _S.REQUEUED, _N)

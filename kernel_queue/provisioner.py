@@ -16,7 +16,7 @@ from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from typing_extensions import override
 
-from kernel_queue import backends, errors, events, heartbeat, lifecycle, spec
+from kernel_queue import backends, events, lifecycle, spec
 from kernel_queue.lifecycle import KernelState, Lifecycle
 from kernel_queue.model import GroupRef, GroupSpec, GroupStatus, StopCause, short_id
 from kernel_queue.options import KernelOptions
@@ -80,7 +80,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
             if self._sees_restarts():
                 await tracker.wait_restarted(self._restart_generation, within=self.startup_timeout)
             else:
-                await self._heartbeat(alive=True, within=self.startup_timeout)
+                await tracker.wait_back(within=self.startup_timeout)
         if tracker is None or tracker.lifecycle.state in lifecycle.TERMINAL:
             tracker = await self._submit(self._spec, kwargs.get("env") or {})
         try:
@@ -92,8 +92,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
             raise
         self._restart_requested = False
         info = tracker.ref.connection.to_dict()
-        if tracker.status.address:
-            info["ip"] = tracker.status.address  # connect = "pod-ip"
+        info["ip"] = tracker.address
         info["key"] = info["key"].encode()  # jupyter_client compares keys as bytes
         self.connection_info = cast(KernelConnectionInfo, info)
         return self.connection_info
@@ -144,7 +143,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
     @override
     async def terminate(self, restart: bool = False) -> None:
         """KernelManager: stop gracefully. `restart` is always False here (jupyter_client #1061)."""
-        grace = self._spec.grace_seconds if self._spec else 5.0
+        grace = self._spec.grace_seconds if self._spec else spec.DEFAULT_GRACE_SECONDS
         await self._stop(
             grace, StopCause.RESTART if self._restarting(restart) else StopCause.SHUTDOWN
         )
@@ -163,7 +162,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         elif restart and tracker.lifecycle.state in lifecycle.LIVE and not self._sees_restarts():
             # The pod stays; only the kernel process restarts. Wait (bounded) for the old one
             # to stop answering, so the restart does not talk to the dying kernel.
-            self._old_kernel_gone = await self._heartbeat(alive=False, within=10.0)
+            self._old_kernel_gone = await tracker.wait_heartbeat(alive=False, within=10.0)
 
     @override
     async def cleanup(self, restart: bool = False) -> None:
@@ -222,6 +221,12 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         if self._tracker is not None and self._tracker.waiting:
             await self._tracker.observe(lifecycle.Command.CANCEL)
 
+    @property
+    def waiting_since(self) -> str | None:
+        """ISO 8601 start of the kernel's current wait for (re-)admission; None when it runs."""
+        since = self._tracker.waiting_since if self._tracker is not None else None
+        return since.isoformat() if since is not None else None
+
     def queue_status(self) -> dict[str, Any] | None:
         """The kernel's queue state, as in status events; None before the first launch."""
         if self._tracker is None or self._spec is None:
@@ -255,28 +260,10 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
 
     def _track(self, ref: GroupRef, *, queue: str) -> KernelTracker:
         assert self._backend is not None
-        backend, group = self._backend, self._spec
-
-        async def requeue() -> object:
-            return await backend.submit(group) if group is not None else None
-
-        return KernelTracker(backend, ref, queue=queue, notify=self._on_change, requeue=requeue)
+        return KernelTracker(self._backend, ref, queue=queue, notify=self._on_change)
 
     def _sees_restarts(self) -> bool:
         return self._backend is None or self._backend.tracks_kernel_restarts
-
-    async def _heartbeat(self, *, alive: bool, within: float) -> bool:
-        """Wait until the kernel's heartbeat answers (or stops); StartupTimeout if it never
-        comes back after a restart."""
-        assert self._tracker is not None
-        conn = self._tracker.ref.connection
-        changed = await heartbeat.wait_for(conn.ip, conn.hb_port, alive=alive, within=within)
-        if alive and not changed:
-            raise errors.StartupTimeout(
-                f"kernel {short_id(self.kernel_id)} did not come back within {within:.0f} s "
-                "of a restart; see its pod's log"
-            )
-        return changed
 
     async def _stop(self, grace: float, cause: StopCause) -> None:
         if self._tracker is not None and self._backend is not None:
@@ -284,10 +271,8 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
 
     async def _release(self) -> None:
         tracker, self._tracker = self._tracker, None
-        if tracker is not None and self._backend is not None:
-            if not tracker.released:
-                tracker.released = True
-                await self._backend.release(tracker.ref)
+        if tracker is not None:
+            await tracker.release()
             await tracker.aclose()
 
     def _message(self) -> str:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
-from kernel_queue import errors, lifecycle
+from kernel_queue import errors, heartbeat, lifecycle
 from kernel_queue.backends import ClusterBackend
 from kernel_queue.lifecycle import Action, Command, KernelState, Lifecycle
 from kernel_queue.model import GroupPhase, GroupRef, GroupStatus, short_id
@@ -31,7 +32,6 @@ class KernelTracker:
         *,
         queue: str,
         notify: Notify,
-        requeue: Callable[[], Awaitable[object]],
     ) -> None:
         self.backend = backend
         self.ref = ref
@@ -39,10 +39,10 @@ class KernelTracker:
         self.lifecycle = Lifecycle()
         self.status = GroupStatus(GroupPhase.PENDING)
         self.failure: errors.KernelQueueError | None = None
-        self.released = False  # the lifecycle already gave back the group
+        self._released = False
         self.waited = 0.0  # seconds the latest launch spent before the kernel was live
+        self.waiting_since: datetime.datetime | None = None  # start of the current queue wait
         self._notify = notify
-        self._requeue = requeue
         self._changed = asyncio.Event()
         self.observed = asyncio.Event()  # set once the backend reported a first status
         self._task: asyncio.Task[None] | None = None
@@ -63,6 +63,10 @@ class KernelTracker:
     async def observe(self, observed: lifecycle.Observation) -> None:
         """Apply one observation and carry out the resulting actions."""
         transition = lifecycle.step(self.lifecycle, observed)
+        if transition.lifecycle.state not in lifecycle.WAITING:
+            self.waiting_since = None
+        elif self.waiting_since is None:  # a wait begins; position changes keep its start
+            self.waiting_since = datetime.datetime.now(datetime.UTC)
         self.lifecycle = transition.lifecycle
         actions = transition.actions
         if Action.FAIL in actions and self.failure is None:
@@ -71,11 +75,33 @@ class KernelTracker:
         # the provisioner tells the user only when the sentence changes.
         self._notify(self.lifecycle, self.status)
         self._changed.set()
-        if Action.REQUEUE in actions:
-            await self._requeue()
-        if Action.RELEASE in actions and not self.released:
-            self.released = True
+        if Action.RELEASE in actions:
+            await self.release()
+
+    async def release(self) -> None:
+        """Give the group back to the backend, once (the lifecycle or a shutdown, first wins)."""
+        if not self._released:
+            self._released = True
             await self.backend.release(self.ref)
+
+    @property
+    def address(self) -> str:
+        """Where the kernel is reached: its pod's IP (`connect = "pod-ip"`) or the group's."""
+        return self.status.address or self.ref.connection.ip
+
+    async def wait_heartbeat(self, *, alive: bool, within: float) -> bool:
+        """Wait until the kernel's heartbeat answers (`alive`) or stops; False if `within`
+        passed. For backends that cannot see the kernel process restart (pods)."""
+        port = self.ref.connection.hb_port
+        return await heartbeat.wait_for(self.address, port, alive=alive, within=within)
+
+    async def wait_back(self, *, within: float) -> None:
+        """After an in-place restart: return once the new kernel answers, else StartupTimeout."""
+        if not await self.wait_heartbeat(alive=True, within=within):
+            raise errors.StartupTimeout(
+                f"kernel {short_id(self.ref.kernel_id)} did not come back within {within:.0f} s "
+                "of a restart; see its pod's log"
+            )
 
     def _failure_for(self, observed: lifecycle.Observation) -> errors.KernelQueueError:
         who = f"kernel {short_id(self.ref.kernel_id)}"
@@ -136,8 +162,10 @@ class KernelTracker:
             if state is KernelState.ADMITTED:
                 admitted_at = admitted_at or now
                 timeout, command = admitted_at + startup_timeout - now, Command.STARTUP_TIMEOUT
-            elif admission_timeout > 0:
-                timeout = started + admission_timeout - now
+            else:
+                admitted_at = None  # back in the queue: a later admission starts a new clock
+                if admission_timeout > 0:
+                    timeout = started + admission_timeout - now
             try:
                 await asyncio.wait_for(self._changed.wait(), timeout)
             except TimeoutError:

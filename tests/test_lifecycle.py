@@ -8,7 +8,7 @@ from kernel_queue.lifecycle import Action, Command, KernelState, Lifecycle, desc
 from kernel_queue.model import GroupPhase, GroupStatus, QueuePlace
 
 S, P, A = KernelState, GroupPhase, Action
-NOTIFY, CONNECT, REQUEUE, RELEASE, FAIL = A.NOTIFY, A.CONNECT, A.REQUEUE, A.RELEASE, A.FAIL
+NOTIFY, CONNECT, RELEASE, FAIL = A.NOTIFY, A.CONNECT, A.RELEASE, A.FAIL
 
 
 @pytest.mark.parametrize(
@@ -24,12 +24,8 @@ NOTIFY, CONNECT, REQUEUE, RELEASE, FAIL = A.NOTIFY, A.CONNECT, A.REQUEUE, A.RELE
             S.ADMITTED, 0, P.RUNNING, S.RUNNING, 0, {NOTIFY, CONNECT}, id="ready-connects"
         ),
         pytest.param(S.ADMITTED, 0, P.QUEUED, S.QUEUED, 0, {NOTIFY}, id="admission-lost-requeues"),
-        pytest.param(
-            S.RUNNING, 0, P.EVICTED, S.PREEMPTED, 1, {NOTIFY, REQUEUE}, id="running-preempted"
-        ),
-        pytest.param(
-            S.ADMITTED, 0, P.EVICTED, S.PREEMPTED, 1, {NOTIFY, REQUEUE}, id="starting-preempted"
-        ),
+        pytest.param(S.RUNNING, 0, P.EVICTED, S.PREEMPTED, 1, {NOTIFY}, id="running-preempted"),
+        pytest.param(S.ADMITTED, 0, P.EVICTED, S.PREEMPTED, 1, {NOTIFY}, id="starting-preempted"),
         pytest.param(S.PREEMPTED, 1, P.QUEUED, S.REQUEUED, 1, {NOTIFY}, id="preempted-requeued"),
         pytest.param(S.PREEMPTED, 1, P.EVICTED, S.PREEMPTED, 1, set(), id="eviction-repeats"),
         pytest.param(
@@ -46,12 +42,8 @@ NOTIFY, CONNECT, REQUEUE, RELEASE, FAIL = A.NOTIFY, A.CONNECT, A.REQUEUE, A.RELE
         pytest.param(
             S.REQUEUED, 1, P.RUNNING, S.RESUMED, 1, {NOTIFY, CONNECT}, id="requeued-resumes"
         ),
-        pytest.param(
-            S.RESUMED, 1, P.EVICTED, S.PREEMPTED, 2, {NOTIFY, REQUEUE}, id="preempted-twice"
-        ),
-        pytest.param(
-            S.RUNNING, 0, P.QUEUED, S.REQUEUED, 1, {NOTIFY, REQUEUE}, id="missed-eviction-counts"
-        ),
+        pytest.param(S.RESUMED, 1, P.EVICTED, S.PREEMPTED, 2, {NOTIFY}, id="preempted-twice"),
+        pytest.param(S.RUNNING, 0, P.QUEUED, S.REQUEUED, 1, {NOTIFY}, id="missed-eviction-counts"),
         pytest.param(S.RUNNING, 0, P.RUNNING, S.RUNNING, 0, set(), id="running-repeats"),
         pytest.param(S.RUNNING, 0, P.FINISHED, S.FINISHED, 0, {NOTIFY}, id="kernel-exits"),
         pytest.param(
@@ -84,6 +76,24 @@ NOTIFY, CONNECT, REQUEUE, RELEASE, FAIL = A.NOTIFY, A.CONNECT, A.REQUEUE, A.RELE
         ),
         pytest.param(
             S.ADMITTED, 0, Command.ADMISSION_TIMEOUT, S.ADMITTED, 0, set(), id="timeout-too-late"
+        ),
+        pytest.param(
+            S.PREEMPTED,
+            1,
+            Command.ADMISSION_TIMEOUT,
+            S.FAILED,
+            1,
+            {NOTIFY, FAIL, RELEASE},
+            id="admission-timeout-after-a-preemption-while-starting",
+        ),
+        pytest.param(
+            S.REQUEUED,
+            1,
+            Command.ADMISSION_TIMEOUT,
+            S.FAILED,
+            1,
+            {NOTIFY, FAIL, RELEASE},
+            id="admission-timeout-while-requeued-before-first-run",
         ),
         pytest.param(
             S.ADMITTED,

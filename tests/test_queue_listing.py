@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from kernel_queue.server.handlers import WaitClock
 from tests.conftest import KernelspecFactory, Server
 
 
@@ -56,19 +55,3 @@ async def test_listing_needs_the_token(server: Server) -> None:
     with pytest.raises(HTTPClientError) as refused:
         await listing(server, headers={"Authorization": "token wrong"})
     assert refused.value.code == 403
-
-
-def test_wait_clock_keeps_the_start_of_a_wait_across_positions_and_preemption() -> None:
-    clock = WaitClock()
-    t0 = datetime.datetime(2026, 1, 1, 10, 0, tzinfo=datetime.UTC)
-    later = t0 + datetime.timedelta(minutes=5)
-    clock.observe({"kernel_id": "k", "state": "queued"}, now=t0)
-    clock.observe({"kernel_id": "k", "state": "queued"}, now=later)  # moved up a place
-    assert clock.since("k") == t0.isoformat()
-    clock.observe({"kernel_id": "k", "state": "running"}, now=later)
-    assert clock.since("k") is None
-    clock.observe({"kernel_id": "k", "state": "preempted"}, now=later)
-    clock.observe({"kernel_id": "k", "state": "requeued"}, now=t0 + datetime.timedelta(hours=1))
-    assert clock.since("k") == later.isoformat()
-    clock.retain(set())
-    assert clock.since("k") is None

@@ -19,7 +19,7 @@ from typing import Any
 from enterprise_gateway.services.processproxies.processproxy import BaseProcessProxyABC
 from tornado import ioloop, web
 
-from kernel_queue import backends, errors, heartbeat, lifecycle, spec
+from kernel_queue import backends, errors, lifecycle, spec
 from kernel_queue.gateway import launch
 from kernel_queue.lifecycle import KernelState, Lifecycle
 from kernel_queue.model import GroupRef, GroupSpec, GroupStatus, StopCause, short_id
@@ -132,12 +132,7 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         self._queue, self._needs = previous._queue, previous._needs
         self._owner_in_use, previous._owner_in_use = previous._owner_in_use, None
         within = self._startup_timeout = previous._startup_timeout
-        ip, port = self._address(tracker), tracker.ref.connection.hb_port
-        if not await heartbeat.wait_for(ip, port, alive=True, within=within):
-            raise errors.StartupTimeout(
-                f"kernel {short_id(self.kernel_id)} did not come back within {within:.0f} s "
-                "of a restart; see its pod's log"
-            )
+        await tracker.wait_back(within=within)
         self._connect(tracker)
 
     async def _launch(self, env: dict[str, str]) -> None:
@@ -169,14 +164,10 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
             raise launch.client_gave_up(short_id(self.kernel_id), group.queue, waited) from None
         self._connect(self._tracker)
 
-    @staticmethod
-    def _address(tracker: KernelTracker) -> str:
-        return tracker.status.address or tracker.ref.connection.ip  # connect = "pod-ip" or not
-
     def _connect(self, tracker: KernelTracker) -> None:
         """Point EG's kernel manager at the kernel (its ports were chosen locally by EG)."""
         info = tracker.ref.connection.to_dict()
-        info["ip"] = self._address(tracker)
+        info["ip"] = tracker.address
         km = self.kernel_manager
         km.shell_port = km.iopub_port = km.stdin_port = km.hb_port = km.control_port = 0
         km.load_connection_info(info)
@@ -212,9 +203,8 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
             self._spawn(self._await_old_kernel(tracker))
 
     async def _await_old_kernel(self, tracker: KernelTracker) -> None:
-        ip, port = self._address(tracker), tracker.ref.connection.hb_port
         # Bounded: a kernel that ignores the request is terminated by EG as usual (and requeued).
-        self._old_kernel_gone = await heartbeat.wait_for(ip, port, alive=False, within=10.0)
+        self._old_kernel_gone = await tracker.wait_heartbeat(alive=False, within=10.0)
 
     def wait(self) -> int | None:
         """After `poll` reported an exit (EG never waits on a live kernel): the exit code."""
@@ -255,7 +245,7 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
             return
         if self._old_kernel_gone and tracker.lifecycle.state in lifecycle.LIVE:
             self._handover = tracker  # restarting in place: the next launch adopts the group
-        task = self._spawn(self._release_tracked(tracker, self._backend))
+        task = self._spawn(self._release_tracked(tracker))
         if task is not None:
             _releases[self.kernel_id] = (task, self)
         super().cleanup()
@@ -330,15 +320,8 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         return True
 
     def _track(self, ref: GroupRef) -> KernelTracker:
-        backend, group = self._backend, self._group
-        assert backend is not None
-
-        async def requeue() -> object:
-            return await backend.submit(group) if group is not None else None
-
-        tracker = KernelTracker(
-            backend, ref, queue=self._queue, notify=self._notify, requeue=requeue
-        )
+        assert self._backend is not None
+        tracker = KernelTracker(self._backend, ref, queue=self._queue, notify=self._notify)
         tracker.start()
         return tracker
 
@@ -378,18 +361,14 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
     async def _release(self) -> None:
         tracker, self._tracker = self._tracker, None
         if tracker is not None and self._backend is not None:
-            await self._release_tracked(tracker, self._backend)
+            await self._release_tracked(tracker)
         else:
             await self._let_go()
 
-    async def _release_tracked(
-        self, tracker: KernelTracker, backend: backends.ClusterBackend
-    ) -> None:
+    async def _release_tracked(self, tracker: KernelTracker) -> None:
         await asyncio.sleep(0)  # let a restart's launch, already under way, cancel this first
         try:
-            if not tracker.released:
-                tracker.released = True
-                await backend.release(tracker.ref)
+            await tracker.release()
         finally:
             await tracker.aclose()
             if _releases.get(tracker.ref.kernel_id, (None,))[0] is asyncio.current_task():

@@ -1,0 +1,100 @@
+"""The tracker between a backend's status stream and a waiting launch, on a scripted backend."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from kernel_queue import errors
+from kernel_queue.lifecycle import KernelState, Lifecycle
+from kernel_queue.model import ConnectionInfo, GroupPhase, GroupRef, GroupStatus
+from kernel_queue.tracking import KernelTracker
+
+CONNECTION = ConnectionInfo("10.0.0.1", 1, 2, 3, 4, 5, "key")
+
+
+class ScriptedBackend:
+    """Reports the given statuses, then nothing more; counts releases."""
+
+    name = "scripted"
+    tracks_kernel_restarts = False
+
+    def __init__(self, *statuses: GroupStatus) -> None:
+        self.statuses, self.released = statuses, 0
+
+    async def watch(self, ref: GroupRef) -> AsyncIterator[GroupStatus]:
+        for status in self.statuses:
+            yield status
+        await asyncio.Event().wait()
+
+    async def release(self, ref: GroupRef) -> None:
+        self.released += 1
+
+
+def tracked(backend: ScriptedBackend, seen: list[KernelState]) -> KernelTracker:
+    ref = GroupRef("scripted", "g", "kernel-1", CONNECTION)
+
+    def notify(state: Lifecycle, status: GroupStatus) -> None:
+        seen.append(state.state)
+
+    tracker = KernelTracker(backend, ref, queue="gpu", notify=notify)  # type: ignore[arg-type]
+    tracker.start()
+    return tracker
+
+
+async def test_a_kernel_preempted_while_starting_still_ends_its_wait_at_admission_timeout() -> None:
+    backend = ScriptedBackend(
+        GroupStatus(GroupPhase.QUEUED),
+        GroupStatus(GroupPhase.ADMITTED),
+        GroupStatus(GroupPhase.EVICTED, message="preempted by kernel 2"),
+    )
+    seen: list[KernelState] = []
+    tracker = tracked(backend, seen)
+    try:
+        with pytest.raises(errors.AdmissionTimeout, match="without being admitted"):
+            await tracker.wait_live(admission_timeout=0.3, startup_timeout=60)
+    finally:
+        await tracker.aclose()
+    assert seen[-1] is KernelState.FAILED
+    assert len(seen) < 10, seen  # one notification per change: no busy loop past the deadline
+    assert backend.released == 1
+
+
+async def test_release_happens_once_whoever_asks() -> None:
+    backend = ScriptedBackend(GroupStatus(GroupPhase.QUEUED))
+    tracker = tracked(backend, [])
+    await tracker.release()
+    await tracker.release()
+    await tracker.aclose()
+    assert backend.released == 1
+
+
+def test_the_address_is_the_pods_when_the_backend_reports_one() -> None:
+    tracker = KernelTracker(
+        ScriptedBackend(),  # type: ignore[arg-type]
+        GroupRef("scripted", "g", "kernel-1", CONNECTION),
+        queue="gpu",
+        notify=lambda state, status: None,
+    )
+    assert tracker.address == "10.0.0.1"
+    tracker.status = GroupStatus(GroupPhase.RUNNING, address="127.10.0.7")
+    assert tracker.address == "127.10.0.7"
+
+
+async def test_a_wait_keeps_its_start_across_positions_and_a_preemption_starts_a_new_one() -> None:
+    tracker = tracked(ScriptedBackend(), [])
+    await tracker.observe(GroupPhase.QUEUED)
+    began = tracker.waiting_since
+    assert began is not None
+    await tracker.observe(GroupPhase.QUEUED)  # moved up a place
+    assert tracker.waiting_since is began
+    await tracker.observe(GroupPhase.RUNNING)
+    assert tracker.waiting_since is None
+    await tracker.observe(GroupPhase.EVICTED)
+    preempted = tracker.waiting_since
+    assert preempted is not None and preempted >= began
+    await tracker.observe(GroupPhase.QUEUED)  # requeued: the same wait
+    assert tracker.waiting_since is preempted
+    await tracker.aclose()
