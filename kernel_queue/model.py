@@ -11,8 +11,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
-
 
 @dataclass(frozen=True)
 class ConnectionInfo:
@@ -168,7 +166,6 @@ class GroupStatus:
     exit_code: int | None = None
     generation: int = 0  # kernel processes started so far in this admission, minus one
     kernel_alive: bool = False  # a kernel process of `generation` is up
-    restarting: bool = False  # the last kernel process exited to be restarted in place
     address: str = ""  # where to reach the kernel when it differs from the ref's (pod IPs)
 
     def evolve(self, **changes: Any) -> GroupStatus:

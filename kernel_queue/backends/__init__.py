@@ -37,10 +37,6 @@ class ClusterBackend(Protocol):
         """Yield the current status, then every change, ending after a terminal phase."""
         ...
 
-    def current(self, ref: GroupRef) -> GroupStatus | None:
-        """The last status known, from memory; None when the group is unknown."""
-        ...
-
     async def stop(self, ref: GroupRef, *, grace: float, cause: StopCause) -> None:
         """Stop the kernel (or restart it in place for `StopCause.RESTART`); keep the admission."""
         ...

@@ -22,6 +22,7 @@ from kernel_queue import launcher
 from kernel_queue.model import ConnectionInfo
 
 LOG_TAIL_LINES = 20
+LOG_TAIL_BYTES = 64 << 10  # read at most this much of a log for its last lines
 
 
 @dataclass(frozen=True)
@@ -143,9 +144,12 @@ async def _spawn(request: LaunchRequest, status_fd: int) -> asyncio.subprocess.P
 def log_tail(path: Path) -> str:
     """ "; last lines of <path>:" and the file's last lines, for error messages ("" if none)."""
     try:
-        lines = path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        with path.open("rb") as file:  # only the end: a chatty kernel's log may be large
+            file.seek(max(0, file.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            text = file.read().decode(errors="replace")
     except OSError:
         return ""
+    lines = text.splitlines()[-LOG_TAIL_LINES:]
     return f"; last lines of {path}:\n" + "\n".join(lines) if lines else ""
 
 

@@ -251,11 +251,6 @@ class LocalBackend(LoggingConfigurable):
         self._schedule()
         return ref
 
-    def current(self, ref: GroupRef) -> GroupStatus | None:
-        """The group's last status, from memory."""
-        group = self._groups.get(ref.name)
-        return None if group is None else group.status
-
     async def watch(self, ref: GroupRef) -> AsyncIterator[GroupStatus]:
         """Yield the current status, then each change, until the group ends."""
         group = self._groups.get(ref.name)
@@ -397,7 +392,8 @@ class LocalBackend(LoggingConfigurable):
         return {d for g in self._groups.values() if g.admitted for d in g.status.devices}
 
     def _admit(self, group: _Group, grant: admission.Admission) -> None:
-        free = [d for d in self._inventory or () if d not in self._busy_devices()]
+        busy = self._busy_devices()
+        free = [d for d in self._inventory or () if d not in busy]
         devices = tuple(free[: group.spec.gpus])
         group.admitted = admission.Admitted(group.request, grant.flavors, time.monotonic())
         feed.publish(group, GroupStatus(GroupPhase.ADMITTED, flavor=FLAVOR, devices=devices))
@@ -455,7 +451,7 @@ class LocalBackend(LoggingConfigurable):
             return {}
         env = {
             launcher.ENV_CHECKPOINT_DIR: str(directory),
-            launcher.ENV_CHECKPOINT_DEADLINE: str(max(1.0, spec.grace_seconds - 2.0)),
+            launcher.ENV_CHECKPOINT_DEADLINE: str(launcher.checkpoint_deadline(spec.grace_seconds)),
         }
         if spec.checkpoint.keep:
             env[launcher.ENV_CHECKPOINT_KEEP] = "1"
@@ -476,13 +472,10 @@ class LocalBackend(LoggingConfigurable):
                     message="",
                     generation=int(event.get("generation", 0)),
                     kernel_alive=True,
-                    restarting=False,
                 ),
             )
         elif event.get("event") == "exited" and not group.evicting:
-            feed.publish(
-                group, status.evolve(kernel_alive=False, restarting=bool(event.get("restart")))
-            )
+            feed.publish(group, status.evolve(kernel_alive=False))
 
     def _on_exit(self, group: _Group, code: int) -> None:
         if group.evicting:
