@@ -279,15 +279,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         tracker = self._tracker
         if tracker is None or self._spec is None:
             return ""
-        if tracker.failure is not None and tracker.lifecycle.state is KernelState.FAILED:
-            return str(tracker.failure)
-        return lifecycle.describe(
-            tracker.lifecycle,
-            tracker.status,
-            queue=self._spec.queue,
-            needs=self._spec.needs(),
-            restored=self._spec.checkpoint.enabled,
-        )
+        return tracker.describe(needs=self._spec.needs(), restored=self._spec.checkpoint.enabled)
 
     def _on_change(self, state: Lifecycle, status: GroupStatus) -> None:
         """Tell the user: `reason` while not live, a status event, `last_activity` while waiting."""

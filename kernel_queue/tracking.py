@@ -103,6 +103,14 @@ class KernelTracker:
                 "of a restart; see its pod's log"
             )
 
+    def describe(self, *, needs: str, restored: bool) -> str:
+        """The sentence the user reads now: the failure, once failed; else the lifecycle's."""
+        if self.failure is not None and self.lifecycle.state is KernelState.FAILED:
+            return str(self.failure)
+        return lifecycle.describe(
+            self.lifecycle, self.status, queue=self.queue, needs=needs, restored=restored
+        )
+
     def _failure_for(self, observed: lifecycle.Observation) -> errors.KernelQueueError:
         who = f"kernel {short_id(self.ref.kernel_id)}"
         if observed is Command.CANCEL:

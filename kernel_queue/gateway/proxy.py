@@ -21,7 +21,7 @@ from tornado import ioloop, web
 
 from kernel_queue import backends, errors, lifecycle, spec
 from kernel_queue.gateway import launch
-from kernel_queue.lifecycle import KernelState, Lifecycle
+from kernel_queue.lifecycle import Lifecycle
 from kernel_queue.model import GroupRef, GroupSpec, GroupStatus, StopCause, short_id
 from kernel_queue.options import KernelOptions
 from kernel_queue.tracking import KernelTracker
@@ -70,7 +70,6 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         self._adopted: GroupRef | None = None  # from load_process_info, followed on first poll
         self._group: GroupSpec | None = None  # None for a group adopted after an EG restart
         self._queue = ""
-        self._needs = ""
         self._last_message = ""
         self._launching = False  # a failure during launch is reported by the launch's error
         self._owner_in_use: Any = None  # whose backends this proxy counts as used
@@ -129,7 +128,7 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         tracker, previous._handover = previous._handover, None
         assert tracker is not None
         self._tracker, self._backend, self._group = tracker, previous._backend, previous._group
-        self._queue, self._needs = previous._queue, previous._needs
+        self._queue = previous._queue
         self._owner_in_use, previous._owner_in_use = previous._owner_in_use, None
         within = self._startup_timeout = previous._startup_timeout
         await tracker.wait_back(within=within)
@@ -148,7 +147,7 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
             user=env.get("KERNEL_USERNAME") or group.user,
         )
         self._backend = self._use_backend(options.backend)
-        self._group, self._queue, self._needs = group, group.queue, group.needs()
+        self._group, self._queue = group, group.queue
         self._startup_timeout = options.startup_timeout
         ref = await self._backend.submit(group)
         self._tracker = self._track(ref)
@@ -330,17 +329,12 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         tracker = self._tracker
         if state.state in lifecycle.TERMINAL and self._launching:
             return  # launch_process raises it as the reply to the client, and logs it there
-        if (
-            tracker is not None
-            and tracker.failure is not None
-            and state.state is KernelState.FAILED
-        ):
-            message = str(tracker.failure)
-        else:
-            restored = self._group is not None and self._group.checkpoint.enabled
-            message = lifecycle.describe(
-                state, status, queue=self._queue, needs=self._needs, restored=restored
-            )
+        if tracker is None:
+            return
+        group = self._group  # None for a group adopted after an EG restart
+        message = tracker.describe(
+            needs=group.needs() if group else "", restored=bool(group and group.checkpoint.enabled)
+        )
         if message != self._last_message:
             self._last_message = message
             self.log.info("kernel %s: %s", short_id(self.kernel_id), message)
