@@ -34,9 +34,6 @@ ENV_CHECKPOINT_DEADLINE = launcher.ENV_CHECKPOINT_DEADLINE
 ENV_CHECKPOINT_KEEP = launcher.ENV_CHECKPOINT_KEEP
 ENV_TERMINATION_LOG = launcher.ENV_TERMINATION_LOG
 TERMINATION_MESSAGE_PATH = launcher.DEFAULT_TERMINATION_LOG
-# Seconds between the end of the save and the launcher's own deadline: the kernel still has to
-# report and exit.
-CHECKPOINT_MARGIN_SECONDS = 3
 ENV_POD_IP = "POD_IP"
 # A TCP connect to the shell port is answered by ZMQ's I/O thread, so a kernel busy in a long
 # cell stays Ready (a flapping probe would start Kueue's recovery clock, kueue.md §6).
@@ -254,9 +251,9 @@ def _head_container(
     mounts = []
     if checkpoint_claim:
         env.append({"name": ENV_CHECKPOINT_DIR, "value": f"{CHECKPOINT_MOUNT}/{spec.kernel_id}"})
-        # The save must end before the launcher's own stop timeout (grace minus the margin).
-        deadline = max(1, stop_timeout(spec) - CHECKPOINT_MARGIN_SECONDS)
-        env.append({"name": ENV_CHECKPOINT_DEADLINE, "value": str(deadline)})
+        # The save must end before the launcher's own stop timeout.
+        deadline = launcher.checkpoint_deadline(stop_timeout(spec))
+        env.append({"name": ENV_CHECKPOINT_DEADLINE, "value": f"{deadline:g}"})
         if spec.checkpoint.keep:
             env.append({"name": ENV_CHECKPOINT_KEEP, "value": "1"})
         mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT})

@@ -26,8 +26,9 @@ from kernel_queue import checkpoint, launcher
 
 NOTICE = "Kernel preempted by a higher-priority workload; saving state…"
 """The stream message a user sees as soon as the kernel gets SIGTERM."""
-DEFAULT_DEADLINE = 20.0
-"""Seconds a save may take when ``KERNEL_QUEUE_CHECKPOINT_DEADLINE`` is unset (stop timeout 25)."""
+DEFAULT_DEADLINE = launcher.checkpoint_deadline(launcher.DEFAULT_STOP_TIMEOUT)
+"""Seconds a save may take when ``KERNEL_QUEUE_CHECKPOINT_DEADLINE`` is unset: what the launcher's
+default stop timeout leaves."""
 FALLBACK_DELAY = 2.0
 """The running cell gets this long (at most a quarter of the deadline, at least 0.25 s) to
 unwind before a helper thread saves concurrently."""
