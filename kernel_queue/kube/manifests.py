@@ -29,11 +29,6 @@ STOP_MARGIN_SECONDS = 5
 its deadline and still exit 143 before the kubelet's SIGKILL. 30 s of grace gives the launcher's
 default stop timeout of 25 s."""
 CHECKPOINT_VOLUME, CHECKPOINT_MOUNT = "checkpoints", "/checkpoints"
-ENV_CHECKPOINT_DIR = launcher.ENV_CHECKPOINT_DIR
-ENV_CHECKPOINT_DEADLINE = launcher.ENV_CHECKPOINT_DEADLINE
-ENV_CHECKPOINT_KEEP = launcher.ENV_CHECKPOINT_KEEP
-ENV_TERMINATION_LOG = launcher.ENV_TERMINATION_LOG
-TERMINATION_MESSAGE_PATH = launcher.DEFAULT_TERMINATION_LOG
 ENV_POD_IP = "POD_IP"
 # A TCP connect to the shell port is answered by ZMQ's I/O thread, so a kernel busy in a long
 # cell stays Ready (a flapping probe would start Kueue's recovery clock, kueue.md §6).
@@ -250,16 +245,17 @@ def _head_container(
     ]
     mounts = []
     if checkpoint_claim:
-        env.append({"name": ENV_CHECKPOINT_DIR, "value": f"{CHECKPOINT_MOUNT}/{spec.kernel_id}"})
+        directory = f"{CHECKPOINT_MOUNT}/{spec.kernel_id}"
+        env.append({"name": launcher.ENV_CHECKPOINT_DIR, "value": directory})
         # The save must end before the launcher's own stop timeout.
         deadline = launcher.checkpoint_deadline(stop_timeout(spec))
-        env.append({"name": ENV_CHECKPOINT_DEADLINE, "value": f"{deadline:g}"})
+        env.append({"name": launcher.ENV_CHECKPOINT_DEADLINE, "value": f"{deadline:g}"})
         if spec.checkpoint.keep:
-            env.append({"name": ENV_CHECKPOINT_KEEP, "value": "1"})
+            env.append({"name": launcher.ENV_CHECKPOINT_KEEP, "value": "1"})
         mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT})
     # Where the launcher leaves what a preemption saved; the pod status shows it (the backend
     # tells the user). It is the container's terminationMessagePath.
-    env.append({"name": ENV_TERMINATION_LOG, "value": TERMINATION_MESSAGE_PATH})
+    env.append({"name": launcher.ENV_TERMINATION_LOG, "value": launcher.DEFAULT_TERMINATION_LOG})
     container: dict[str, Any] = {
         "name": KERNEL_CONTAINER,
         "image": image,
