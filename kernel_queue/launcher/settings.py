@@ -47,7 +47,7 @@ class LaunchSettings:
     """Inherited descriptor that receives one JSON event per line, or None."""
     parent_death: bool = False
     """Ask Linux to SIGTERM the launcher when its parent dies (local backend)."""
-    stop_timeout: float = 25.0
+    stop_timeout: float = launcher.DEFAULT_STOP_TIMEOUT
     """Seconds a SIGTERMed kernel gets to exit before SIGKILL."""
     worker: bool = False
     """Worker mode: no kernel, ports or key (those fields stay empty); wait for SIGTERM."""
@@ -78,6 +78,10 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSet
     def pick(value: str | None, env: str, default: str | None = None) -> str | None:
         return value if value is not None else environ.get(env, default)
 
+    status_fd = _parse_status_fd(pick(args.status_fd, launcher.ENV_STATUS_FD))
+    parent_death = args.parent_death_signal or _parse_flag(
+        environ.get(launcher.ENV_PARENT_DEATH, "")
+    )
     if args.worker or _parse_mode(environ.get(ENV_MODE, "")) == "worker":
         return LaunchSettings(
             ip="",
@@ -86,9 +90,8 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSet
             transport="tcp",
             signature_scheme="hmac-sha256",
             kernel_argv=kernel_argv,
-            status_fd=_parse_status_fd(pick(args.status_fd, launcher.ENV_STATUS_FD)),
-            parent_death=args.parent_death_signal
-            or _parse_flag(environ.get(launcher.ENV_PARENT_DEATH, "")),
+            status_fd=status_fd,
+            parent_death=parent_death,
             worker=True,
         )
     return LaunchSettings(
@@ -100,9 +103,8 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSet
             pick(args.signature_scheme, launcher.ENV_SIGNATURE_SCHEME, "hmac-sha256")
         ),
         kernel_argv=kernel_argv or default_kernel_argv(),
-        status_fd=_parse_status_fd(pick(args.status_fd, launcher.ENV_STATUS_FD)),
-        parent_death=args.parent_death_signal
-        or _parse_flag(environ.get(launcher.ENV_PARENT_DEATH, "")),
+        status_fd=status_fd,
+        parent_death=parent_death,
         stop_timeout=_parse_stop_timeout(pick(args.stop_timeout, launcher.ENV_STOP_TIMEOUT)),
         checkpointing=bool(environ.get(launcher.ENV_CHECKPOINT_DIR)),
         termination_log=_termination_log(pick(args.termination_log, launcher.ENV_TERMINATION_LOG)),
@@ -140,7 +142,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--stop-timeout",
         help=f"seconds between SIGTERM and SIGKILL of the kernel (${launcher.ENV_STOP_TIMEOUT}, "
-        "default 25)",
+        f"default {launcher.DEFAULT_STOP_TIMEOUT:g})",
     )
     parser.add_argument(
         "--termination-log",
@@ -252,7 +254,7 @@ def _parse_flag(raw: str) -> bool:
 
 def _parse_stop_timeout(raw: str | None) -> float:
     if raw is None or raw == "":
-        return 25.0
+        return launcher.DEFAULT_STOP_TIMEOUT
     try:
         seconds = float(raw)
     except ValueError:
