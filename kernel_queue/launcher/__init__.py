@@ -47,3 +47,9 @@ def checkpoint_deadline(stop_timeout: float) -> float:
     """Seconds a kernel's save may take when its launcher SIGKILLs it ``stop_timeout`` seconds
     after SIGTERM: the stop timeout minus ``CHECKPOINT_MARGIN_SECONDS``, at least 1."""
     return max(1.0, stop_timeout - CHECKPOINT_MARGIN_SECONDS)
+
+
+def shell_status(code: int) -> int:
+    """A process's return code as a shell reports it: the exit code, or 128 + the killing signal
+    for the negative codes of ``subprocess`` and ``asyncio``."""
+    return 128 - code if code < 0 else code

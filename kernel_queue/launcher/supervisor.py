@@ -101,8 +101,7 @@ def write_connection_file(directory: Path, config: launch_settings.LaunchSetting
 
 def exit_status(wait_status: int) -> int:
     """A wait status as a shell would report it: the exit code, or 128 + the killing signal."""
-    code = os.waitstatus_to_exitcode(wait_status)
-    return 128 - code if code < 0 else code
+    return launcher.shell_status(os.waitstatus_to_exitcode(wait_status))
 
 
 class Supervisor:
