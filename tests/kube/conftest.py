@@ -13,6 +13,7 @@ from jupyter_server.serverapp import ServerApp
 
 from kernel_queue.testing import rbac, resources
 from kernel_queue.testing.cluster import FakeCluster
+from tests.conftest import skip_unless_ci
 from tests.kube.support import ADMIN_TOKEN, GPU_QUOTA, QUEUES, RBAC, SERVER_TOKEN
 
 
@@ -28,7 +29,7 @@ def cluster(
 ) -> Iterator[FakeCluster]:
     """A fake cluster enforcing etc/kubernetes/rbac.yaml, with etc/kubernetes/queues.yaml."""
     if not resources.KUEUE_CRDS.is_dir():
-        pytest.skip(f"Kueue's CRDs are not at {resources.KUEUE_CRDS} (../shared is absent)")
+        skip_unless_ci(f"Kueue's CRDs are not at {resources.KUEUE_CRDS} (../shared is absent)")
     tokens = {
         ADMIN_TOKEN: rbac.User("admin", ("system:masters",)),
         SERVER_TOKEN: "system:serviceaccount:default:kernel-queue",

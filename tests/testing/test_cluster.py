@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,12 +13,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from kubernetes import client, config
 
 from kernel_queue.testing import resources
 from kernel_queue.testing.cluster import FakeCluster
+from tests.conftest import skip_unless_ci
 
 EXAMPLES = resources.KUEUE_CRDS.parent / "examples"
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
@@ -27,9 +26,7 @@ GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 
 def _shared_or_skip() -> None:
     if not EXAMPLES.is_dir():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"../shared is missing ({EXAMPLES}); CI needs it")
-        pytest.skip(f"Kueue's examples are not at {EXAMPLES} (../shared is absent)")
+        skip_unless_ci(f"Kueue's examples are not at {EXAMPLES} (../shared is absent)")
 
 
 def _api(cluster: FakeCluster) -> client.ApiClient:
