@@ -54,13 +54,15 @@ def labelled(cluster: FakeCluster, kernel_id: str) -> dict[str, list[str]]:
     return {k: v for k, v in found.items() if v}
 
 
-async def wait_clean(server: Server, cluster: FakeCluster, *kernel_ids: str) -> None:
+async def wait_clean(
+    server: Server, cluster: FakeCluster, *kernel_ids: str, within: float = 60
+) -> None:
     """Wait until nothing of these kernels is left in the cluster."""
 
     async def clean() -> bool:
         return not any(labelled(cluster, k) for k in kernel_ids)
 
     try:
-        await server.wait_for(clean, within=60)
+        await server.wait_for(clean, within=within)
     except TimeoutError:
         pytest.fail(f"objects left behind: {[labelled(cluster, k) for k in kernel_ids]}")

@@ -9,7 +9,7 @@ import pytest
 
 from kernel_queue.testing.cluster import FakeCluster
 from tests.conftest import KernelspecFactory, Server, launcher_pids
-from tests.kube.support import kube_spec, ours, wait_clean
+from tests.kube.support import kube_spec, labelled, ours, wait_clean
 
 CRASHING_KERNEL = [
     "python",
@@ -18,50 +18,63 @@ CRASHING_KERNEL = [
 ]
 
 
-async def failure(server: Server, name: str, within: float = 60) -> str:
+async def failure(server: Server, name: str, within: float = 60) -> tuple[str, str]:
+    """Start a kernel of kernelspec `name`, wait until it is dead; return its id and reason."""
     kernel = await server.start(name)
 
     async def dead() -> bool:
         return (await server.model(kernel))["execution_state"] == "dead"
 
     await server.wait_for(dead, within=within)
-    return str((await server.model(kernel))["reason"])
+    return kernel, str((await server.model(kernel))["reason"])
+
+
+async def nothing_left(
+    server: Server, cluster: FakeCluster, *kernel_ids: str, within: float = 60
+) -> None:
+    """Nothing of these kernels (at least one) is left, nor anything else kernel-queue made."""
+    assert kernel_ids
+    await wait_clean(server, cluster, *kernel_ids, within=within)
+    assert ours(cluster) == {}
 
 
 @pytest.mark.parametrize("cluster_options", [{"crds": None, "kueue": False}])
 async def test_kueue_not_installed_says_so(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
 ) -> None:
-    reason = await failure(server, kube_spec(kernelspec))
+    kernel, reason = await failure(server, kube_spec(kernelspec))
     assert "the cluster serves no Kueue API" in reason
     assert "install Kueue" in reason
-    assert ours(cluster) == {}
+    await nothing_left(server, cluster, kernel)
 
 
 async def test_a_missing_local_queue_lists_the_ones_that_exist(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
 ) -> None:
-    reason = await failure(server, kube_spec(kernelspec, queue="gpu-queue"))
+    kernel, reason = await failure(server, kube_spec(kernelspec, queue="gpu-queue"))
     assert "LocalQueue 'gpu-queue' does not exist in namespace 'default'" in reason
     assert "LocalQueues there: user-queue" in reason
+    await nothing_left(server, cluster, kernel)
 
 
 async def test_a_missing_priority_class_is_refused_before_anything_is_created(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
 ) -> None:
-    reason = await failure(server, kube_spec(kernelspec, priority_class="urgent"))
+    kernel, reason = await failure(server, kube_spec(kernelspec, priority_class="urgent"))
     assert "WorkloadPriorityClass 'urgent' does not exist" in reason
     items, _ = cluster.store.list_objects("", "pods", "default")
     assert items == []
+    await nothing_left(server, cluster, kernel)
 
 
 async def test_rbac_forbidden_names_the_verb_and_the_resource(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
 ) -> None:
     cluster.store.create("", "namespaces", None, {"metadata": {"name": "team-b"}})
-    reason = await failure(server, kube_spec(kernelspec, namespace="team-b"))
+    kernel, reason = await failure(server, kube_spec(kernelspec, namespace="team-b"))
     assert 'cannot get resource "localqueues" in API group "kueue.x-k8s.io"' in reason
     assert 'in the namespace "team-b"' in reason
+    await nothing_left(server, cluster, kernel)  # `ours` looks in every namespace
 
 
 async def test_a_namespace_kueue_does_not_manage_is_refused_and_cleaned_up(
@@ -69,10 +82,10 @@ async def test_a_namespace_kueue_does_not_manage_is_refused_and_cleaned_up(
 ) -> None:
     assert cluster.kueue is not None
     cluster.kueue.webhook.managed_namespaces = {"matchLabels": {"kueue": "on"}}
-    reason = await failure(server, kube_spec(kernelspec))
+    kernel, reason = await failure(server, kube_spec(kernelspec))
     assert "namespace 'default' is not managed by Kueue" in reason
     assert "nothing was left behind" in reason
-    assert ours(cluster) == {}
+    await nothing_left(server, cluster, kernel)
 
 
 @pytest.mark.parametrize(
@@ -92,23 +105,41 @@ async def test_a_pod_that_cannot_start_fails_within_startup_timeout_with_its_mes
     else:
         cluster.kubelet.unschedulable(selector="app.kubernetes.io/managed-by=kernel-queue")
         name = kube_spec(kernelspec, startup_timeout=3)
-    reason = await failure(server, name)
+    kernel, reason = await failure(server, name)
     assert "did not start within startup_timeout" in reason
     assert expected in reason
-    await wait_clean(server, cluster, *[k for k in await server.kernel_ids()])
+    await nothing_left(server, cluster, kernel)
 
 
-async def test_a_pod_that_fails_before_it_is_ready_shows_its_last_log_lines(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, jp_kernel_dir: Path
-) -> None:
+def crashing_spec(kernelspec: KernelspecFactory, jp_kernel_dir: Path) -> str:
+    """A kube kernelspec whose kernel prints a line and exits 3 before it is ready."""
     name = kube_spec(kernelspec, "crashing")
     spec_path = jp_kernel_dir / name / "kernel.json"
     spec = json.loads(spec_path.read_text())
     spec["argv"] = CRASHING_KERNEL
     spec_path.write_text(json.dumps(spec))
-    reason = await failure(server, name)
+    return name
+
+
+async def test_a_pod_that_fails_before_it_is_ready_shows_its_last_log_lines(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, jp_kernel_dir: Path
+) -> None:
+    _, reason = await failure(server, crashing_spec(kernelspec, jp_kernel_dir))
     assert "ended with exit code 3 before it was ready" in reason
     assert "boom: the kernel cannot start" in reason
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: after a pod fails before it is ready, its group (Workload, pods, a "
+    "replacement round, Service, Secret) stays in the cluster",
+)
+async def test_a_pod_that_fails_before_it_is_ready_leaves_nothing(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, jp_kernel_dir: Path
+) -> None:
+    kernel, reason = await failure(server, crashing_spec(kernelspec, jp_kernel_dir))
+    assert "ended with exit code 3 before it was ready" in reason
+    await nothing_left(server, cluster, kernel, within=20)  # the others are clean in 1-2 s
 
 
 async def test_admission_timeout_ends_the_wait_and_deletes_the_group(
@@ -116,10 +147,13 @@ async def test_admission_timeout_ends_the_wait_and_deletes_the_group(
 ) -> None:
     holder = await server.start(kube_spec(kernelspec))
     assert (await server.execute(holder, "1"))["data"] == "1"
-    reason = await failure(server, kube_spec(kernelspec, "impatient", admission_timeout=1))
+    impatient, reason = await failure(
+        server, kube_spec(kernelspec, "impatient", admission_timeout=1)
+    )
+    assert impatient != holder
     assert "without being admitted (admission_timeout)" in reason
-    waiting = [k for k in await server.kernel_ids() if k != holder]
-    await wait_clean(server, cluster, *waiting)
+    await wait_clean(server, cluster, impatient)
+    assert labelled(cluster, holder)["pods"]  # only the group that waited was deleted
     await server.shutdown(holder)
-    await wait_clean(server, cluster, holder)
+    await nothing_left(server, cluster, holder, impatient)
     assert launcher_pids() == set()
