@@ -144,7 +144,7 @@ class Preemption:
         self._noticed: float | None = None  # monotonic time SIGTERM was noticed
         self._deadline = 0.0
         self._notice_parent: dict[str, Any] | None = None
-        self._closing = self._raised = self._claimed = False
+        self._closing = self._raised = False
         self._save_started, self._save_done = threading.Event(), threading.Event()
 
     def install(self, kernel: Any) -> None:
@@ -263,12 +263,11 @@ class Preemption:
             self._exit_cleanly()
 
     def _save(self, trigger: str, consistency: str) -> bool:
-        """Run the one save, publish its sentence and write the report; False if already claimed."""
+        """Run the one save, publish its sentence and write the report; False if it began before."""
         with self._lock:
-            if self._claimed:
+            if self._save_started.is_set():
                 return False
-            self._claimed = True
-        self._save_started.set()
+            self._save_started.set()
         delay = time.monotonic() - (self._noticed or time.monotonic())
         try:
             report = checkpoint.save(
