@@ -4,6 +4,7 @@ and the replacement pod restores the variables."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kernel_queue.kube import kueue
@@ -11,6 +12,7 @@ from kernel_queue.testing.cluster import FakeCluster
 from tests.checkpoint_scenario import (
     CHECK,
     EXPECTED,
+    LOOP,
     NOT_RESTORED,
     NOT_SAVED,
     NOTICE,
@@ -80,6 +82,43 @@ async def test_a_preempted_pod_saves_to_the_claim_and_its_replacement_restores(
     await server.shutdown(low)
     await wait_clean(server, cluster, low, high)
     assert not store.exists()  # deleted at shutdown (checkpoint.keep is off)
+
+
+async def test_a_running_loop_is_stopped_on_its_cell_and_its_progress_is_kept(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    cluster.apply(PVC)
+    low = await server.start(
+        kube_spec(kernelspec, "low", priority_class="low", checkpoint=CHECKPOINT)
+    )
+    listener = await Listener.open(server, low)
+    running = asyncio.ensure_future(server.execute(low, LOOP, within=120))
+    try:
+
+        async def looping() -> bool:
+            return "looping" in listener.text()
+
+        await server.wait_for(looping, within=60)
+        high = await server.start(kube_spec(kernelspec, "high", priority_class="high"))
+        stopped = await running
+    finally:
+        running.cancel()
+        listener.close()
+    assert stopped["status"] == "error"
+    assert stopped["error"] == "Preempted"  # the user sees it on the cell that was running
+    assert "looping" in stopped["stream"]
+    model = await server.wait_reason(low, "saved 1 variable")  # from the termination message
+    assert "; requeued in 'user-queue'" in model["reason"], model["reason"]
+    assert (await server.execute(high, "1+1"))["data"] == "2"
+
+    await server.shutdown(high)
+    await wait_clean(server, cluster, high)
+    back = await server.execute(low, "i > 1000", within=120)
+    assert back["data"] == "True", back
+    assert "restored 1 variable" in back["stream"]
+    assert "mid-update" not in back["stream"]  # saved at the cell boundary, not concurrently
+    await server.shutdown(low)
+    await wait_clean(server, cluster, low, high)
 
 
 async def test_a_missing_checkpoint_claim_is_refused_before_anything_is_created(
