@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from kernel_queue.backends import gpus as gpu_detection
+from kernel_queue.cli.lab import inventory_message
 from tests.conftest import KernelspecFactory, Server
 
 JUPYTER = str(Path(sys.executable).parent / "jupyter")
@@ -174,10 +175,28 @@ def _wait_until_serving(base: str, token: str) -> None:
     raise AssertionError(f"the server at {base} never answered")
 
 
+def test_the_lab_banner_names_the_gpus_found_or_the_visible_ones() -> None:
+    """What the lab test sees of the banner depends on the machine; every case, here."""
+    found = [gpu_detection.Gpu("0", "NVIDIA H200"), gpu_detection.Gpu("1", "NVIDIA H200")]
+    assert inventory_message(found, None, 1) == (
+        "kernel-queue: 2 GPU(s) found: GPU 0 (NVIDIA H200), GPU 1 (NVIDIA H200)"
+    )
+    assert inventory_message(found, "1", 1) == (
+        "kernel-queue: CUDA_VISIBLE_DEVICES limits the queue to 1 GPU(s)"
+    )
+    assert inventory_message([], None, 3).startswith(
+        "kernel-queue: no NVIDIA GPU found, so the local backend pretends to have 3 GPUs"
+    )
+
+
 def test_lab_starts_jupyterlab_with_queued_kernelspecs_and_cleans_up(
     user_env: dict[str, str], tmp_path: Path
 ) -> None:
     port, token = _free_port(), "kernel-queue-test-token"
+    env = {k: v for k, v in user_env.items() if not k.startswith("CUDA_")}
+    gpus = gpu_detection.detect()
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = gpus[0].index  # a real GPU machine: queue on one of them
     lab = subprocess.Popen(
         [
             JUPYTER,
@@ -190,12 +209,13 @@ def test_lab_starts_jupyterlab_with_queued_kernelspecs_and_cleans_up(
             f"--IdentityProvider.token={token}",
             f"--notebook-dir={tmp_path}",
         ],
-        env=user_env,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     base = f"http://127.0.0.1:{port}/"
+    runtime = Path(user_env["JUPYTER_RUNTIME_DIR"])
     lines: list[str] = []
     try:
         assert lab.stdout is not None
@@ -205,8 +225,10 @@ def test_lab_starts_jupyterlab_with_queued_kernelspecs_and_cleans_up(
                 break
         _wait_until_serving(base, token)
         banner = lines[0]
-        if gpu_detection.detect():
-            assert banner.startswith("kernel-queue:") and "GPU(s) found" in banner
+        if gpus:
+            assert banner.startswith(
+                "kernel-queue: CUDA_VISIBLE_DEVICES limits the queue to 1 GPU(s)"
+            )
         else:
             assert banner.startswith(
                 "kernel-queue: no NVIDIA GPU found, so the local backend pretends to have 1 GPUs"
@@ -215,17 +237,24 @@ def test_lab_starts_jupyterlab_with_queued_kernelspecs_and_cleans_up(
         assert {"python3-gpu-queued", "python3-cpu-queued"} <= set(specs)
         first = _get(base + "api/kernels", token, "POST", {"name": "python3-gpu-queued"})["id"]
         second = _get(base + "api/kernels", token, "POST", {"name": "python3-gpu-queued"})["id"]
-        if not gpu_detection.detect():  # with 1 pretend GPU the second kernel waits
-            for _ in range(600):
-                listing = {k["id"]: k for k in _get(base + "api/kernel-queue/kernels", token)}
-                if (listing[second]["queue"] or {}).get("position") == 1:
-                    break
-                time.sleep(0.05)
-            assert listing[second]["queue"]["state"] == "queued"
-            assert listing[second]["queue"]["message"] == (
-                "queued in 'gpu', position 1 of 1, needs 1 GPU"
-            )
-            assert listing[first]["queue"]["state"] in ("admitted", "running")
+        # With 1 GPU (pretend, or the one CUDA_VISIBLE_DEVICES leaves) the second kernel waits.
+        for _ in range(600):
+            listing = {k["id"]: k for k in _get(base + "api/kernel-queue/kernels", token)}
+            if (listing[second]["queue"] or {}).get("position") == 1:
+                break
+            time.sleep(0.05)
+        assert listing[second]["queue"]["state"] == "queued"
+        assert listing[second]["queue"]["message"] == (
+            "queued in 'gpu', position 1 of 1, needs 1 GPU"
+        )
+        assert listing[first]["queue"]["state"] in ("admitted", "running")
+        # The running kernel's connection file exists now, so its absence below means clean-up.
+        connection_file = runtime / f"kernel-{first}.json"
+        for _ in range(600):
+            if connection_file.exists():
+                break
+            time.sleep(0.05)
+        assert connection_file.exists(), sorted(p.name for p in runtime.rglob("*"))
     finally:
         lab.send_signal(signal.SIGTERM)
         try:
@@ -233,6 +262,5 @@ def test_lab_starts_jupyterlab_with_queued_kernelspecs_and_cleans_up(
         except subprocess.TimeoutExpired:
             lab.kill()
             raise
-    runtime = Path(user_env["JUPYTER_RUNTIME_DIR"])
     leftovers = [p.name for p in runtime.rglob("*") if p.name.startswith(("kernel-", "kq-"))]
     assert [p for p in leftovers if p != "kernel-queue"] == []
