@@ -190,6 +190,8 @@ def lab(tmp_path: Path, artifacts: Path, browser_api: Any) -> Iterator[str]:
             except OSError:
                 assert process.poll() is None, log_path.read_text()
                 time.sleep(0.05)
+        else:
+            pytest.fail(f"the lab at {base} never answered; its log:\n{log_path.read_text()}")
         yield base
     finally:
         process.send_signal(signal.SIGTERM)
@@ -357,10 +359,21 @@ def test_preemption_requeue_resume_and_failure_are_told_with_their_reasons(
     # The high-priority notebook takes the only GPU: the low one is preempted, saves, waits.
     ui.open_notebook("high.ipynb")
     expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+    high_kernel = status.get_attribute("data-kernel-id")
+    assert high_kernel and high_kernel != low_kernel
     preempted = ui.toast("low.ipynb: preempted")
     expect(preempted).to_be_visible(timeout=KERNEL_WAIT_MS)
     expect(preempted).to_contain_text("by higher-priority kernel")  # the reason
     expect(preempted).to_contain_text("saving its variables")
+    # The low kernel's events (preempted, then requeued) do not touch the current notebook's
+    # item: it still shows its own kernel.
+    deadline = time.monotonic() + KERNEL_WAIT_MS / 1000
+    while (ui.kernels()[low_kernel]["queue"] or {}).get("state") != "requeued":
+        assert time.monotonic() < deadline, ui.kernels()[low_kernel]
+        time.sleep(0.2)
+    expect(ui.tab("high.ipynb")).to_have_class(CURRENT_TAB)
+    expect(status).to_have_text("Running")
+    expect(status).to_have_attribute("data-kernel-id", high_kernel)
     ui.tab("low.ipynb").click()
     expect(status).to_have_text("Requeued · #1", timeout=KERNEL_WAIT_MS)
     expect(status).to_have_attribute("data-kernel-id", low_kernel)
