@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from kernel_queue.cli.install import kernel_json
+
 PLAIN = {
     "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
     "display_name": "plain",
@@ -38,18 +40,9 @@ QUEUED = {
 }
 
 
-KUBE = {
-    "argv": ["python", "-m", "kernel_queue.launcher.kernel", "-f", "{connection_file}"],
-    "display_name": "kubernetes",
-    "language": "python",
-    "interrupt_mode": "message",
-    "metadata": {
-        "kernel_provisioner": {
-            "provisioner_name": "kernel-queue",
-            "config": {"backend": "kubernetes", "queue": "user-queue", "gpus": 1, "image": "any"},
-        }
-    },
-}
+KUBE = kernel_json(
+    display_name="kubernetes", backend="kubernetes", queue="user-queue", gpus=1, image="any"
+)
 
 
 async def start_to_ready(name: str, config: object = None) -> float:

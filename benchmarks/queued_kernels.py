@@ -26,18 +26,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-KUBE = {
-    "argv": ["python", "-m", "kernel_queue.launcher.kernel", "-f", "{connection_file}"],
-    "display_name": "queued-gpu",
-    "language": "python",
-    "interrupt_mode": "message",
-    "metadata": {
-        "kernel_provisioner": {
-            "provisioner_name": "kernel-queue",
-            "config": {"backend": "kubernetes", "queue": "user-queue", "gpus": 1, "image": "any"},
-        }
-    },
-}
+from kernel_queue.cli.install import kernel_json
+
+KUBE = kernel_json(
+    display_name="queued-gpu", backend="kubernetes", queue="user-queue", gpus=1, image="any"
+)
 OURS = "app.kubernetes.io/managed-by=kernel-queue"
 TICK = 0.010  # the lag probe's sleep
 
