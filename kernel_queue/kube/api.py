@@ -190,34 +190,10 @@ class KubernetesApi:
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     ) -> KubernetesApi:
         """Load credentials now: `kubeconfig` when given; else the pod's service account when
-        running in a cluster; else `$KUBECONFIG` or `~/.kube/config`. `ConfigError` if none."""
-        configuration = client.Configuration()
-        source = os.fspath(kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config")
-        try:
-            if (
-                kubeconfig is None
-                and context is None
-                and "KUBERNETES_SERVICE_HOST" in os.environ
-                and await asyncio.to_thread(SERVICE_TOKEN.exists)
-            ):
-                source = "the pod's service account"
-                # reads the token and CA files; the client re-reads a rotated token itself
-                await asyncio.to_thread(
-                    config.load_incluster_config, client_configuration=configuration
-                )
-            else:
-                await config.load_kube_config(  # type: ignore[no-untyped-call]
-                    config_file=source,
-                    context=context,
-                    client_configuration=configuration,
-                    persist_config=False,
-                )
-        except config.ConfigException as exc:
-            raise errors.ConfigError(
-                f"cannot load Kubernetes credentials from {source}: {exc}; pass a kubeconfig, "
-                "set KUBECONFIG, or run the server in a pod with a service account"
-            ) from exc
-        return cls(client.ApiClient(configuration), request_timeout=request_timeout)
+        running in a cluster; else `$KUBECONFIG` or `~/.kube/config`. `ConfigError` if none.
+        The files are read in a worker thread, off the event loop."""
+        api_client = await asyncio.to_thread(_load_client, kubeconfig, context)
+        return cls(api_client, request_timeout=request_timeout)
 
     # -- transport -------------------------------------------------------------------------
 
@@ -390,6 +366,44 @@ class KubernetesApi:
 
     async def aclose(self) -> None:
         await self._client.close()  # type: ignore[no-untyped-call]
+
+
+def _load_client(
+    kubeconfig: str | os.PathLike[str] | None, context: str | None
+) -> client.ApiClient:
+    """Worker thread: read the credentials, as `KubernetesApi.connect` says, into a new client.
+
+    Nothing here is bound to an event loop: the client opens its aiohttp session on its first
+    request, in the loop that makes it."""
+    configuration = client.Configuration()
+    source = os.fspath(kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config")
+    try:
+        if (
+            kubeconfig is None
+            and context is None
+            and "KUBERNETES_SERVICE_HOST" in os.environ
+            and SERVICE_TOKEN.exists()
+        ):
+            source = "the pod's service account"
+            # reads the token and CA files; the client re-reads a rotated token itself
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            # A coroutine only so that exec plugins can run; it leaves plain values in
+            # `configuration`, so a loop of this thread's own serves it.
+            asyncio.run(
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=source,
+                    context=context,
+                    client_configuration=configuration,
+                    persist_config=False,
+                )
+            )
+    except config.ConfigException as exc:
+        raise errors.ConfigError(
+            f"cannot load Kubernetes credentials from {source}: {exc}; pass a kubeconfig, "
+            "set KUBECONFIG, or run the server in a pod with a service account"
+        ) from exc
+    return client.ApiClient(configuration)  # reads the CA and client certificate files
 
 
 def _selectors(label_selector: str, field_selector: str) -> dict[str, str]:
