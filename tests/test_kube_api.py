@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.aio import client as kube_client
 
 from kernel_queue import errors
 from kernel_queue.kube import api as kube
@@ -198,6 +199,12 @@ async def test_not_found_and_conflict_keep_the_server_message(tmp_path: Path) ->
             await api.get(PODS, NS, "nope")
         assert missing.value.status == 404 and missing.value.reason == "NotFound"
         assert str(missing.value) == 'pods "nope" not found'
+        assert isinstance(missing.value, kube.NotFound)
+        assert (missing.value.details["name"], missing.value.details["kind"]) == ("nope", "pods")
+        widgets = Resource("example.com", "v1", "widgets", namespaced=True)
+        with pytest.raises(kube.NotFound) as unserved:
+            await api.get(widgets, NS, "w")
+        assert unserved.value.details == {}  # a path the server does not serve names nothing
         assert getattr(missing.value.__cause__, "status", None) == 404  # the client's ApiException
 
         await api.create(PODS, NS, pod("p"))
@@ -205,6 +212,14 @@ async def test_not_found_and_conflict_keep_the_server_message(tmp_path: Path) ->
             await api.create(PODS, NS, pod("p"))
         assert exists.value.status == 409 and exists.value.reason == "AlreadyExists"
         assert str(exists.value) == 'pods "p" already exists'
+
+
+def test_a_404_that_is_not_a_status_names_nothing() -> None:
+    raw = kube_client.ApiException(status=404, reason="Not Found")
+    raw.body = "404 page not found"
+    error = kube.api_error(raw, "get localqueues.kueue.x-k8s.io")
+    assert isinstance(error, kube.NotFound) and error.details == {}
+    assert str(error) == "get localqueues.kueue.x-k8s.io: the API server answered 404 Not Found"
 
 
 async def test_forbidden_names_the_verb_and_the_resource(tmp_path: Path) -> None:

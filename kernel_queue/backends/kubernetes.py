@@ -235,11 +235,14 @@ class KubernetesBackend(LoggingConfigurable):
     async def _check_queue(self, api: Any, spec: GroupSpec) -> None:
         """Kueue installed, the LocalQueue there, the priority class and the checkpoint claim
         known: else say which."""
+        from kernel_queue.kube.api import NotFound  # loaded with the client
+
         who, namespace = f"kernel {short_id(spec.kernel_id)}", spec.namespace
         try:
             await api.get(kueue.LOCAL_QUEUES, namespace, spec.queue)
         except errors.ClusterNotFound as exc:
-            if '" not found' not in exc.message:
+            # A missing LocalQueue is named in the Status; a path not served names nothing.
+            if not (isinstance(exc, NotFound) and exc.details.get("name")):
                 raise errors.KueueNotInstalled(
                     f"{who}: the cluster serves no Kueue API ({exc.message}); install Kueue "
                     "(its CRDs and controller) or use backend 'local'"

@@ -127,22 +127,35 @@ class KubeApi(Protocol):
         ...
 
 
+class NotFound(errors.ClusterNotFound):
+    """A 404 with the `details` of the server's Status: `name`, `kind` (and `group`) of the
+    object that does not exist; empty when the server named none, as for a path it does not
+    serve (an API group that is not installed)."""
+
+    def __init__(self, status: int, reason: str, message: str, details: Mapping[str, Any]) -> None:
+        super().__init__(status, reason, message)
+        self.details = details
+
+
 def api_error(exc: BaseException, action: str) -> errors.ClusterApiError:
     """Translate what the client raised while doing `action` (e.g. `create pods in namespace
-    "ns"`) into our error family, keeping the server's Status `reason` and `message`."""
+    "ns"`) into our error family, keeping the server's Status `reason`, `message` and, for a
+    404, `details` (`NotFound`)."""
     if isinstance(exc, client.ApiException):
         status = int(exc.status or 0)
-        reason, message = str(exc.reason or ""), ""
+        reason, message, details = str(exc.reason or ""), "", {}
         with contextlib.suppress(ValueError, TypeError):
             body = json.loads(exc.body or "")
             if isinstance(body, dict):
                 reason = str(body.get("reason") or reason)
                 message = str(body.get("message") or "")
+                found = body.get("details")
+                details = found if isinstance(found, dict) else {}
         message = message or f"{action}: the API server answered {status} {reason}".rstrip()
-        family: type[errors.ClusterApiError] = errors.ClusterApiError
         if status == 404:
-            family = errors.ClusterNotFound
-        elif status == 409:
+            return NotFound(status, reason, message, details)
+        family: type[errors.ClusterApiError] = errors.ClusterApiError
+        if status == 409:
             family = errors.ClusterConflict
         elif status in (401, 403):
             family = errors.ClusterForbidden
