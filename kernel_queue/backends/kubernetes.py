@@ -13,7 +13,7 @@ import contextlib
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traitlets import Float, Unicode, default
 from traitlets.config import LoggingConfigurable
@@ -32,6 +32,9 @@ from kernel_queue.model import (
     StopCause,
     short_id,
 )
+
+if TYPE_CHECKING:
+    from kernel_queue.kube.api import KubeApi
 
 Obj = dict[str, Any]
 _TERMINAL = feed.TERMINAL
@@ -96,7 +99,7 @@ class KubernetesBackend(LoggingConfigurable):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._api: Any = None
+        self._api: KubeApi | None = None
         self._api_lock = asyncio.Lock()
         self._informers = Informers()
         self._groups: dict[str, _Group] = {}  # group name -> group
@@ -170,11 +173,6 @@ class KubernetesBackend(LoggingConfigurable):
         self._refresh(name)
         return ref
 
-    def current(self, ref: GroupRef) -> GroupStatus | None:
-        """The group's last status, from memory."""
-        group = self._groups.get(ref.name)
-        return None if group is None else group.status
-
     async def watch(self, ref: GroupRef) -> AsyncIterator[GroupStatus]:
         """Yield the current status, then each change, until the group ends.
 
@@ -224,15 +222,15 @@ class KubernetesBackend(LoggingConfigurable):
 
     # -- submission ------------------------------------------------------------------------
 
-    async def _client(self) -> Any:
+    async def _client(self) -> KubeApi:
         async with self._api_lock:
             if self._api is None:
                 from kernel_queue.kube.api import KubernetesApi
 
                 self._api = await KubernetesApi.connect(self.kubeconfig, self.context)
-        return self._api
+            return self._api
 
-    async def _check_queue(self, api: Any, spec: GroupSpec) -> None:
+    async def _check_queue(self, api: KubeApi, spec: GroupSpec) -> None:
         """Kueue installed, the LocalQueue there, the priority class and the checkpoint claim
         known: else say which."""
         from kernel_queue.kube.api import NotFound  # loaded with the client
@@ -276,7 +274,7 @@ class KubernetesBackend(LoggingConfigurable):
                 ) from exc
 
     async def _ensure_address(
-        self, api: Any, spec: GroupSpec, created: list[tuple[kueue.Kind, str]]
+        self, api: KubeApi, spec: GroupSpec, created: list[tuple[kueue.Kind, str]]
     ) -> str:
         """The Secret and the Service (made once per kernel); the address clients connect to."""
         namespace = spec.namespace
@@ -478,7 +476,7 @@ class KubernetesBackend(LoggingConfigurable):
             await asyncio.sleep(self.position_interval)
 
     async def _places(
-        self, api: Any, path: str, namespace: str, queue: str
+        self, api: KubeApi, path: str, namespace: str, queue: str
     ) -> dict[str, QueuePlace]:
         """Workload name -> place, from the visibility API; if that is unavailable, the
         LocalQueue's pending count for every kernel (key "")."""
