@@ -40,6 +40,7 @@ Obj = dict[str, Any]
 _TERMINAL = feed.TERMINAL
 _LOG_LINES = 20
 _POD_SELECTOR = f"{kueue.MANAGED_BY_LABEL}={kueue.MANAGED_BY}"
+_SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 @dataclass(eq=False)
@@ -89,13 +90,7 @@ class KubernetesBackend(LoggingConfigurable):
 
     @default("namespace")
     def _namespace_default(self) -> str:
-        if os.environ.get("KERNEL_QUEUE_NAMESPACE"):
-            return os.environ["KERNEL_QUEUE_NAMESPACE"]
-        try:
-            with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as file:
-                return file.read().strip() or "default"
-        except OSError:
-            return "default"
+        return _own_namespace()  # `_client` reads it first, off the event loop
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -121,9 +116,9 @@ class KubernetesBackend(LoggingConfigurable):
                 if group.status.phase not in _TERMINAL:
                     return group.ref
                 await self._release_group(group)
+        api = await self._client()
         namespace = spec.namespace or self.namespace
         spec = replace(spec, namespace=namespace)
-        api = await self._client()
         await self._check_queue(api, spec)
         await self._watch_namespace(namespace)
         launch = self._launches.get(spec.kernel_id, 0)
@@ -223,10 +218,14 @@ class KubernetesBackend(LoggingConfigurable):
     # -- submission ------------------------------------------------------------------------
 
     async def _client(self) -> KubeApi:
+        """The API client, connected on first use; `namespace` is resolved then too, so that
+        its default (a file of the pod's service account) is read off the event loop."""
         async with self._api_lock:
             if self._api is None:
                 from kernel_queue.kube.api import KubernetesApi
 
+                if not self.trait_has_value("namespace"):
+                    self.namespace = await asyncio.to_thread(_own_namespace)
                 self._api = await KubernetesApi.connect(self.kubeconfig, self.context)
             return self._api
 
@@ -313,6 +312,7 @@ class KubernetesBackend(LoggingConfigurable):
             workloads.add_handler(self._on_workload)
 
     async def _adopt(self, ref: GroupRef) -> _Group:
+        await self._client()  # resolves `namespace`
         namespace = ref.namespace or self.namespace
         await self._watch_namespace(namespace)
         group = _Group(ref=ref, queue="", was_running=True, had_workload=True)
@@ -550,3 +550,14 @@ def _replacement(old: Obj, attempt: int) -> Obj:
         "metadata": {"name": f"{base}-{attempt}", "labels": labels, "annotations": annotations},
         "spec": spec,
     }
+
+
+def _own_namespace() -> str:
+    """$KERNEL_QUEUE_NAMESPACE, else the namespace of the pod the server runs in, else default."""
+    if os.environ.get("KERNEL_QUEUE_NAMESPACE"):
+        return os.environ["KERNEL_QUEUE_NAMESPACE"]
+    try:
+        with open(_SERVICE_ACCOUNT_NAMESPACE) as file:
+            return file.read().strip() or "default"
+    except OSError:
+        return "default"
