@@ -8,6 +8,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,6 +75,57 @@ def test_a_directory_without_a_manifest_is_ignored_by_readers(tmp_path: Path) ->
 
     assert store.committed() == [first]
     assert store.latest() == first
+
+
+def test_the_commit_fsyncs_payloads_then_the_manifest_then_its_directory_then_the_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The order DirectoryWriter.commit promises: payload files fsynced as they close; manifest
+    # tmp file fsynced, renamed, checkpoint directory fsynced; `<id>.partial` renamed to `<id>`,
+    # root fsynced; only then is an older checkpoint beyond `keep` moved out of sight.
+    root = tmp_path / "kernel"
+    store = DirectoryStore(root, keep=1)
+    old = commit(store, 1)
+    steps: list[tuple[str, ...]] = []
+    fsync, rename, replace = os.fsync, os.rename, os.replace
+
+    def name(path: str | os.PathLike[str]) -> str:
+        return Path(path).relative_to(root.resolve()).as_posix()
+
+    def traced_fsync(fd: int) -> None:
+        steps.append(("fsync", name(os.readlink(f"/proc/self/fd/{fd}"))))
+        fsync(fd)
+
+    def traced(kind: str, call: Any) -> Any:
+        def move(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+            steps.append((kind, name(Path(src).resolve()), name(Path(dst).resolve())))
+            call(src, dst)
+
+        return move
+
+    monkeypatch.setattr(os, "fsync", traced_fsync)
+    monkeypatch.setattr(os, "rename", traced("rename", rename))
+    monkeypatch.setattr(os, "replace", traced("replace", replace))
+
+    writer = store.begin()
+    partial = f"{writer.id}.partial"
+    for payload in ("a.bin", "b.bin"):
+        with writer.open(payload) as file:
+            file.write(b"data")
+    new = writer.commit({"marker": 2})
+
+    assert steps == [
+        ("fsync", f"{partial}/a.bin"),
+        ("fsync", f"{partial}/b.bin"),
+        ("fsync", f"{partial}/manifest.json.tmp"),
+        ("replace", f"{partial}/manifest.json.tmp", f"{partial}/manifest.json"),
+        ("fsync", partial),
+        ("rename", partial, new.id),
+        ("fsync", "."),
+        ("rename", old.id, f"{old.id}.deleting"),
+        ("fsync", "."),
+    ]
+    assert store.committed() == [new]
 
 
 def test_ids_sort_in_creation_order(tmp_path: Path) -> None:

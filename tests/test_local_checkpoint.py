@@ -4,11 +4,13 @@ and resumes with them restored, telling the user what was and was not restored."
 from __future__ import annotations
 
 import asyncio
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import kernel_queue.checkpoint as kc
 from tests.checkpoint_scenario import (
     CHECK,
     EXPECTED,
@@ -122,7 +124,7 @@ async def test_with_keep_the_checkpoint_outlives_the_kernel(
     assert (await server.execute(low, "answer"))["data"] == "42"
     await server.shutdown_and_wait(low)
     manifests = list((store / low).rglob("manifest.json"))
-    assert manifests, sorted(str(p) for p in store.rglob("*"))
+    assert len(manifests) == 1, sorted(str(p) for p in store.rglob("*"))
 
 
 async def test_a_user_restart_neither_saves_nor_restores(
@@ -131,10 +133,16 @@ async def test_a_user_restart_neither_saves_nor_restores(
     store = tmp_path / "checkpoints"
     low = await server.start(checkpointed(kernelspec, store))
     assert (await server.execute(low, "answer = 42"))["status"] == "ok"
+    # A checkpoint not yet restored, as a preemption would leave: only the restart's own
+    # generation keeps the new kernel process from restoring it.
+    state = types.ModuleType("__main__")
+    state.answer = 7
+    planted = kc.save(state, kc.DirectoryStore(store / low)).checkpoint
+    assert planted is not None
     response = await server.fetch("api", "kernels", low, "restart", method="POST", body="")
     assert response.code == 200
     back = await server.execute(low, "answer")
     assert back["error"] == "NameError"
     assert "restored" not in back["stream"]
-    assert not list(store.rglob("manifest.json"))
+    assert list(store.rglob("manifest.json")) == [planted.path / "manifest.json"]  # none saved
     await server.shutdown_and_wait(low)

@@ -25,6 +25,7 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
 from kernel_queue import checkpoint, launcher
+from kernel_queue.checkpoint.stores import RESTORED
 from tests.test_launcher import (
     KEY,
     WAIT,
@@ -204,9 +205,18 @@ def run(client: BlockingKernelClient, code: str) -> Cell:
     """Execute ``code``; wait for its reply and for its IOPub messages up to ``idle``."""
     msg_id = client.execute(code)
     outputs = iopub_until(client, msg_id, lambda m: m["msg_type"] == "status" and idle(m))
-    reply = client.get_shell_msg(timeout=WAIT)
+    return Cell(shell_reply(client, msg_id)["content"], outputs)
+
+
+def shell_reply(client: BlockingKernelClient, msg_id: str) -> dict[str, Any]:
+    """The shell reply to ``msg_id``, past any kernel_info replies ``wait_for_ready`` left: it
+    sends another request each second it has no answer, and returns on the first reply."""
+    while True:
+        reply: dict[str, Any] = client.get_shell_msg(timeout=WAIT)
+        if reply["msg_type"] != "kernel_info_reply":
+            break
     assert reply["parent_header"]["msg_id"] == msg_id
-    return Cell(reply["content"], outputs)
+    return reply
 
 
 def idle(message: dict[str, Any]) -> bool:
@@ -356,8 +366,7 @@ def test_a_running_python_loop_is_interrupted_and_saved_at_the_cell_boundary(
     assert status == launcher.PREEMPTED_EXIT_CODE
     assert seconds < 15
     outputs = iopub_until(client, msg_id, lambda m: m["msg_type"] == "status" and idle(m))
-    reply = client.get_shell_msg(timeout=WAIT)
-    assert reply["parent_header"]["msg_id"] == msg_id
+    reply = shell_reply(client, msg_id)
     assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "Preempted"
     assert [m["msg_type"] for m in outputs] == ["stream", "error", "stream", "status"]
     notice, result = streams(outputs)
@@ -383,7 +392,7 @@ def test_a_cell_in_time_sleep_is_interrupted_at_once(
 
     assert status == launcher.PREEMPTED_EXIT_CODE
     assert seconds < 10
-    reply = client.get_shell_msg(timeout=WAIT)
+    reply = shell_reply(client, msg_id)
     assert reply["content"]["ename"] == "Preempted"
     assert kernel.checkpoint_event()["trigger"] == "cell"
 
@@ -472,6 +481,8 @@ def test_a_restart_neither_saves_nor_restores_and_a_final_shutdown_deletes_the_s
     kernel = start_kernel(store)
     client = kernel.client()
     assert value_of(client, "x") == "1"  # generation 0 restores
+    # Unmark it, so that only the generation guard keeps the restarts below from restoring it.
+    (saved.path / RESTORED).unlink()
 
     client.shutdown(restart=True)
     assert kernel.status.next()["event"] == "started"

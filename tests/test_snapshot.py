@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 
 import kernel_queue.checkpoint as kc
+from kernel_queue.checkpoint import payloads
+from tests.checkpoint_stores import DelegatingStore
 
 KERNEL_BEFORE = """
 import json, socket, sys
@@ -129,8 +131,9 @@ def test_a_kernel_namespace_is_restored_in_a_fresh_process(tmp_path: Path) -> No
 
     after = run_kernel(tmp_path, KERNEL_AFTER, root)
 
-    assert after == {
-        "summary": "restored 9 variables (52.4 MB) from a checkpoint 0 s old; "
+    age = re.sub(r"a checkpoint \d+ s old", "a checkpoint N s old", after["summary"])
+    assert {**after, "summary": age} == {
+        "summary": "restored 9 variables (52.4 MB) from a checkpoint N s old; "
         "not restored: sock (socket), gen (generator)",
         "restored": before["saved"],
         "skipped": skipped,
@@ -337,37 +340,16 @@ def test_a_deadline_already_past_commits_nothing_and_keeps_the_previous_checkpoi
     assert [p.name for p in tmp_path.iterdir()] == [first.id]  # type: ignore[union-attr]
 
 
-class SlowStore:
+class SlowStore(DelegatingStore):
     """A DirectoryStore whose payload files take `delay` seconds each to open."""
 
     def __init__(self, store: kc.DirectoryStore, delay: float) -> None:
-        self.store, self.delay = store, delay
-
-    def begin(self) -> SlowStore:
-        self.writer = self.store.begin()
-        return self
+        super().__init__(store)
+        self.delay = delay
 
     def open(self, name: str) -> BinaryIO:
         time.sleep(self.delay)
-        return self.writer.open(name)
-
-    def commit(self, manifest: Any) -> kc.Checkpoint:
-        return self.writer.commit(manifest)
-
-    def abort(self) -> None:
-        self.writer.abort()
-
-    def latest(self) -> kc.Checkpoint | None:
-        return self.store.latest()
-
-    def committed(self) -> list[kc.Checkpoint]:
-        return self.store.committed()
-
-    def mark_restored(self, checkpoint: kc.Checkpoint) -> None:
-        self.store.mark_restored(checkpoint)
-
-    def delete_all(self) -> None:
-        self.store.delete_all()
+        return super().open(name)
 
 
 def test_a_deadline_passing_while_arrays_are_written_aborts_the_checkpoint(
@@ -489,3 +471,39 @@ def test_torch_tensors_go_out_of_band_and_keep_aliasing(tmp_path: Path) -> None:
     assert isinstance(fresh.param, torch.nn.Parameter) and fresh.param.requires_grad
     assert torch.equal(fresh.view, torch.arange(2**18, dtype=torch.float32))
     assert torch.equal(fresh.small, torch.ones(3))
+
+
+def test_a_tensor_saved_on_a_device_this_machine_lacks_is_restored_on_the_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch = pytest.importorskip("torch")
+    module = make_module("""
+        import torch
+        weights = torch.arange(2**19, dtype=torch.float32)          # 2 MiB
+        param = torch.nn.Parameter(torch.ones(1024, 512))            # 2 MiB
+    """)
+    written = payloads.OutOfBand.persistent_id
+
+    def on_a_missing_gpu(self: payloads.OutOfBand, obj: Any) -> tuple[Any, ...] | None:
+        """Record each tensor as saved from cuda:7, as a kernel on a GPU node would."""
+        pid = written(self, obj)
+        return (*pid[:2], "cuda:7", *pid[3:]) if pid and pid[0] == "tensor" else pid
+
+    monkeypatch.setattr(payloads.OutOfBand, "persistent_id", on_a_missing_gpu)
+    report = kc.save(module, kc.DirectoryStore(tmp_path))
+    assert report.checkpoint is not None, report.error
+    asked: list[str] = []
+
+    def no_such_device(torch: Any, device: str) -> bool:
+        asked.append(device)
+        return False  # whatever accelerators the test machine has
+
+    monkeypatch.setattr(payloads, "_device_available", no_such_device)
+    fresh = types.ModuleType("kernelns")
+    kc.restore(fresh, report.checkpoint)
+
+    assert asked == ["cuda:7", "cuda:7"]
+    assert fresh.weights.device.type == fresh.param.device.type == "cpu"
+    assert torch.equal(fresh.weights, torch.arange(2**19, dtype=torch.float32))
+    assert isinstance(fresh.param, torch.nn.Parameter) and fresh.param.requires_grad
+    assert torch.equal(fresh.param.detach(), torch.ones(1024, 512))
