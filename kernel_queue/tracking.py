@@ -39,7 +39,7 @@ class KernelTracker:
         self.lifecycle = Lifecycle()
         self.status = GroupStatus(GroupPhase.PENDING)
         self.failure: errors.KernelQueueError | None = None
-        self._released = False
+        self._release: asyncio.Task[None] | None = None
         self.waited = 0.0  # seconds the latest launch spent before the kernel was live
         self.waiting_since: datetime.datetime | None = None  # start of the current queue wait
         self._notify = notify
@@ -79,10 +79,12 @@ class KernelTracker:
             await self.release()
 
     async def release(self) -> None:
-        """Give the group back to the backend, once (the lifecycle or a shutdown, first wins)."""
-        if not self._released:
-            self._released = True
-            await self.backend.release(self.ref)
+        """Give the group back to the backend, once: every caller (the lifecycle, a shutdown)
+        waits for the same release, which runs to the end even if a caller is cancelled (as
+        the follower is by `aclose`), so nothing is left half-deleted."""
+        if self._release is None:
+            self._release = asyncio.get_running_loop().create_task(self.backend.release(self.ref))
+        await asyncio.shield(self._release)
 
     @property
     def address(self) -> str:

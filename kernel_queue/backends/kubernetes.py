@@ -423,8 +423,15 @@ class KubernetesBackend(LoggingConfigurable):
             else:  # adopted after a server restart: copy the pods Kueue last saw
                 fresh = [_replacement(old, group.attempt) for old in _latest_round(pods)]
             for pod in fresh:
+                if group.released:
+                    return  # released meanwhile (a failed kernel, a shutdown): make nothing
                 with contextlib.suppress(errors.ClusterConflict):
                     await api.create(kueue.PODS, namespace, pod)
+                if group.released:  # released while this one was created: it is not listed
+                    await api.delete(
+                        kueue.PODS, namespace, pod["metadata"]["name"], grace_seconds=0
+                    )
+                    return
             self.log.info(
                 "kernel %s: replacement pods created for group %s (round %d)",
                 short_id(group.ref.kernel_id),

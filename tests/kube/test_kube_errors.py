@@ -129,11 +129,6 @@ async def test_a_pod_that_fails_before_it_is_ready_shows_its_last_log_lines(
     assert "boom: the kernel cannot start" in reason
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: after a pod fails before it is ready, its group (Workload, pods, a "
-    "replacement round, Service, Secret) stays in the cluster",
-)
 async def test_a_pod_that_fails_before_it_is_ready_leaves_nothing(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, jp_kernel_dir: Path
 ) -> None:
