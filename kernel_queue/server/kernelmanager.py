@@ -13,6 +13,7 @@ import datetime
 from typing import Any
 
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+from tornado import web
 
 from kernel_queue import backends
 
@@ -33,13 +34,19 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
             # Already shutting down (pending kernels return from DELETE at once): wait for it.
             await asyncio.wait({self._pending_kernels[kernel_id]})
             return None
-        if km is None and self._stopping_all:
-            return None  # listed by shutdown_all, then removed by a shutdown already under way
+        known = km is not None or self._stopping_all  # shutdown_all lists ids, then calls here
         cancel = getattr(getattr(km, "provisioner", None), "cancel_launch", None)
         if km is not None and cancel is not None and not km.ready.done():
             await cancel()
             await asyncio.wait({km.ready}, timeout=_CANCEL_WAIT_SECONDS)
-        return await super()._async_shutdown_kernel(kernel_id, now=now, restart=restart)
+        try:
+            return await super()._async_shutdown_kernel(kernel_id, now=now, restart=restart)
+        except web.HTTPError as exc:
+            # Another shutdown of the same kernel (a DELETE, shutdown_all) ended first while
+            # this one waited: the kernel is gone, as asked. An unknown id is still a 404.
+            if known and exc.status_code == 404 and kernel_id not in self._kernels:
+                return None
+            raise
 
     shutdown_kernel = _async_shutdown_kernel  # type: ignore[assignment]
 
