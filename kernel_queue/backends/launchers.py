@@ -65,7 +65,7 @@ class LauncherProcess:
             code = await self._process.wait()
         finally:
             self.exited.set()
-        return 128 - code if code < 0 else code
+        return launcher.shell_status(code)
 
     def signal(self, signum: int) -> None:
         """Send `signum` to the launcher if it still runs (it forwards most to the kernel)."""
