@@ -84,6 +84,7 @@ def block_in_c(seconds):
     mutex = ctypes.create_string_buffer(64)  # all zeros: PTHREAD_MUTEX_INITIALIZER
     libc.pthread_mutex_lock(mutex)
     until = Timespec(int(time.time()) + seconds, 0)
+    print('blocking', flush=True)  # the last Python line before C: a signal now waits
     return libc.pthread_mutex_timedlock(mutex, ctypes.byref(until))
 """
 
@@ -404,7 +405,7 @@ def test_a_cell_stuck_in_c_is_saved_concurrently_after_the_fallback_delay(
     kernel = start_kernel(store, **{launcher.ENV_CHECKPOINT_DEADLINE: "20"})
     client = kernel.client()
     assert run(client, BLOCK_IN_C + "\nrows = [list(range(10))] * 3").reply["status"] == "ok"
-    msg_id = client.execute("print('blocking', flush=True)\nblock_in_c(60)")
+    msg_id = client.execute("block_in_c(60)")
     wait_for_stream(client, msg_id, "blocking")
 
     status, seconds = kernel.sigterm()
@@ -433,7 +434,7 @@ def test_a_kernel_killed_before_it_reports_leaves_a_checkpoint_event_saying_so(
     kernel = start_kernel(tmp_path / "store", **{launcher.ENV_STOP_TIMEOUT: "0.5"})
     client = kernel.client()
     assert run(client, BLOCK_IN_C).reply["status"] == "ok"
-    msg_id = client.execute("print('blocking', flush=True)\nblock_in_c(60)")
+    msg_id = client.execute("block_in_c(60)")
     wait_for_stream(client, msg_id, "blocking")
 
     status, seconds = kernel.sigterm()  # SIGKILL at 0.5 s, before the 2 s fallback save
