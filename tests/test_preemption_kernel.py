@@ -544,3 +544,29 @@ def test_the_first_execute_waits_for_an_iopub_subscriber_before_the_summary(
     assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["status"] == "ok"
     summary, printed = streams(iopub_until(client, msg_id, lambda m: idle(m)))
     assert summary.splitlines()[1] == "Restored: x." and printed == "1\n"
+
+
+def test_restored_names_are_the_users_names_and_a_second_preemption_saves_them_all(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    first = start_kernel(store)
+    client = first.client()
+    assert run(client, "x = 1\nkept = [1, 2]\ngone = 'bye'").reply["status"] == "ok"
+    assert first.sigterm()[0] == launcher.PREEMPTED_EXIT_CODE
+
+    second = start_kernel(store)
+    client = second.client()
+    assert run(client, "y = 2\ndel gone").reply["status"] == "ok"
+    who = run(client, "%who")
+    assert who.streams()[-1].split() == ["kept", "x", "y"]  # not "Interactive namespace is empty"
+    assert second.sigterm()[0] == launcher.PREEMPTED_EXIT_CODE
+    assert {s["name"] for s in second.checkpoint_event()["saved"]} == {"x", "kept", "y"}
+
+    third = start_kernel(store)
+    client = third.client()
+    cell = run(client, "print(x, kept, y)")
+    summary, printed = cell.streams()
+    assert summary.startswith("restored 3 variables"), summary
+    assert printed == "1 [1, 2] 2\n"
+    assert error_name(client, "gone") == "NameError"  # a deleted name stays deleted

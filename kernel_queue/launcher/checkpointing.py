@@ -137,6 +137,8 @@ class Preemption:
         self.exit_status: int | None = None
         """143 once the kernel should leave its loops after a save; read by ``kernel.main``."""
         self._restore_summary = restore_summary
+        # What the checkpoint put into the module, before IPython adds its own names to it.
+        self._restored = {k: v for k, v in vars(module).items() if not k.startswith("__")}
         self._kernel: Any = None
         self._pid = os.getpid()
         self._lock = threading.RLock()  # the SIGTERM handler may run while the main thread holds it
@@ -150,6 +152,7 @@ class Preemption:
     def install(self, kernel: Any) -> None:
         """Arm SIGTERM; call on the main thread after ``IPKernelApp.initialize``."""
         self._kernel = kernel
+        self._unhide_restored(kernel.shell)
         kernel.shell.events.register("post_run_cell", self._post_run_cell)
         kernel.shell.set_custom_exc((Preempted,), _show_preempted)
         read_fd, write_fd = os.pipe()
@@ -160,6 +163,14 @@ class Preemption:
         args = (read_fd, previous)
         threading.Thread(target=self._watch, args=args, name="preempt-watch", daemon=True).start()
         os.register_at_fork(after_in_child=_disarm)
+
+    def _unhide_restored(self, shell: Any) -> None:
+        """Make the restored names the user's again. IPython hides every name the user module
+        holds when the kernel starts (`hide_initial_ns`), so `%who` would not list them and the
+        next save, which skips hidden names, would drop them."""
+        for name, value in self._restored.items():
+            if shell.user_ns.get(name) is value:  # not one IPython itself set (In, Out, exit…)
+                shell.user_ns_hidden.pop(name, None)
 
     def before_execute(self, parent: dict[str, Any]) -> None:
         """Track the main shell's request; show the restore summary on the first visible one.
