@@ -48,6 +48,7 @@ def free_ports(count: int = 5) -> list[int]:
 
 def launcher_env(tmpdir: Path, **extra: str) -> dict[str, str]:
     env = {name: value for name, value in os.environ.items() if not name.startswith("KERNEL_QUEUE")}
+    env.pop("PYTEST_CURRENT_TEST", None)  # ipykernel captures fd 2 only where this is unset
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env["TMPDIR"] = str(tmpdir)
     env.update(extra)

@@ -570,3 +570,34 @@ def test_restored_names_are_the_users_names_and_a_second_preemption_saves_them_a
     assert summary.startswith("restored 3 variables"), summary
     assert printed == "1 [1, 2] 2\n"
     assert error_name(client, "gone") == "NameError"  # a deleted name stays deleted
+
+
+def drain(client: BlockingKernelClient) -> list[dict[str, Any]]:
+    """Every IOPub message the client still holds or receives within a second."""
+    seen: list[dict[str, Any]] = []
+    while True:
+        try:
+            seen.append(client.get_iopub_msg(timeout=1))
+        except Empty:
+            return seen
+
+
+def test_no_diagnostics_reach_the_notebook_during_a_save_and_a_restore(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    first = start_kernel(store)
+    client = first.client()
+    assert run(client, "x = 1\nprint('cell output')").reply["status"] == "ok"
+    assert first.sigterm()[0] == launcher.PREEMPTED_EXIT_CODE
+    texts = streams(drain(client))
+    assert len(texts) == 2, texts  # the notice and the result: nothing else, each one line
+    assert is_notice(texts[0]) and texts[1].startswith("saved 1 variable (")
+    assert all(text.endswith("\n") and text.count("\n") == 1 for text in texts), texts
+
+    second = start_kernel(store)
+    client = second.client()
+    cell = run(client, "print(x)")
+    assert cell.streams()[0].startswith("restored 1 variable")
+    assert cell.streams()[1:] == ["1\n"]
+    assert not [t for t in streams(drain(client)) if "kernel-queue" in t]

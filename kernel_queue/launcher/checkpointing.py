@@ -23,6 +23,7 @@ from typing import Any
 from IPython.core.interactiveshell import InteractiveShell
 
 from kernel_queue import checkpoint, launcher
+from kernel_queue.launcher import kernel_log
 
 NOTICE = "Kernel preempted by a higher-priority workload; saving state…"
 """The stream message a user sees as soon as the kernel gets SIGTERM."""
@@ -49,8 +50,8 @@ class Preempted(BaseException):
 
 
 def log(message: str) -> None:
-    """One line in the kernel's log (the process's real stderr, not the notebook)."""
-    print(f"[kernel-queue checkpoint] {message}", file=sys.__stderr__, flush=True)
+    """One line in the kernel's log (the launcher's log, never the notebook)."""
+    kernel_log.write(f"[kernel-queue checkpoint] {message}")
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from ipykernel.kernelapp import IPKernelApp
 from traitlets import default
 
 from kernel_queue import launcher
+from kernel_queue.launcher import kernel_log
 
 if TYPE_CHECKING:
     from kernel_queue.launcher.checkpointing import Preemption
@@ -95,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if launcher.ENV_GENERATION not in os.environ:
         print(UNQUEUED, file=sys.stderr, flush=True)
         return 2
+    kernel_log.keep()  # before ipykernel redirects fd 2 into the notebook
     _watch_iopub_subscribers()
     preemption = _restore_first(os.environ)  # before initialize() binds any port
     app = IPKernelApp.instance(kernel_class=RestartAwareKernel)
