@@ -1,16 +1,20 @@
-"""Parse Kubernetes resource quantities ("500m", "2", "4Gi") into integers.
+"""Parse Kubernetes resource quantities ("500m", "2", "4Gi", "1e3") into integers.
 
-CPU becomes millicores and memory becomes bytes, the integer units `admission.py` counts in.
-Pure functions; used by the provisioner's validation and by both backends.
+The grammar is Kubernetes' `resource.Quantity`; CPU becomes millicores and memory bytes, the
+integer units `admission.py` counts in. Pure functions; used by the provisioner's validation,
+`jupyter kernel-queue install` and both backends.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 _SUFFIXES: dict[str, Decimal] = {
     "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
     "m": Decimal("0.001"),
     "k": Decimal(10) ** 3,
     "M": Decimal(10) ** 6,
@@ -25,25 +29,49 @@ _SUFFIXES: dict[str, Decimal] = {
     "Pi": Decimal(2) ** 50,
     "Ei": Decimal(2) ** 60,
 }
-_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
+# resource.Quantity's grammar: <sign><number><suffix>, where <number> is `1`, `1.5`, `1.` or
+# `.5` and <suffix> a binary or decimal SI suffix or an exponent `e<signed integer>` ("1E" is
+# exa, "1E3" a thousand). No spaces anywhere.
+_QUANTITY = re.compile(
+    r"(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?:(?P<suffix>[KMGTPE]i|[numkMGTPE])|[eE](?P<exponent>[+-]?[0-9]+))?"
+)
+LARGEST = Decimal(2**63 - 1)
+"""Kubernetes holds no quantity above 2^63-1 (it caps them); we refuse them instead."""
 
 
 def parse(value: str | int | float) -> Decimal:
-    """Return the quantity as a Decimal in base units; raise ValueError naming the bad text."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a quantity")
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError(f"{value!r} is negative")
-        return Decimal(str(value))
-    match = _QUANTITY.match(value)
-    if match is None or match.group(2) not in _SUFFIXES:
+    """Return the quantity as a Decimal in base units; raise ValueError naming the bad text.
+
+    Negative, non-finite and too-large values are refused too: none is a resource request."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ValueError(f"{value!r} is not a quantity such as '2', '500m', '4Gi' or '16G'")
-    try:
-        number = Decimal(match.group(1))
-    except InvalidOperation as exc:  # pragma: no cover - the regex admits only digits
-        raise ValueError(f"{value!r} is not a number") from exc
-    return number * _SUFFIXES[match.group(2)]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a finite number")
+    if isinstance(value, int | float):
+        amount = Decimal(str(value))
+    else:
+        match = _QUANTITY.fullmatch(value)
+        if match is None:
+            raise ValueError(f"{value!r} is not a quantity such as '2', '500m', '4Gi' or '16G'")
+        amount = _amount(match)
+    if amount < 0:
+        raise ValueError(f"{value!r} is negative")
+    if amount > LARGEST:
+        raise ValueError(f"{value!r} is larger than Kubernetes allows (2^63-1)")
+    return amount
+
+
+def _amount(match: re.Match[str]) -> Decimal:
+    number = Decimal(match["number"])
+    if match["sign"] == "-":
+        number = -number
+    if match["exponent"] is None:
+        return number * _SUFFIXES[match["suffix"] or ""]
+    exponent = int(match["exponent"])
+    if exponent > 40:  # beyond 2^63-1 for any number that is not 0; keeps Decimal small
+        return number * Decimal("1e41")
+    return number.scaleb(max(exponent, -40))
 
 
 def millicores(value: str | int | float) -> int:

@@ -33,24 +33,90 @@ def test_an_empty_or_failed_listing_has_no_gpus() -> None:
 
 @pytest.mark.parametrize(
     ("text", "millis"),
-    [("2", 2000), ("500m", 500), ("1.5", 1500), (3, 3000), ("0.1", 100), ("1001m", 1001)],
+    [
+        ("2", 2000),
+        ("500m", 500),
+        ("1.5", 1500),
+        (3, 3000),
+        ("0.1", 100),
+        ("1001m", 1001),
+        pytest.param("1e3", 1_000_000, id="exponent"),
+        pytest.param("1E3", 1_000_000, id="capital-exponent"),
+        pytest.param("1e-3", 1, id="negative-exponent"),
+        pytest.param("2k", 2_000_000, id="kilo"),
+        pytest.param("+2", 2000, id="plus-sign"),
+        pytest.param("5.", 5000, id="trailing-dot"),
+        pytest.param(".5", 500, id="leading-dot"),
+        pytest.param("100u", 1, id="micro-rounds-up"),
+        pytest.param("250000n", 1, id="nano-rounds-up"),
+        pytest.param(1e3, 1_000_000, id="json-float"),
+    ],
 )
-def test_cpu_quantities_become_millicores(text: str | int, millis: int) -> None:
+def test_cpu_quantities_become_millicores(text: str | int | float, millis: int) -> None:
     assert quantities.millicores(text) == millis
 
 
 @pytest.mark.parametrize(
     ("text", "amount"),
-    [("8Gi", 8 * 2**30), ("16G", 16 * 10**9), ("512Mi", 512 * 2**20), ("1000", 1000)],
+    [
+        ("8Gi", 8 * 2**30),
+        ("16G", 16 * 10**9),
+        ("512Mi", 512 * 2**20),
+        ("1000", 1000),
+        pytest.param("1.5Gi", 3 * 2**29, id="fractional-binary"),
+        pytest.param("1e3", 1000, id="exponent"),
+        pytest.param("129e6", 129 * 10**6, id="exponent-six"),
+        pytest.param("1E", 10**18, id="exa-not-exponent"),
+        pytest.param("2k", 2000, id="kilo"),
+        pytest.param("1Ki", 1024, id="kibi"),
+    ],
 )
 def test_memory_quantities_become_bytes(text: str, amount: int) -> None:
     assert quantities.bytes_(text) == amount
 
 
-@pytest.mark.parametrize("text", ["lots", "8 GB", "-1", "Gi", ""])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "lots",
+        "8 GB",
+        "Gi",
+        "",
+        pytest.param(" 1", id="leading-space"),
+        pytest.param("1 ", id="trailing-space"),
+        pytest.param("1K", id="capital-kilo"),
+        pytest.param("1ki", id="lower-kibi"),
+        pytest.param("1Gib", id="gib"),
+        pytest.param("1e", id="exponent-without-digits"),
+        pytest.param("1e3.5", id="fractional-exponent"),
+        pytest.param("1.2.3", id="two-dots"),
+        pytest.param(".", id="dot"),
+        pytest.param("e3", id="no-number"),
+        pytest.param("1m5", id="digits-after-suffix"),
+    ],
+)
 def test_bad_quantities_are_refused_naming_the_text(text: str) -> None:
-    with pytest.raises(ValueError, match="is not a quantity"):
+    with pytest.raises(ValueError, match="is not a quantity") as caught:
         quantities.parse(text)
+    assert repr(text) in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        pytest.param("-1", "'-1' is negative", id="negative"),
+        pytest.param(-0.5, "-0.5 is negative", id="negative-number"),
+        pytest.param(True, "True is not a quantity", id="boolean"),
+        pytest.param(float("nan"), "nan is not a finite number", id="nan"),
+        pytest.param(float("inf"), "inf is not a finite number", id="infinity"),
+        pytest.param("1e30", "'1e30' is larger than Kubernetes allows", id="too-large"),
+        pytest.param("1e999999999", "is larger than Kubernetes allows", id="huge-exponent"),
+    ],
+)
+def test_quantities_kubernetes_cannot_hold_are_refused(value: object, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        quantities.parse(value)  # type: ignore[arg-type]
+    assert message in str(caught.value)
 
 
 def test_public_surface_is_sorted_complete_and_importable() -> None:
