@@ -22,6 +22,19 @@ REPO = Path(__file__).resolve().parent.parent
 SERVER_CONFIG = REPO / "etc" / "jupyter" / "jupyter_server_config.d" / "kernel_queue.json"
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
+    """Kernels a test starts run as they do for users: ipykernel 7 turns its capture of fd 1
+    and 2 into the notebook off where PYTEST_CURRENT_TEST is set, and kernels inherit the
+    server's environment, so it is unset while the test function runs (pytest sets it again)."""
+    saved = os.environ.pop("PYTEST_CURRENT_TEST", None)
+    try:
+        return (yield)
+    finally:
+        if saved is not None:
+            os.environ["PYTEST_CURRENT_TEST"] = saved
+
+
 @pytest.fixture
 def local_backend_config() -> dict[str, Any]:
     """`c.LocalBackend` for the test server; tests override keys (2 GPUs by default)."""
