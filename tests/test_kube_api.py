@@ -18,6 +18,7 @@ from kubernetes.aio import client as kube_client
 
 from kernel_queue import errors
 from kernel_queue.kube import api as kube
+from kernel_queue.kube import retries
 from kernel_queue.kube.api import PODS, KubernetesApi, Resource
 from kernel_queue.kube.kueue import SECRETS, SERVICES
 from kernel_queue.testing.cluster import FakeCluster
@@ -254,6 +255,10 @@ async def test_forbidden_names_the_verb_and_the_resource(tmp_path: Path) -> None
                 f'in API group "" in the namespace "{NS}"'
             )
             assert isinstance(caught.value, PermissionError)
+            refused = caught.value
+            assert isinstance(refused, kube.Forbidden)
+            assert (refused.verb, refused.resource, refused.namespace) == ("create", "pods", NS)
+            assert refused.user == sa
             with pytest.raises(errors.ClusterForbidden) as unknown:
                 await stranger.get(PODS, NS, "p")
             assert unknown.value.status == 401
@@ -264,6 +269,7 @@ async def test_forbidden_names_the_verb_and_the_resource(tmp_path: Path) -> None
 
 async def test_server_errors_and_refused_connections_are_unavailable(tmp_path: Path) -> None:
     async with connected(tmp_path) as (fake, api):
+        api.retry = retries.NEVER
         fake.fail_next("list", "pods", 500)
         with pytest.raises(errors.ClusterUnavailable) as failed:
             await api.list(PODS, NS)
@@ -271,7 +277,7 @@ async def test_server_errors_and_refused_connections_are_unavailable(tmp_path: P
         assert str(failed.value) == "injected fault: list pods answered 500"  # the server's words
         assert isinstance(failed.value, ConnectionError)
         assert (await api.list(PODS, NS))[0] == []  # the fault was one answer only
-        late = await KubernetesApi.connect(fake.kubeconfig)
+        late = await KubernetesApi.connect(fake.kubeconfig, retry=retries.NEVER)
     try:
         with pytest.raises(errors.ClusterUnavailable) as refused:
             await late.get(PODS, NS, "p")
@@ -280,6 +286,55 @@ async def test_server_errors_and_refused_connections_are_unavailable(tmp_path: P
         assert refused.value.__cause__ is not None
     finally:
         await late.aclose()
+
+
+class Pauses:
+    """A `Backoff.sleep` that records each pause and waits for none (no wall-clock time)."""
+
+    def __init__(self) -> None:
+        self.taken: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.taken.append(seconds)
+
+
+@pytest.mark.parametrize("status", [500, 503, 429])
+async def test_get_list_and_delete_retry_transient_answers(tmp_path: Path, status: int) -> None:
+    async with connected(tmp_path) as (fake, api):
+        pauses = Pauses()
+        api.retry = retries.Backoff(first=0.2, largest=5, budget=30, sleep=pauses)
+        await api.create(PODS, NS, pod("p"))
+        for verb in ("get", "list", "delete"):
+            fake.fail_next(verb, "pods", status, count=2, retry_after=None if status != 429 else 3)
+        assert (await api.get(PODS, NS, "p"))["metadata"]["name"] == "p"
+        assert [i["metadata"]["name"] for i in (await api.list(PODS, NS))[0]] == ["p"]
+        await api.delete(PODS, NS, "p", grace_seconds=0)
+        assert (await api.list(PODS, NS))[0] == []
+        assert fake.faults_pending == 0
+        # Retry-After wins over the backoff (3 s, as the server asked); else 0.2 s, then 0.4 s.
+        assert pauses.taken == ([3.0, 3.0] if status == 429 else [0.2, 0.4]) * 3
+
+
+async def test_retries_stop_when_their_budget_is_spent(tmp_path: Path) -> None:
+    async with connected(tmp_path) as (fake, api):
+        pauses = Pauses()
+        api.retry = retries.Backoff(first=1, largest=4, budget=10, sleep=pauses)
+        fake.fail_next("get", "pods", 500, count=100)
+        with pytest.raises(errors.ClusterUnavailable):
+            await api.get(PODS, NS, "p")
+        assert pauses.taken == [1, 2, 4] == api.retry.delays()  # 1 + 2 + 4 + 4 > 10
+        assert fake.stats.requests[("get", "pods")] == 4
+
+
+async def test_a_create_is_never_retried_by_the_api(tmp_path: Path) -> None:
+    # A POST whose answer was lost may have created the object: only the caller, who can tell
+    # its own object from another's, may try again (see kube.ownership).
+    async with connected(tmp_path) as (fake, api):
+        api.retry = retries.Backoff(sleep=Pauses())
+        fake.fail_next("create", "pods", 500)
+        with pytest.raises(errors.ClusterUnavailable):
+            await api.create(PODS, NS, pod("p"))
+        assert fake.stats.requests[("create", "pods")] == 1
 
 
 # -- watch -------------------------------------------------------------------------------------

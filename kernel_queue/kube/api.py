@@ -2,8 +2,9 @@
 
 `KubernetesApi` is the only code in kernel-queue that imports the `kubernetes` client. It sends
 requests through `kubernetes.aio`'s generic transport (no generated typed APIs, no models), sets
-every patch's content type itself, streams watches line by line, and turns every client error
-into a `ClusterApiError` in one function (`api_error`). It reads no configuration at import.
+every patch's content type itself, streams watches line by line, turns every client error into a
+`ClusterApiError` in one function (`api_error`) and retries idempotent calls (get, list, delete,
+read_log) on 429, 5xx and lost connections (`retries.Backoff`). It reads no configuration at import.
 """
 
 from __future__ import annotations
@@ -13,15 +14,17 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncGenerator, Iterator, Mapping
+import re
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import aiohttp
 from kubernetes.aio import client, config
 
 from kernel_queue import errors
-from kernel_queue.kube import kueue
+from kernel_queue.kube import kueue, retries
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +32,7 @@ Obj = dict[str, Any]
 """A Kubernetes object (or list, or Status) as JSON decodes it."""
 Items = list[Obj]
 PatchType = Literal["json", "merge", "strategic"]
+T = TypeVar("T")
 
 PATCH_CONTENT_TYPES: Mapping[str, str] = {
     "json": "application/json-patch+json",
@@ -41,6 +45,8 @@ DEFAULT_REQUEST_TIMEOUT = 30.0
 """Seconds one non-watch request may take, connecting included."""
 WATCH_READ_SLACK = 30.0
 """Seconds a watch may stay silent beyond its `timeout_seconds` before it counts as stalled."""
+DEFAULT_RETRY = retries.Backoff()
+"""Retries of idempotent calls: 0.2 s doubling to 5 s, for up to 30 s of pauses."""
 SERVICE_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
@@ -137,10 +143,50 @@ class NotFound(errors.ClusterNotFound):
         self.details = details
 
 
-def api_error(exc: BaseException, action: str) -> errors.ClusterApiError:
+class Forbidden(errors.ClusterForbidden):
+    """A 401 or 403, with what was refused: `verb`, `resource` (``pods``,
+    ``workloads.kueue.x-k8s.io``), `namespace` (None for a cluster-scoped kind) and `user` (the
+    identity the server named in its message, "" when it named none)."""
+
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        message: str,
+        *,
+        verb: str = "",
+        resource: str = "",
+        namespace: str | None = None,
+    ) -> None:
+        super().__init__(status, reason, message)
+        self.verb, self.resource, self.namespace = verb, resource, namespace
+        found = re.search(r'User "([^"]*)"', message)
+        self.user = found.group(1) if found else ""
+
+
+class Unavailable(errors.ClusterUnavailable):
+    """A 429, a 5xx, a timeout or a lost connection, with the `Retry-After` seconds the server
+    asked for (None when it did not)."""
+
+    def __init__(
+        self, status: int, reason: str, message: str, *, retry_after: float | None = None
+    ) -> None:
+        super().__init__(status, reason, message)
+        self.retry_after = retry_after
+
+
+def api_error(
+    exc: BaseException,
+    action: str,
+    *,
+    verb: str = "",
+    kind: Resource | None = None,
+    namespace: str | None = None,
+) -> errors.ClusterApiError:
     """Translate what the client raised while doing `action` (e.g. `create pods in namespace
     "ns"`) into our error family, keeping the server's Status `reason`, `message` and, for a
-    404, `details` (`NotFound`)."""
+    404, `details` (`NotFound`); a 401/403 is a `Forbidden` naming `verb`, `kind` and
+    `namespace`, a 429/5xx an `Unavailable` with the server's `Retry-After`."""
     if isinstance(exc, client.ApiException):
         status = int(exc.status or 0)
         reason, message, details = str(exc.reason or ""), "", {}
@@ -154,34 +200,62 @@ def api_error(exc: BaseException, action: str) -> errors.ClusterApiError:
         message = message or f"{action}: the API server answered {status} {reason}".rstrip()
         if status == 404:
             return NotFound(status, reason, message, details)
+        if status in (401, 403):
+            resource = kind.qualified if kind is not None else ""
+            where = namespace if kind is None or kind.namespaced else None
+            return Forbidden(status, reason, message, verb=verb, resource=resource, namespace=where)
+        if status == 429 or status >= 500:
+            return Unavailable(status, reason, message, retry_after=_retry_after(exc.headers))
         family: type[errors.ClusterApiError] = errors.ClusterApiError
         if status == 409:
             family = errors.ClusterConflict
-        elif status in (401, 403):
-            family = errors.ClusterForbidden
         elif status == 410:
             family = errors.ClusterGone
-        elif status == 429 or status >= 500:
-            family = errors.ClusterUnavailable
         return family(status, reason, message)
     if isinstance(exc, TimeoutError):
-        return errors.ClusterUnavailable(0, "Timeout", f"{action}: the API server did not answer")
+        return Unavailable(0, "Timeout", f"{action}: the API server did not answer")
     detail = str(exc) or type(exc).__name__
-    return errors.ClusterUnavailable(0, "ConnectionError", f"{action}: {detail}")
+    return Unavailable(0, "ConnectionError", f"{action}: {detail}")
+
+
+def _retry_after(headers: Any) -> float | None:
+    """`Retry-After` in seconds (the API server sends whole seconds); None if absent or a date."""
+    try:
+        value = headers.get("Retry-After") if headers is not None else None
+        seconds = float(value) if value is not None else None
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return seconds if seconds is not None and 0 <= seconds < float("inf") else None
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What one request does, for its errors: `create pods "p" in namespace "ns"`."""
+
+    verb: str
+    kind: Resource | None = None
+    namespace: str | None = None
+    name: str = ""
+    text: str = ""  # said instead (a path that is no kind of ours, a subresource)
+
+    def __str__(self) -> str:
+        if self.text or self.kind is None:
+            return self.text
+        what = f'{self.kind.qualified} "{self.name}"' if self.name else self.kind.qualified
+        where = (
+            f' in namespace "{self.namespace}"' if self.kind.namespaced and self.namespace else ""
+        )
+        return f"{self.verb} {what}{where}"
 
 
 @contextlib.contextmanager
-def _translated(action: str) -> Iterator[None]:
+def _translated(call: _Call) -> Iterator[None]:
     try:
         yield
     except (client.ApiException, aiohttp.ClientError, TimeoutError) as exc:
-        raise api_error(exc, action) from exc
-
-
-def _describe(verb: str, kind: Resource, namespace: str | None, name: str = "") -> str:
-    what = f'{kind.qualified} "{name}"' if name else kind.qualified
-    where = f' in namespace "{namespace}"' if kind.namespaced and namespace else ""
-    return f"{verb} {what}{where}"
+        raise api_error(
+            exc, str(call), verb=call.verb, kind=call.kind, namespace=call.namespace
+        ) from exc
 
 
 class KubernetesApi:
@@ -189,10 +263,16 @@ class KubernetesApi:
     loop with `connect()` and share it; `aclose()` it when the server stops."""
 
     def __init__(
-        self, api_client: client.ApiClient, *, request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+        self,
+        api_client: client.ApiClient,
+        *,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        retry: retries.Backoff = DEFAULT_RETRY,
     ) -> None:
         self._client = api_client
         self._timeout = request_timeout
+        self.retry = retry
+        """How get, list, delete and read_log retry 429, 5xx and lost connections."""
 
     @classmethod
     async def connect(
@@ -201,12 +281,13 @@ class KubernetesApi:
         context: str | None = None,
         *,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        retry: retries.Backoff = DEFAULT_RETRY,
     ) -> KubernetesApi:
         """Load credentials now: `kubeconfig` when given; else the pod's service account when
         running in a cluster; else `$KUBECONFIG` or `~/.kube/config`. `ConfigError` if none.
         The files are read in a worker thread, off the event loop."""
         api_client = await asyncio.to_thread(_load_client, kubeconfig, context)
-        return cls(api_client, request_timeout=request_timeout)
+        return cls(api_client, request_timeout=request_timeout, retry=retry)
 
     # -- transport -------------------------------------------------------------------------
 
@@ -241,27 +322,24 @@ class KubernetesApi:
             raise client.ApiException(http_resp=response)
         return response
 
-    async def _json(
-        self,
-        method: str,
-        path: str,
-        action: str,
-        **options: Any,
-    ) -> Obj:
-        with _translated(action):
+    async def _json(self, method: str, path: str, call: _Call, **options: Any) -> Obj:
+        with _translated(call):
             response = await self._send(method, path, **options)
             data: Obj = json.loads(await response.read())  # type: ignore[no-untyped-call]
         return data
 
+    async def _retried(self, call: Callable[[], Awaitable[T]]) -> T:
+        return await retries.retry(call, self.retry)
+
     # -- KubeApi -------------------------------------------------------------------------
 
     async def create(self, kind: Resource, namespace: str | None, body: Obj) -> Obj:
-        action = _describe("create", kind, namespace, body.get("metadata", {}).get("name", ""))
-        return await self._json("POST", kind.path(namespace), action, body=body)
+        call = _Call("create", kind, namespace, body.get("metadata", {}).get("name", ""))
+        return await self._json("POST", kind.path(namespace), call, body=body)
 
     async def get(self, kind: Resource, namespace: str | None, name: str) -> Obj:
-        action = _describe("get", kind, namespace, name)
-        return await self._json("GET", kind.path(namespace, name), action)
+        call = _Call("get", kind, namespace, name)
+        return await self._retried(lambda: self._json("GET", kind.path(namespace, name), call))
 
     async def list(
         self,
@@ -271,9 +349,9 @@ class KubernetesApi:
         label_selector: str = "",
         field_selector: str = "",
     ) -> tuple[Items, str]:
-        query = _selectors(label_selector, field_selector)
-        found = await self._json(
-            "GET", kind.path(namespace), _describe("list", kind, namespace), query=query
+        query, call = _selectors(label_selector, field_selector), _Call("list", kind, namespace)
+        found = await self._retried(
+            lambda: self._json("GET", kind.path(namespace), call, query=query)
         )
         # Items of a list carry no apiVersion/kind; add them so they look like watched objects.
         item_kind = str(found.get("kind", "")).removesuffix("List")
@@ -295,7 +373,7 @@ class KubernetesApi:
         timeout_seconds: int = 300,
         bookmarks: bool = True,
     ) -> AsyncGenerator[tuple[str, Obj], None]:
-        action = _describe("watch", kind, namespace)
+        call = _Call("watch", kind, namespace)
         query = {"watch": "true", "timeoutSeconds": str(timeout_seconds)}
         query |= _selectors(label_selector, field_selector)
         if resource_version:
@@ -306,12 +384,12 @@ class KubernetesApi:
         limit = aiohttp.ClientTimeout(
             total=None, connect=self._timeout, sock_read=timeout_seconds + WATCH_READ_SLACK
         )
-        with _translated(action):
+        with _translated(call):
             response = await self._send("GET", kind.path(namespace), query=query, limit=limit)
         stream: aiohttp.ClientResponse = response.response
         try:
             while True:
-                with _translated(action):
+                with _translated(call):
                     line = await stream.content.readline()
                     if not line:
                         return  # the server ended the stream (timeout, restart, drop)
@@ -337,22 +415,22 @@ class KubernetesApi:
         patch_type: PatchType,
         subresource: str = "",
     ) -> Obj:
-        action = _describe(f"{patch_type}-patch", kind, namespace, name)
-        if subresource:
-            action += f" ({subresource})"
+        action = str(_Call(f"{patch_type}-patch", kind, namespace, name))
+        action += f" ({subresource})" if subresource else ""
         if (patch_type == "json") != isinstance(body, list):
             raise TypeError(f"{action}: a JSON patch is a list of operations, other patches dicts")
+        call = _Call("patch", kind, namespace, name, text=action)
         content_type = PATCH_CONTENT_TYPES[patch_type]
         path = kind.path(namespace, name, subresource)
-        return await self._json("PATCH", path, action, body=body, content_type=content_type)
+        return await self._json("PATCH", path, call, body=body, content_type=content_type)
 
     async def delete(
         self, kind: Resource, namespace: str | None, name: str, *, grace_seconds: int | None = None
     ) -> None:
         query = {} if grace_seconds is None else {"gracePeriodSeconds": str(grace_seconds)}
-        action = _describe("delete", kind, namespace, name)
+        call, path = _Call("delete", kind, namespace, name), kind.path(namespace, name)
         try:
-            await self._json("DELETE", kind.path(namespace, name), action, query=query)
+            await self._retried(lambda: self._json("DELETE", path, call, query=query))
         except errors.ClusterNotFound:
             log.debug("%s %s/%s was already gone", kind.qualified, namespace, name)
 
@@ -367,15 +445,23 @@ class KubernetesApi:
         query = {"container": container} if container else {}
         if tail_lines is not None:
             query["tailLines"] = str(tail_lines)
-        with _translated(_describe("read the log of", PODS, namespace, pod)):
-            response = await self._send(
-                "GET", PODS.path(namespace, pod, "log"), query=query, accept="*/*"
-            )
-            data: bytes = await response.read()  # type: ignore[no-untyped-call]
-        return data.decode(errors="replace")
+        call = _Call("get", PODS, namespace, pod)
+        call = _Call(
+            "get", PODS, namespace, pod, text=str(call).replace("get", "read the log of", 1)
+        )
+
+        async def read() -> str:
+            with _translated(call):
+                response = await self._send(
+                    "GET", PODS.path(namespace, pod, "log"), query=query, accept="*/*"
+                )
+                data: bytes = await response.read()  # type: ignore[no-untyped-call]
+            return data.decode(errors="replace")
+
+        return await self._retried(read)
 
     async def get_path(self, path: str, query: Mapping[str, str] | None = None) -> Obj:
-        return await self._json("GET", path, f"get {path}", query=query)
+        return await self._json("GET", path, _Call("get", text=f"get {path}"), query=query)
 
     async def aclose(self) -> None:
         await self._client.close()  # type: ignore[no-untyped-call]

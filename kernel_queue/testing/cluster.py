@@ -201,9 +201,38 @@ class FakeCluster:
         """Requests per (verb, resource) and open/peak watch streams."""
         return self.server.stats
 
-    def fail_next(self, verb: str, plural: str, status: int = 500, count: int = 1) -> None:
-        """Answer the next `count` `verb` requests on `plural` with an error `status`."""
-        self.server.fail_next(verb, plural, status, count)
+    def fail_next(
+        self,
+        verb: str,
+        plural: str,
+        status: int = 500,
+        count: int = 1,
+        *,
+        retry_after: int | None = None,
+        after: bool = False,
+    ) -> None:
+        """Answer the next `count` `verb` requests on `plural` with an error `status`. A 429
+        carries `Retry-After: 1` unless `retry_after` says otherwise (as the apiserver's
+        priority and fairness does); `after`: serve the request, then answer the error."""
+        if status == 429 and retry_after is None:
+            retry_after = 1
+        self.server.fail_next(verb, plural, status, count, retry_after=retry_after, after=after)
+
+    def plant_next(
+        self, plural: str, labels: Mapping[str, str] | None = None, count: int = 1
+    ) -> None:
+        """The next `count` creates on `plural` meet an object of their name that someone else
+        made (carrying only `labels`): a real 409 AlreadyExists, and the object stays."""
+        self.server.plant_next(plural, labels, count)
+
+    @property
+    def faults_pending(self) -> int:
+        """Injected faults no request has met yet."""
+        return self.server.faults.pending()
+
+    def clear_faults(self) -> None:
+        """Forget the injected faults no request has met."""
+        self.server.faults.clear()
 
     def drop_watches(self) -> None:
         """End every open watch stream now."""

@@ -23,7 +23,7 @@ import tornado.httpserver
 import tornado.netutil
 import tornado.web
 
-from kernel_queue.testing import discovery, rbac, watches
+from kernel_queue.testing import discovery, faults, rbac, watches
 from kernel_queue.testing.resources import RBAC_GROUP
 from kernel_queue.testing.store import ApiError, Obj, ResourceType, Store, Subscription
 
@@ -37,21 +37,7 @@ CLUSTER_QUEUE_PENDING = (
 )
 POD_LOG = r"/api/v1/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/log"
 
-_REASONS = {
-    400: "BadRequest",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "NotFound",
-    405: "MethodNotAllowed",
-    409: "Conflict",
-    410: "Expired",
-    415: "UnsupportedMediaType",
-    422: "Invalid",
-    429: "TooManyRequests",
-    500: "InternalError",
-    503: "ServiceUnavailable",
-    504: "Timeout",
-}
+_REASONS = faults.REASONS
 _JSON_TYPES = ("", "application/json", "*/*")
 
 
@@ -125,7 +111,8 @@ class Server:
         self._policy: rbac.Policy | None = None
         self._routes: list[tuple[str, re.Pattern[str], RouteHandler]] = []
         self._extra: dict[tuple[str, str], list[Obj]] = {}
-        self._faults: dict[tuple[str, str], collections.deque[int]] = {}
+        self.faults = faults.Faults()
+        """Injected faults, met by the next requests of their verb and resource."""
         self.watches = watches.Watches(store, bookmark_interval)
         self._http: tornado.httpserver.HTTPServer | None = None
 
@@ -225,11 +212,29 @@ class Server:
         open_now = len(self.watches.open)
         return Stats(collections.Counter(self._requests), open_now, self.watches.peak)
 
-    def fail_next(self, verb: str, plural: str, status: int = 500, count: int = 1) -> None:
+    def fail_next(
+        self,
+        verb: str,
+        plural: str,
+        status: int = 500,
+        count: int = 1,
+        *,
+        retry_after: int | None = None,
+        after: bool = False,
+    ) -> None:
         """Answer the next `count` requests of `verb` (RBAC verbs: get, list, watch, create,
         update, patch, delete, deletecollection) on `plural` (subresources as "pods/status")
-        with a `status` error instead of serving them."""
-        self._faults.setdefault((verb, plural), collections.deque()).extend([status] * count)
+        with a `status` error instead of serving them; `retry_after` sends that header, `after`
+        serves each request first (the change is made, its answer lost)."""
+        fault = faults.Fault(status, retry_after=retry_after, after=after)
+        self.faults.add(verb, plural, fault, count)
+
+    def plant_next(
+        self, plural: str, labels: Mapping[str, str] | None = None, count: int = 1
+    ) -> None:
+        """Before each of the next `count` creates on `plural`, create an object of the same
+        name carrying only `labels` (someone else's): the create meets a real 409."""
+        self.faults.add("create", plural, faults.Fault(0, plant=dict(labels or {})), count)
 
     def drop_watches(self) -> None:
         """End every open watch stream now, as a restarting apiserver does."""
@@ -266,13 +271,6 @@ class Server:
             raise rbac.forbidden(user, attributes)
         return user
 
-    def _fault(self, verb: str, resource: str) -> None:
-        queued = self._faults.get((verb, resource))
-        if queued:
-            code = queued.popleft()
-            reason = _REASONS.get(code, "InternalError")
-            raise ApiError(code, reason, f"injected fault: {verb} {resource} answered {code}")
-
     def _route(self, method: str, path: str) -> tuple[RouteHandler, dict[str, str]] | None:
         other = False
         for route_method, pattern, handler in self._routes:
@@ -297,8 +295,9 @@ class Server:
         resource = target.resource if target else path
         self._requests[(verb, resource)] += 1
         user = self._authorize(request.headers.get("Authorization", ""), target, verb)
-        if self._faults:
-            self._fault(verb, resource)
+        fault = self.faults.take(verb, resource) if self.faults else None
+        if fault is not None and not fault.after and fault.plant is None:
+            raise fault.error(verb, resource)
         if query.get("dryRun"):
             raise ApiError(400, "BadRequest", "dryRun is not supported by the fake API server")
         route = self._route(method, path) if self._routes else None
@@ -322,7 +321,13 @@ class Server:
             return None
         if rtype.namespaced and not target.namespace and method != "GET":
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
-        return self._crud(handler, method, rtype, target, query)
+        planted = fault.planted(handler.json_body()) if fault is not None else None
+        if planted is not None:
+            self.store.create(target.group, target.plural, target.namespace or None, planted)
+        answer = self._crud(handler, method, rtype, target, query)
+        if fault is not None and fault.after:
+            raise fault.error(verb, resource)
+        return answer
 
     def _crud(
         self,
@@ -411,6 +416,9 @@ class _Handler(tornado.web.RequestHandler):
             answer = await self.server._serve(self)
         except ApiError as exc:
             answer = exc.code, exc.status()
+            seconds = getattr(exc, "retry_after", None)
+            if seconds is not None:
+                self.set_header("Retry-After", str(seconds))
         if answer is not None and not self._finished:
             self.reply(*answer)
 
