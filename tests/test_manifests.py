@@ -642,18 +642,47 @@ def test_a_checkpoint_claim_is_mounted_in_the_head_only() -> None:
         {"name": "shm", "emptyDir": {"medium": "Memory"}},
     ]
     kernel = head["spec"]["containers"][0]
+    # Only the kernel's own directory of the claim: it cannot list or plant another's.
     assert kernel["volumeMounts"] == [
-        {"name": "checkpoints", "mountPath": "/checkpoints"},
+        {"name": "checkpoints", "mountPath": "/checkpoints", "subPath": KERNEL_ID},
         {"name": "shm", "mountPath": "/dev/shm"},
     ]
     assert kernel["env"][: len(HEAD_ENV) + 2] == [
         *HEAD_ENV[:-1],
-        {"name": "KERNEL_QUEUE_CHECKPOINT_DIR", "value": f"/checkpoints/{KERNEL_ID}"},
+        {"name": "KERNEL_QUEUE_CHECKPOINT_DIR", "value": "/checkpoints"},
         {"name": "KERNEL_QUEUE_CHECKPOINT_DEADLINE", "value": "22"},
         HEAD_ENV[-1],
     ]
     assert worker["spec"]["volumes"] == [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
     assert "checkpoints" not in json.dumps(worker)
+
+
+@pytest.mark.parametrize("kernel_id", ["../victim", "a/b", "..", ".", ""])
+def test_a_kernel_id_that_is_no_path_segment_mounts_no_claim(kernel_id: str) -> None:
+    spec = replace(SPEC, kernel_id=kernel_id)
+
+    with pytest.raises(errors.ConfigError, match="not a safe directory name"):
+        manifests.pods(spec, GROUP, 0, checkpoint_claim="kernel-checkpoints")
+
+
+def test_every_object_carries_the_owner_when_one_is_given() -> None:
+    spec = replace(SPEC, pod_group_size=2)
+    owned = {**OUR_LABELS, "kernel-queue.dev/owner": "server-a"}
+
+    objects = [
+        manifests.secret(spec, owner="server-a"),
+        manifests.service(spec, owner="server-a"),
+        *manifests.pods(spec, GROUP, 0, owner="server-a"),
+    ]
+
+    for obj in objects:
+        assert owned.items() <= obj["metadata"]["labels"].items()
+    assert "kernel-queue.dev/owner" not in manifests.secret(spec)["metadata"]["labels"]
+    # An owner that is no label value is made one (as user names are).
+    odd = manifests.secret(spec, owner="jupyter@host:8888")["metadata"]["labels"]
+    assert (
+        odd["kernel-queue.dev/owner"] == "jupyter-host-8888-" + odd["kernel-queue.dev/owner"][-8:]
+    )
 
 
 def test_no_checkpoint_claim_no_volume() -> None:

@@ -44,6 +44,9 @@ STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
 # --- Ours: one prefix (style.md §7) ---
 KERNEL_ID_LABEL = "kernel-queue.dev/kernel-id"
 """The full kernel id (as a label value); on every object of the kernel, so leaks are findable."""
+OWNER_LABEL = "kernel-queue.dev/owner"
+"""The owning server's id (``KubernetesBackend.owner_id``) on every object we create: a 409 is
+ours only with our kernel id and owner, and the reaper deletes only its own server's objects."""
 ROLE_LABEL = "kernel-queue.dev/role"
 ROLE_HEAD, ROLE_WORKER = "head", "worker"
 USER_LABEL = "kernel-queue.dev/user"

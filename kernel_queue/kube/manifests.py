@@ -8,6 +8,7 @@ admin's ``pod_template`` is merged under the fields we own (style.md §8 rules 4
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -41,8 +42,12 @@ CONTAINER_SECURITY = {
 }
 
 
-def common_labels(spec: GroupSpec) -> dict[str, str]:
-    """Our labels on every object of the kernel: kernel id, user, managed-by, component."""
+_SEGMENT = re.compile(r"[A-Za-z0-9._-]{1,253}")
+
+
+def common_labels(spec: GroupSpec, owner: str = "") -> dict[str, str]:
+    """Our labels on every object of the kernel: kernel id, user, managed-by, component, and
+    the owning server's id when one is given."""
     found = {
         kueue.KERNEL_ID_LABEL: names.label_value(spec.kernel_id),
         kueue.MANAGED_BY_LABEL: kueue.MANAGED_BY,
@@ -50,6 +55,8 @@ def common_labels(spec: GroupSpec) -> dict[str, str]:
     }
     if spec.user:
         found[kueue.USER_LABEL] = names.label_value(spec.user)
+    if owner:
+        found[kueue.OWNER_LABEL] = names.label_value(owner)
     return found
 
 
@@ -70,6 +77,18 @@ def service_host(spec: GroupSpec) -> str:
     return f"{name}.{spec.namespace}.svc" if spec.namespace else name
 
 
+def checkpoint_subpath(spec: GroupSpec) -> str:
+    """The kernel's directory in the checkpoint claim: its id, which must be one path segment
+    (no ``/``, not ``.`` or ``..``); ``ConfigError`` otherwise, before anything is created."""
+    kernel_id = spec.kernel_id
+    if not _SEGMENT.fullmatch(kernel_id) or kernel_id in (".", ".."):
+        raise errors.ConfigError(
+            f"kernel id {kernel_id!r} is not a safe directory name for its checkpoints (letters, "
+            "digits, '.', '_' and '-' only); start the kernel with a UUID for its id"
+        )
+    return kernel_id
+
+
 def grace_seconds(spec: GroupSpec) -> int:
     """``terminationGracePeriodSeconds``: ``int(spec.grace_seconds)``, at least 1."""
     return max(1, int(spec.grace_seconds))
@@ -80,23 +99,25 @@ def stop_timeout(spec: GroupSpec) -> int:
     return max(1, grace_seconds(spec) - STOP_MARGIN_SECONDS)
 
 
-def secret(spec: GroupSpec) -> dict[str, Any]:
+def secret(spec: GroupSpec, *, owner: str = "") -> dict[str, Any]:
     """The Opaque Secret holding the connection key; the key appears in no other object."""
+    labels = common_labels(spec, owner)
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(spec, names.secret_name(spec.kernel_id), common_labels(spec)),
+        "metadata": _metadata(spec, names.secret_name(spec.kernel_id), labels),
         "type": "Opaque",
         "stringData": {KEY_FIELD: spec.connection.key},
     }
 
 
-def service(spec: GroupSpec) -> dict[str, Any]:
+def service(spec: GroupSpec, *, owner: str = "") -> dict[str, Any]:
     """The ClusterIP Service selecting the head pod: the kernel's address across pod replacement."""
+    labels = common_labels(spec, owner)
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(spec, names.service_name(spec.kernel_id), common_labels(spec)),
+        "metadata": _metadata(spec, names.service_name(spec.kernel_id), labels),
         "spec": {
             "type": "ClusterIP",
             "selector": {
@@ -120,6 +141,7 @@ def pods(
     kernel_env: Mapping[str, str] | None = None,
     worker_command: Sequence[str] = WORKER_COMMAND,
     checkpoint_claim: str | None = None,
+    owner: str = "",
 ) -> list[dict[str, Any]]:
     """The ``spec.pod_group_size`` pods of ``group``'s replacement round ``attempt``; head first.
 
@@ -127,10 +149,12 @@ def pods(
     may hold the server's whole environment) is never read. Its ``$`` are escaped, so Kubernetes
     passes values literally, as the local backend does; names we set, and every
     ``KERNEL_QUEUE_LAUNCH_*``, are dropped from it. ``worker_command`` runs in worker pods.
-    ``checkpoint_claim`` mounts that PVC at ``/checkpoints`` in the head pod.
+    ``checkpoint_claim`` mounts the kernel's own directory of that PVC (``subPath``: the kernel
+    id) at ``/checkpoints`` in the head pod. ``owner`` labels every pod with the server's id.
     """
+    env = dict(kernel_env or {})
     return [
-        _pod(spec, group, attempt, index, dict(kernel_env or {}), worker_command, checkpoint_claim)
+        _pod(spec, group, attempt, index, env, worker_command, checkpoint_claim, owner)
         for index in range(spec.pod_group_size)
     ]
 
@@ -159,6 +183,7 @@ def _pod(
     kernel_env: dict[str, str],
     worker_command: Sequence[str],
     checkpoint_claim: str | None,
+    owner: str,
 ) -> dict[str, Any]:
     role = kueue.ROLE_HEAD if index == 0 else kueue.ROLE_WORKER
     template = copy.deepcopy(dict(spec.pod_template))
@@ -166,7 +191,7 @@ def _pod(
     pod_spec = _mapping(template.get("spec"))
 
     pod_labels = {
-        **common_labels(spec),
+        **common_labels(spec, owner),
         kueue.ROLE_LABEL: role,
         kueue.QUEUE_NAME_LABEL: spec.queue,
         kueue.POD_GROUP_NAME_LABEL: group,
@@ -245,14 +270,18 @@ def _head_container(
     ]
     mounts = []
     if checkpoint_claim:
-        directory = f"{CHECKPOINT_MOUNT}/{spec.kernel_id}"
-        env.append({"name": launcher.ENV_CHECKPOINT_DIR, "value": directory})
+        env.append({"name": launcher.ENV_CHECKPOINT_DIR, "value": CHECKPOINT_MOUNT})
         # The save must end before the launcher's own stop timeout.
         deadline = launcher.checkpoint_deadline(stop_timeout(spec))
         env.append({"name": launcher.ENV_CHECKPOINT_DEADLINE, "value": f"{deadline:g}"})
         if spec.checkpoint.keep:
             env.append({"name": launcher.ENV_CHECKPOINT_KEEP, "value": "1"})
-        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT})
+        # Only the kernel's own directory of the claim (the kubelet makes it if missing): a
+        # kernel can neither list nor plant another kernel's checkpoints.
+        subpath = checkpoint_subpath(spec)
+        mounts.append(
+            {"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT, "subPath": subpath}
+        )
     # Where the launcher leaves what a preemption saved; the pod status shows it (the backend
     # tells the user). It is the container's terminationMessagePath.
     env.append({"name": launcher.ENV_TERMINATION_LOG, "value": launcher.DEFAULT_TERMINATION_LOG})

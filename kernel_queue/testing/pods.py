@@ -388,6 +388,26 @@ def _project(store: Store, pod: Obj, name: str, source: Obj, into: Path, volume:
         target.chmod(default_mode if default_mode is not None else 0o600)
 
 
+def _sub_path(volume: Path, sub: str) -> Path:
+    """The directory of `volume` that `subPath` `sub` names, made if missing, as the kubelet's
+    makeMounts does: refused (CreateContainerConfigError) when absolute, when it has a `..`, or
+    when it leaves the volume through a symlink."""
+    if not sub:
+        return volume
+    if os.path.isabs(sub):
+        message = f"error SubPath `{sub}` must not be an absolute path"
+        raise ConfigError("CreateContainerConfigError", message)
+    if ".." in Path(sub).parts:
+        message = f"unable to provision SubPath `{sub}`: must not contain '..'"
+        raise ConfigError("CreateContainerConfigError", message)
+    local = volume / sub
+    if not local.resolve().is_relative_to(volume.resolve()):
+        message = f"failed to prepare subPath `{sub}`: it is outside the volume {volume.name}"
+        raise ConfigError("CreateContainerConfigError", message)
+    local.mkdir(parents=True, exist_ok=True)
+    return local
+
+
 @dataclass(frozen=True)
 class Mounts:
     """A container's `mountPath` -> local directory map, longest path first."""
@@ -402,9 +422,7 @@ class Mounts:
             if mount.get("name") not in volume_dirs:
                 message = f'volume "{mount.get("name")}" is mounted but not defined'
                 raise ConfigError("CreateContainerConfigError", message)
-            local = volume_dirs[mount["name"]] / mount.get("subPath", "")
-            if not local.exists():
-                local.mkdir(parents=True)
+            local = _sub_path(volume_dirs[mount["name"]], mount.get("subPath") or "")
             path = mount["mountPath"].rstrip("/")
             if path:  # a volume mounted at / cannot be told apart from host paths
                 paths.append((path, str(local)))
