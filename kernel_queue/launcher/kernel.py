@@ -1,14 +1,14 @@
 """The kernel the launcher starts: ``python -m kernel_queue.launcher.kernel -f CONNECTION_FILE``.
 
 An IPython kernel that tells its launcher, through its exit status, whether the frontend asked
-for a restart (75) or a final shutdown (0), and holds its first execute until IOPub has a
-subscriber. With ``KERNEL_QUEUE_CHECKPOINT_DIR`` set it restores and saves its state through
-``checkpointing`` (143 after a preemption). Only these two modules import ipykernel.
+for a restart (75) or a final shutdown (0), and holds each execute until the clients' IOPub
+subscriptions have settled (``subscriptions``), so a reconnecting client loses no output. With
+``KERNEL_QUEUE_CHECKPOINT_DIR`` set it restores and saves its state through ``checkpointing``
+(143 after a preemption). Only these two modules import ipykernel.
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 import sys
@@ -17,13 +17,14 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import zmq
 from ipykernel.iostream import IOPubThread
 from ipykernel.ipkernel import IPythonKernel
 from ipykernel.kernelapp import IPKernelApp
 from traitlets import default
 
 from kernel_queue import launcher
-from kernel_queue.launcher import kernel_log
+from kernel_queue.launcher import kernel_log, subscriptions
 
 if TYPE_CHECKING:
     from kernel_queue.launcher.checkpointing import Preemption
@@ -38,10 +39,8 @@ UNQUEUED = (
 """Said (with exit status 2) when the kernelspec's command runs without the launcher."""
 EXIT_GRACE = 10.0
 """Seconds the interpreter gets to finish exiting before ``os._exit`` ends it anyway."""
-SUBSCRIBER_WAIT = 3.0
-"""Seconds the first execute_request waits at most for an IOPub subscriber (once per process)."""
-IOPUB_SUBSCRIBED = threading.Event()
-"""Set once a client subscribed to IOPub (ipykernel 7's XPUB welcome), or if that is unknowable."""
+SUBSCRIPTIONS = subscriptions.Subscriptions()
+"""This process's IOPub subscriptions, reported through ipykernel 7's XPUB welcome."""
 
 
 class RestartAwareKernel(IPythonKernel):
@@ -60,14 +59,11 @@ class RestartAwareKernel(IPythonKernel):
         return type(self).preset_module
 
     async def execute_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
-        """ipykernel's handler, held until IOPub has a subscriber, between the preemption hooks.
-
-        A client that was connected to the kernel this one replaced (restart, requeue) may get
-        its shell reconnected before its IOPub, and output published meanwhile is lost for good.
+        """ipykernel's handler, held until IOPub subscriptions settle, between the preemption
+        hooks: a client that was connected to the kernel this one replaced (restart, requeue)
+        may get its shell reconnected before its IOPub, and output published meanwhile is lost.
         """
-        if not IOPUB_SUBSCRIBED.is_set():
-            await asyncio.to_thread(IOPUB_SUBSCRIBED.wait, SUBSCRIBER_WAIT)
-            IOPUB_SUBSCRIBED.set()  # a client without IOPub is held once, not on every request
+        await SUBSCRIPTIONS.settled()
         hooks = self.preemption
         if hooks is not None:
             hooks.before_execute(parent)
@@ -88,6 +84,20 @@ class RestartAwareKernel(IPythonKernel):
         return dict(reply)
 
 
+class QueuedKernelApp(IPKernelApp):
+    """IPKernelApp whose IOPub socket reports every subscription, not only the first.
+
+    ZeroMQ's XPUB passes on only a topic's first subscription; all Jupyter clients subscribe
+    to the same (empty) topic, so without ``XPUB_VERBOSE`` a second client coming back would
+    be invisible (and would get no iopub_welcome of its own). Set before the socket is bound.
+    """
+
+    def _bind_socket(self, s: Any, port: int) -> Any:
+        if s.socket_type == zmq.XPUB:
+            s.setsockopt(zmq.XPUB_VERBOSE, 1)
+        return super()._bind_socket(s, port)  # type: ignore[no-untyped-call]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the kernel until a ``shutdown_request`` or a preemption stops its loops.
 
@@ -98,8 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     kernel_log.keep()  # before ipykernel redirects fd 2 into the notebook
     _watch_iopub_subscribers()
-    preemption = _restore_first(os.environ)  # before initialize() binds any port
-    app = IPKernelApp.instance(kernel_class=RestartAwareKernel)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    preemption = _restore_first(os.environ, arguments)  # before initialize() binds any port
+    app = QueuedKernelApp.instance(kernel_class=RestartAwareKernel)
     app.initialize(None if argv is None else list(argv))  # type: ignore[no-untyped-call]
     if preemption is not None:
         app.kernel.preemption = preemption
@@ -117,31 +128,45 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _watch_iopub_subscribers() -> None:
-    """Set ``IOPUB_SUBSCRIBED`` when ipykernel sends its XPUB welcome to a new subscriber."""
+    """Tell ``SUBSCRIPTIONS`` each time ipykernel welcomes a new IOPub subscriber."""
     original = getattr(IOPubThread, "_send_welcome_message", None)
     if original is None:  # no welcome in this ipykernel: do not hold anything
-        IOPUB_SUBSCRIBED.set()
+        SUBSCRIPTIONS.unknowable()
         return
 
     def send_welcome(self: IOPubThread, subscription: str) -> None:
         original(self, subscription)
-        IOPUB_SUBSCRIBED.set()
+        SUBSCRIPTIONS.seen()
 
     IOPubThread._send_welcome_message = send_welcome  # type: ignore[method-assign]
 
 
-def _restore_first(environ: Mapping[str, str]) -> Preemption | None:
-    """With ``KERNEL_QUEUE_CHECKPOINT_DIR`` set: restore the state and return the hooks."""
+def _restore_first(environ: Mapping[str, str], argv: Sequence[str] = ()) -> Preemption | None:
+    """With ``KERNEL_QUEUE_CHECKPOINT_DIR`` set: restore the state and return the hooks.
+
+    The checkpoint secret is derived from the key in the connection file (``-f FILE``).
+    """
     if not environ.get(launcher.ENV_CHECKPOINT_DIR):
         return None  # no import of the checkpoint library (dill, numpy) at all
     from kernel_queue.launcher import checkpointing
 
-    options = checkpointing.Options.from_env(environ)
+    options = checkpointing.Options.from_env(environ, _connection_file(argv))
     if options is None:
         return None
     preemption = checkpointing.prepare(options)
     RestartAwareKernel.preset_module = preemption.module
     return preemption
+
+
+def _connection_file(argv: Sequence[str]) -> str | None:
+    """The ``-f`` (``--f``) argument, as IPKernelApp reads it: ``-f FILE`` or ``-f=FILE``."""
+    for index, arg in enumerate(argv):
+        if arg in ("-f", "--f") and index + 1 < len(argv):
+            return argv[index + 1]
+        for prefix in ("-f=", "--f="):
+            if arg.startswith(prefix):
+                return arg[len(prefix) :]
+    return None
 
 
 def _exit_after(seconds: float, status: int) -> None:

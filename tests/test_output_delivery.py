@@ -1,0 +1,231 @@
+"""Every cell's output reaches every client that was connected: after a fresh start, a restart in
+place and a resume after preemption, through the server's websocket (JupyterLab's path) and
+through a direct jupyter_client. jupyter_client's LocalProvisioner runs the same start and
+restart checks as the control. The guarantee lives in the kernel: each execute_request waits
+until IOPub subscriptions have settled (`kernel_queue.launcher.subscriptions`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from queue import Empty
+from typing import Any
+
+import pytest
+from jupyter_client.asynchronous.client import AsyncKernelClient
+
+from tests.conftest import KernelspecFactory, Listener, Server
+
+pytestmark = pytest.mark.timeout(600)
+
+FIRST_CELLS = 50
+RESUMES = 20
+OUTPUT_WAIT = 20.0
+"""Seconds a cell's IOPub messages may take; past that its output counts as lost."""
+
+
+@pytest.fixture
+def local_backend_config() -> dict[str, Any]:
+    return {"gpus": ["0", "1", "2"]}
+
+
+def plain_kernelspec(kernel_dir: Path) -> str:
+    """The control: ipykernel through jupyter_client's LocalProvisioner."""
+    folder = kernel_dir / "plain"
+    folder.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    spec = {"argv": argv, "display_name": "plain", "language": "python"}
+    (folder / "kernel.json").write_text(json.dumps(spec))
+    return "plain"
+
+
+def kernel_named(kind: str, kernelspec: KernelspecFactory, kernel_dir: Path) -> str:
+    if kind == "plain":
+        return plain_kernelspec(kernel_dir)
+    if kind == "gpu":
+        return kernelspec("gpu", gpus=1)
+    return kernelspec("cpu", queue="cpu")
+
+
+class Direct:
+    """A jupyter_client connected straight to a kernel's ports (as `jupyter console` is)."""
+
+    def __init__(self, server: Server, kernel_id: str) -> None:
+        self.client = AsyncKernelClient()
+        self.client.load_connection_info(
+            server.app.kernel_manager.get_kernel(kernel_id).get_connection_info()
+        )
+
+    async def __aenter__(self) -> Direct:
+        self.client.start_channels(stdin=False, hb=False)
+        await self.client.wait_for_ready(timeout=60)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.client.stop_channels()
+
+    def send(self, code: str) -> str:
+        return str(self.client.execute(code))
+
+    async def outputs(self, msg_id: str) -> tuple[str, str | None]:
+        """The stream text and the execute_result of `msg_id`, up to its idle status."""
+        text, data = "", None
+        while True:
+            try:
+                message = await self.client.get_iopub_msg(timeout=OUTPUT_WAIT)
+            except Empty:
+                return text + "(IOPub went quiet before the cell's idle status)", data
+            if message["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = message["msg_type"], message["content"]
+            if kind == "stream":
+                text += content["text"]
+            elif kind == "execute_result":
+                data = content["data"]["text/plain"]
+            elif kind == "status" and content["execution_state"] == "idle":
+                return text, data
+
+
+class HeldSocket:
+    """A websocket held open across a restart or a resume, as JupyterLab holds one."""
+
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+
+    async def send(self, code: str) -> str:
+        msg_id = uuid.uuid4().hex
+        header = {"msg_id": msg_id, "msg_type": "execute_request", "version": "5.3"}
+        header |= {"session": uuid.uuid4().hex, "username": "test", "date": ""}
+        content = {"code": code, "silent": False, "store_history": False}
+        content |= {"user_expressions": {}, "allow_stdin": False, "stop_on_error": True}
+        request = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
+        await self.listener.ws.write_message(
+            json.dumps({**request, "channel": "shell", "buffers": []})
+        )
+        return msg_id
+
+    async def outputs(self, server: Server, msg_id: str) -> tuple[str, str | None]:
+        def mine() -> list[dict[str, Any]]:
+            messages = self.listener.messages
+            return [m for m in messages if m.get("parent_header", {}).get("msg_id") == msg_id]
+
+        async def idle() -> bool:
+            return any(
+                m["msg_type"] == "status" and m["content"]["execution_state"] == "idle"
+                for m in mine()
+            )
+
+        try:
+            await server.wait_for(idle, within=OUTPUT_WAIT)
+        except TimeoutError:
+            return "(no idle status)", None
+        text = "".join(m["content"]["text"] for m in mine() if m["msg_type"] == "stream")
+        results = [m for m in mine() if m["msg_type"] == "execute_result"]
+        return text, results[0]["content"]["data"]["text/plain"] if results else None
+
+
+async def held(server: Server, kernel_id: str) -> AsyncIterator[tuple[HeldSocket, Direct]]:
+    listener = await Listener.open(server, kernel_id)
+    try:
+        async with Direct(server, kernel_id) as direct:
+            yield HeldSocket(listener), direct
+    finally:
+        listener.close()
+
+
+def cell(tag: str, number: int) -> tuple[str, tuple[str, str]]:
+    """Code that prints and returns; the outputs it must produce."""
+    return f"print('{tag}', flush=True); {number} * 2", (f"{tag}\n", str(number * 2))
+
+
+@pytest.mark.parametrize("kind", ["gpu", "cpu", "plain"])
+async def test_the_first_cell_after_a_start_loses_no_output(
+    server: Server, kernelspec: KernelspecFactory, jp_kernel_dir: Path, kind: str
+) -> None:
+    """Kernels started two and three at a time; the first cell of each, half through a new
+    websocket, half through a direct client."""
+    name = kernel_named(kind, kernelspec, jp_kernel_dir)
+    lost: list[str] = []
+    started = 0
+    while started < FIRST_CELLS:
+        batch = 2 if (started // 5) % 2 == 0 else 3
+        ids = await asyncio.gather(*(server.start(name) for _ in range(batch)))
+        found = await asyncio.gather(
+            *(first_cell(server, kernel_id, started + i) for i, kernel_id in enumerate(ids))
+        )
+        lost += [problem for problem in found if problem]
+        await server.shutdown_and_wait(*ids)
+        started += batch
+    assert lost == [], f"{len(lost)} of {started} first cells lost output: {lost}"
+
+
+async def first_cell(server: Server, kernel_id: str, number: int) -> str:
+    """Run the kernel's first cell, through a new websocket (even numbers) or a new direct
+    client; what was lost, or ""."""
+    code, want = cell(f"k{number}", number)
+    if number % 2 == 0:
+        result = await server.execute(kernel_id, code)
+        got = (result["stream"], result["data"])
+    else:
+        await server.wait_for(lambda: _ready(server, kernel_id))
+        async with Direct(server, kernel_id) as direct:
+            got = await direct.outputs(direct.send(code))
+    return "" if got == want else f"kernel {number}: {got!r}"
+
+
+async def _ready(server: Server, kernel_id: str) -> bool:
+    ready = server.app.kernel_manager.get_kernel(kernel_id).ready
+    return bool(ready.done())
+
+
+async def test_the_first_cell_after_a_restart_in_place_loses_no_output(
+    server: Server, kernelspec: KernelspecFactory
+) -> None:
+    """(No control here: a direct client of a plain ipykernel does lose the first cell's output
+    after a restart, as it reconnects.)"""
+    kernel_id = await server.start(kernelspec(gpus=1))
+    assert (await server.execute(kernel_id, "1"))["data"] == "1"
+    lost: list[str] = []
+    async for socket, direct in held(server, kernel_id):
+        for number in range(5):
+            await server.fetch("api", "kernels", kernel_id, "restart", method="POST", body="")
+            ws_code, ws_want = cell(f"ws{number}", number)
+            d_code, d_want = cell(f"d{number}", number)
+            ws_id, d_id = await socket.send(ws_code), direct.send(d_code)
+            if (got := await socket.outputs(server, ws_id)) != ws_want:
+                lost.append(f"websocket after restart {number}: {got!r}")
+            if (got := await direct.outputs(d_id)) != d_want:
+                lost.append(f"direct client after restart {number}: {got!r}")
+    assert lost == []
+    await server.shutdown_and_wait(kernel_id)
+
+
+@pytest.mark.parametrize("local_backend_config", [{"gpus": ["0"]}], ids=["one-gpu"])
+async def test_the_first_cell_after_a_resume_loses_no_output(
+    server: Server, kernelspec: KernelspecFactory, local_backend_config: dict[str, Any]
+) -> None:
+    """A cell sent while the kernel waits in the queue again runs once it is back, and both
+    held clients see its output, every time."""
+    low = await server.start(kernelspec("low", gpus=1, priority_class="low"))
+    assert (await server.execute(low, "1"))["data"] == "1"
+    high_name = kernelspec("high", gpus=1, priority_class="high")
+    lost: list[str] = []
+    async for socket, direct in held(server, low):
+        for number in range(RESUMES):
+            high = await server.start(high_name)
+            assert (await server.execute(high, "1"))["data"] == "1"
+            await server.wait_reason(low, "requeued")
+            ws_code, ws_want = cell(f"ws{number}", number)
+            d_code, d_want = cell(f"d{number}", number)
+            ws_id, d_id = await socket.send(ws_code), direct.send(d_code)
+            await server.shutdown_and_wait(high)
+            if (got := await socket.outputs(server, ws_id)) != ws_want:
+                lost.append(f"websocket after resume {number}: {got!r}")
+            if (got := await direct.outputs(d_id)) != d_want:
+                lost.append(f"direct client after resume {number}: {got!r}")
+    assert lost == [], f"{len(lost)} of {2 * RESUMES} cells lost output: {lost}"
+    await server.shutdown_and_wait(low)
