@@ -7,6 +7,7 @@ short texts users read. Nothing here performs I/O or knows a particular backend.
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -174,10 +175,16 @@ class GroupStatus:
 
 
 def short_id(kernel_id: str) -> str:
-    """The first eight hex digits of a kernel id, used in names and messages."""
+    """The first eight hex digits of a kernel id, for messages people read; never a name or a
+    key (two ids may share them)."""
     return kernel_id.replace("-", "")[:8].lower()
 
 
 def group_name(kernel_id: str) -> str:
-    """The group's name: `kq-` and the kernel's short id."""
-    return f"kq-{short_id(kernel_id)}"
+    """The group's name, from the whole id: `kq-` and the id's 32 hex digits for a UUID
+    (`ids.check`), else 32 hex digits of its sha256. A DNS-1123 label of 35 characters, so a
+    Kubernetes name may append a suffix of up to 28."""
+    digits = kernel_id.replace("-", "")
+    if len(digits) != 32 or digits.strip("0123456789abcdef"):
+        digits = hashlib.sha256(kernel_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"kq-{digits}"

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import socket
 import sys
 from collections.abc import Callable, Mapping
@@ -48,20 +49,32 @@ class LauncherProcess:
         self._early: list[int] = []  # signals sent while the launcher was still being spawned
         self.exited = asyncio.Event()
 
+    @property
+    def pid(self) -> int | None:
+        """The launcher's pid once it was spawned."""
+        return self._process.pid if self._process is not None else None
+
     async def run(self, request: LaunchRequest) -> int:
-        """Start the launcher and follow it until it exits; OSError if it cannot start."""
-        read_fd, write_fd = os.pipe()
+        """Start the launcher and follow it until it exits; OSError if it cannot start.
+
+        `exited` is set however this ends, so a caller waiting for the exit never hangs."""
         try:
-            self._process = await _spawn(request, write_fd)
-        except OSError:
-            os.close(read_fd)
-            raise
-        finally:
-            os.close(write_fd)
-        for signum in self._early:
-            self.signal(signum)
-        try:
-            await self._follow(read_fd)
+            read_fd, write_fd = os.pipe()
+            try:
+                self._process = await _spawn(request, write_fd)
+            except BaseException:
+                os.close(read_fd)
+                raise
+            finally:
+                os.close(write_fd)
+            for signum in self._early:
+                self.signal(signum)
+            try:
+                await self._follow(read_fd)
+            except BaseException:  # cancelled, or a callback failed: leave no launcher behind
+                self.signal(signal.SIGKILL)
+                await self._process.wait()
+                raise
             code = await self._process.wait()
         finally:
             self.exited.set()

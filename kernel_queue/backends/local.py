@@ -2,17 +2,16 @@
 
 GPUs (detected from the NVIDIA driver, or configured), CPU and memory are one ClusterQueue with
 one flavor; `admission.py` decides who runs, who waits and who is preempted. Each admitted kernel
-is the launcher run as a subprocess with `CUDA_VISIBLE_DEVICES` set to its GPUs, on fixed
-loopback ports chosen at submit, so a requeued kernel comes back at the same address.
+is the launcher run as a subprocess with `CUDA_VISIBLE_DEVICES` set to its GPUs, on loopback
+ports chosen and held at submit (`ports.py`), so a requeued kernel comes back at the same address.
+Groups are keyed by the whole kernel id; `records.py` notes what each kernel left on disk.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
-import shutil
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -24,9 +23,10 @@ from jupyter_core.paths import jupyter_data_dir, jupyter_runtime_dir
 from traitlets import Dict, Int, List, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
-from kernel_queue import admission, errors, launcher, quantities
-from kernel_queue.backends import feed, launchers
+from kernel_queue import admission, errors, ids, launcher, quantities
+from kernel_queue.backends import feed, launchers, records
 from kernel_queue.backends import gpus as gpu_detection
+from kernel_queue.backends import ports as held_ports
 from kernel_queue.model import (
     GroupPhase,
     GroupRef,
@@ -34,6 +34,7 @@ from kernel_queue.model import (
     GroupStatus,
     QueuePlace,
     StopCause,
+    group_name,
     short_id,
 )
 
@@ -50,6 +51,7 @@ class _Group:
     request: admission.Request
     status: GroupStatus
     log_path: Path
+    ports: held_ports.HeldPorts
     watchers: set[asyncio.Queue[GroupStatus]] = field(default_factory=set)
     admitted: admission.Admitted | None = None
     process: launchers.LauncherProcess | None = None
@@ -57,6 +59,7 @@ class _Group:
     evicting: str = ""  # the preemption message while the kernel is being stopped
     saved: str = ""  # what the last preemption's checkpoint saved, as the kernel reported it
     stopping: StopCause | None = None
+    launches: int = 0  # launchers started so far (a later one resumes the kernel)
 
 
 class LocalBackend(LoggingConfigurable):
@@ -163,9 +166,12 @@ class LocalBackend(LoggingConfigurable):
         self._pretend = False
         self._inventory_lock = asyncio.Lock()
         self._arrivals = itertools.count()
-        self._checkpoints: dict[
-            str, Path
-        ] = {}  # kernel id -> checkpoint store to delete at release
+        # kernel id -> its checkpoint store and the root it lies in, deleted at release
+        self._checkpoints: dict[str, tuple[Path, Path]] = {}
+        self._closed = False
+        self._ledger = records.Ledger(
+            Path(jupyter_runtime_dir()) / "kernel-queue" / "kernels", self.log
+        )
 
     # -- inventory ---------------------------------------------------------------------------
 
@@ -215,45 +221,67 @@ class LocalBackend(LoggingConfigurable):
     # -- ClusterBackend --------------------------------------------------------------------
 
     async def submit(self, spec: GroupSpec) -> GroupRef:
-        """Queue the kernel (or return the ref of the one already queued or running)."""
-        existing = self._groups.get(spec.name)
+        """Queue the kernel (or return the ref of the one already queued or running).
+
+        The group is keyed and named by the whole kernel id (a lowercase UUID, else refused);
+        an id that another live server of this user runs is refused too (their log and
+        checkpoint paths would be shared).
+        """
+        kernel_id = ids.check(spec.kernel_id)
+        who = f"kernel {short_id(kernel_id)}"
+        existing = self._groups.get(kernel_id)
         if existing is not None:
             return existing.ref
+        self._check_open(who)
+        spec = replace(spec, name=group_name(kernel_id))
         inventory = await self.inventory()
         request = self._request(spec)
         self._check_fits(spec, request, len(inventory))
-        connection = spec.connection
-        if not all(connection.ports):
-            ports = launchers.free_ports(connection.ip, 5)
-            connection = replace(
-                connection,
-                shell_port=ports[0],
-                iopub_port=ports[1],
-                stdin_port=ports[2],
-                control_port=ports[3],
-                hb_port=ports[4],
+        checkpoints = self._checkpoint_dir(spec)
+        owned = None if checkpoints is None or spec.checkpoint.keep else checkpoints
+        log_path = self._log_path(spec.name)
+        self._ledger.reap_soon()
+        other = await self._ledger.claim(
+            kernel_id, log_path=log_path, checkpoints=owned, root=self._root(spec)
+        )
+        if other is not None:
+            raise errors.LaunchFailed(
+                f"{who}: another Jupyter server of this user (pid {other.server.pid}) runs a "
+                f"kernel with the id {kernel_id}, and the two would share its log and "
+                "checkpoints; start the kernel without choosing an id."
             )
-        ref = GroupRef(self.name, spec.name, spec.kernel_id, connection)
+        existing = self._groups.get(kernel_id)  # submitted again while this one waited
+        if existing is not None:
+            return existing.ref
+        self._check_open(who)
+        ports = self._hold_ports(spec)
+        connection = replace(
+            spec.connection,
+            shell_port=ports.ports[0],
+            iopub_port=ports.ports[1],
+            stdin_port=ports.ports[2],
+            control_port=ports.ports[3],
+            hb_port=ports.ports[4],
+        )
+        ref = GroupRef(self.name, spec.name, kernel_id, connection)
         group = _Group(
             spec=replace(spec, connection=connection),
             ref=ref,
             request=request,
             status=GroupStatus(GroupPhase.QUEUED),
-            log_path=self._log_path(spec.name),
+            log_path=log_path,
+            ports=ports,
         )
-        self._groups[spec.name] = group
-        directory = self._checkpoint_dir(spec)
-        if directory is not None and not spec.checkpoint.keep:
-            self._checkpoints[spec.kernel_id] = directory
-        self.log.info(
-            "kernel %s queued in %r needing %s", short_id(spec.kernel_id), spec.queue, spec.needs()
-        )
+        self._groups[kernel_id] = group
+        if owned is not None:
+            self._checkpoints[kernel_id] = (owned, self._root(spec))
+        self.log.info("%s queued in %r needing %s", who, spec.queue, spec.needs())
         self._schedule()
         return ref
 
     async def watch(self, ref: GroupRef) -> AsyncIterator[GroupStatus]:
         """Yield the current status, then each change, until the group ends."""
-        group = self._groups.get(ref.name)
+        group = self._find(ref)
         if group is None:
             yield GroupStatus(GroupPhase.FINISHED, message="the kernel is gone", exit_code=0)
             return
@@ -262,12 +290,14 @@ class LocalBackend(LoggingConfigurable):
 
     async def stop(self, ref: GroupRef, *, grace: float, cause: StopCause) -> None:
         """Stop the kernel process; a waiting group leaves the queue. RESTART restarts in place."""
-        group = self._groups.get(ref.name)
+        group = self._find(ref)
         if group is None:
             return
         if group.process is None:
-            if group.admitted is None:
-                self._finish(group, 0, "removed from the queue")
+            if cause is not StopCause.RESTART:
+                group.stopping = cause  # admitted but not started yet: `_run` will not start it
+                if group.admitted is None:
+                    self._finish(group, 0, "removed from the queue")
             return
         if cause is StopCause.RESTART:
             self._signal(group, signal.SIGHUP)
@@ -282,28 +312,59 @@ class LocalBackend(LoggingConfigurable):
 
     async def send_signal(self, ref: GroupRef, signum: int) -> None:
         """Send `signum` to the launcher, which forwards it to the kernel."""
-        group = self._groups.get(ref.name)
+        group = self._find(ref)
         if group is not None:
             self._signal(group, signum)
 
     async def release(self, ref: GroupRef) -> None:
-        """Stop the kernel if it runs, give back its quota, remove its log file."""
-        group = self._groups.get(ref.name)
+        """Stop the kernel if it runs, give back its quota and ports, remove its files.
+
+        Whatever the group is doing (queued, starting, running, being preempted), it ends here
+        and never starts again."""
+        group = self._find(ref)
         if group is not None:
             group.stopping = StopCause.SHUTDOWN
             if group.process is not None:
                 await self._terminate(group, group.spec.grace_seconds)
-            elif group.status.phase not in _TERMINAL:
+            if self._groups.get(ref.kernel_id) is group:  # waiting, or admitted but not started
                 self._finish(group, 0, "removed from the queue")
-        with contextlib.suppress(FileNotFoundError):
-            self._log_path(ref.name).unlink()
-        checkpoints = self._checkpoints.pop(ref.kernel_id, None)
-        if checkpoints is not None:  # the kernel's own store; kept only when asked to
-            await asyncio.to_thread(shutil.rmtree, checkpoints, True)
+        elif ref.kernel_id in self._groups:
+            return  # a newer group of the same kernel owns the files now
+        checkpoints, root = self._checkpoints.pop(ref.kernel_id, (None, None))
+        await self._ledger.forget(
+            ref.kernel_id,
+            log_path=self._log_path(group_name(ids.check(ref.kernel_id))),
+            checkpoints=checkpoints,
+            root=root,
+        )
 
     async def aclose(self) -> None:
-        """Release every group."""
+        """Release every group; nothing is admitted or submitted afterwards."""
+        self._closed = True
         await asyncio.gather(*(self.release(g.ref) for g in list(self._groups.values())))
+        await self._ledger.aclose()
+
+    def _find(self, ref: GroupRef) -> _Group | None:
+        """The group `ref` names: same kernel id, same launch (a later one has other ports)."""
+        group = self._groups.get(ref.kernel_id)
+        return group if group is not None and group.ref == ref else None
+
+    def _check_open(self, who: str) -> None:
+        if self._closed:
+            raise errors.LaunchFailed(f"{who}: the server is shutting down; start it again later")
+
+    def _hold_ports(self, spec: GroupSpec) -> held_ports.HeldPorts:
+        ip = spec.connection.ip
+        try:
+            return held_ports.HeldPorts.new(ip)
+        except OSError as exc:  # out of file descriptors: pick ports, check them at admission
+            self.log.warning(
+                "kernel %s: cannot hold its ports while it waits (%s); another process may "
+                "take them",
+                short_id(spec.kernel_id),
+                exc,
+            )
+            return held_ports.HeldPorts(ip, tuple(launchers.free_ports(ip, 5)))
 
     # -- scheduling ------------------------------------------------------------------------
 
@@ -330,7 +391,7 @@ class LocalBackend(LoggingConfigurable):
         if spec.memory:
             resources["memory"] = quantities.bytes_(spec.memory)
         return admission.Request(
-            name=spec.name,
+            name=spec.kernel_id,  # the key of `_groups`
             queue=spec.queue,
             resources=resources,
             priority=priority,
@@ -362,6 +423,8 @@ class LocalBackend(LoggingConfigurable):
 
     def _schedule(self) -> None:
         """Run the admission engine over every group and carry out its decision."""
+        if self._closed:
+            return  # closing: nothing new starts while the groups are released
         inventory = self._inventory or ()
         pending = [g.request for g in self._groups.values() if self._is_waiting(g)]
         admitted = [
@@ -383,6 +446,9 @@ class LocalBackend(LoggingConfigurable):
 
     def _log_path(self, name: str) -> Path:
         return Path(self.log_dir) / f"{name}.log"
+
+    def _root(self, spec: GroupSpec) -> Path:
+        return Path(spec.checkpoint.path or self.checkpoint_root)
 
     @staticmethod
     def _is_waiting(group: _Group) -> bool:
@@ -418,6 +484,18 @@ class LocalBackend(LoggingConfigurable):
     async def _run(self, group: _Group) -> None:
         """Start the group's launcher and settle the group when it exits."""
         spec = group.spec
+        if group.stopping is not None or self._groups.get(spec.kernel_id) is not group:
+            # Stopped or released between its admission and this task's start.
+            if self._groups.get(spec.kernel_id) is group:
+                self._finish(group, 0, "stopped before it started")
+            return
+        # A resumed kernel's ports were free while it was down: it may have lost one.
+        taken = group.ports.hold()
+        if taken:
+            self._finish(group, None, self._taken_at_admission(group, taken), failed=True)
+            return
+        group.ports.lend()  # from here to the launcher's exit the kernel listens there
+        group.launches += 1
         request = launchers.LaunchRequest(
             kernel_id=spec.kernel_id,
             argv=spec.argv,
@@ -437,6 +515,19 @@ class LocalBackend(LoggingConfigurable):
             return
         group.process = None
         self._on_exit(group, code)
+
+    def _taken_at_admission(self, group: _Group, taken: list[int]) -> str:
+        who, ports = f"kernel {short_id(group.spec.kernel_id)}", group.ports.describe(taken)
+        verb = "is" if len(taken) == 1 else "are"
+        if group.launches:
+            return (
+                f"{who} cannot resume: {ports}, where its clients reconnect, {verb} taken by "
+                "another process; restart the kernel (it gets new ports) or shut it down"
+            )
+        return (
+            f"{who} cannot start: {ports} {verb} taken by another process; start the kernel "
+            "again (it gets new ports)"
+        )
 
     def _checkpoint_dir(self, spec: GroupSpec) -> Path | None:
         if not spec.checkpoint.enabled:
@@ -463,6 +554,8 @@ class LocalBackend(LoggingConfigurable):
             self.log.info("kernel %s: %s", short_id(group.spec.kernel_id), group.saved)
             return
         status = group.status
+        if event.get("event") == "started" and group.process is not None and group.process.pid:
+            self._ledger.launcher_started(group.spec.kernel_id, group.process.pid)
         if event.get("event") == "started" and not group.evicting:
             group.saved = ""
             feed.publish(
@@ -478,17 +571,28 @@ class LocalBackend(LoggingConfigurable):
             feed.publish(group, status.evolve(kernel_alive=False))
 
     def _on_exit(self, group: _Group, code: int) -> None:
-        if group.evicting:
-            self.log.info(
-                "kernel %s stopped after preemption; requeued", short_id(group.spec.kernel_id)
-            )
+        who = f"kernel {short_id(group.spec.kernel_id)}"
+        if group.evicting and group.stopping is None:
+            self.log.info("%s stopped after preemption; requeued", who)
             group.evicting = ""
             group.admitted = None
+            group.ports.hold()  # held while it waits; a port lost now is retried at admission
             # Back of the line, as Kueue requeues by eviction time; `_schedule` publishes the place.
             group.request = replace(group.request, created=float(next(self._arrivals)))
             group.status = GroupStatus(GroupPhase.QUEUED, message=group.saved)
             self._schedule()
             return
+        if group.stopping is None:  # the kernel ended on its own: did someone take a port?
+            taken = group.ports.hold()
+            if taken:
+                ports, verb = group.ports.describe(taken), "is" if len(taken) == 1 else "are"
+                message = (
+                    f"the kernel exited with code {code}: {ports} {verb} taken by another "
+                    "process, so the kernel could not listen there; restart the kernel (it "
+                    "gets new ports)"
+                )
+                self._finish(group, code, message + launchers.log_tail(group.log_path), failed=True)
+                return
         if group.stopping is None and group.status.phase is GroupPhase.ADMITTED:
             message = f"the kernel exited with code {code} before it started"
             self._finish(group, code, message + launchers.log_tail(group.log_path), failed=True)
@@ -500,8 +604,10 @@ class LocalBackend(LoggingConfigurable):
     ) -> None:
         """End the group: free its quota, tell watchers, forget it, admit the next."""
         phase = GroupPhase.FAILED if failed else GroupPhase.FINISHED
-        self._groups.pop(group.spec.name, None)
+        if self._groups.get(group.spec.kernel_id) is group:
+            del self._groups[group.spec.kernel_id]
         group.admitted = None
+        group.ports.close()
         feed.publish(group, GroupStatus(phase, message=message, exit_code=code))
         self._schedule()
 
