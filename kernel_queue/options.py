@@ -1,36 +1,131 @@
-"""`KernelOptions`: the kernelspec config keys of a queued kernel, as traits.
+"""`KernelOptions`: the kernelspec config keys of a queued kernel, as traits, and their check.
 
 Shared by the provisioner (jupyter_client ≥ 8) and the Enterprise Gateway 3.x process proxy
-(jupyter_client 6), so it imports neither: only traitlets. The values are turned into a
-validated `GroupSpec` by `spec.build`; nothing here reads config or the environment at import.
+(jupyter_client 6), so it imports neither: only traitlets. Traits refuse wrong types (a boolean
+is not a number); `check_keys` refuses unknown keys; `spec.build` checks the values. Also the
+server-only `PodTemplatePolicy`. Nothing here reads config or the environment at import.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from traitlets import Dict, Float, Int, TraitError, Unicode, Union, default
+from traitlets import Dict, Float, Int, List, TraitError, TraitType, Unicode, default
 from traitlets.config import LoggingConfigurable
+
+from kernel_queue import errors
+
+_KINDS = {bool: "a boolean", str: "a string", float: "a decimal number", list: "a list"}
+
+
+def shown(value: Any) -> str:
+    """A value as an error message shows it: strings quoted (``'a/b'``, lone surrogates
+    escaped), other JSON values as kernel.json spells them (``true``, ``Infinity``, ``NaN``)."""
+    if isinstance(value, str):
+        return repr(value)
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return _KINDS.get(type(value), "an object" if isinstance(value, dict) else type(value).__name__)
 
 
 class _Count(Int[int, int]):
-    """A non-negative whole number whose type error says how to write it in kernel.json."""
+    """A whole number (never a boolean) whose type error says how to write it in kernel.json."""
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        if isinstance(value, bool):
+            self.error(obj, value)
+        return super().validate(obj, value)
 
     def error(
         self, obj: Any, value: Any, error: Exception | None = None, info: str | None = None
     ) -> Any:
+        quotes = " without quotes" if isinstance(value, str) else ""
         raise TraitError(
             f"kernelspec config key '{self.name}' must be a whole number such as 1, "
-            f'not {value!r} ({type(value).__name__}); write "{self.name}": 1 without quotes '
-            "in kernel.json"
+            f'not {shown(value)} ({_kind(value)}); write "{self.name}": 1{quotes} in kernel.json'
         )
 
 
-def _quantity(help: str) -> Union:
-    return Union(
-        [Unicode(), Float(), Int()], default_value=None, allow_none=True, config=True, help=help
-    )
+class _Seconds(Float[float, float]):
+    """Seconds: a number, never a boolean (finiteness is `spec.build`'s check, naming the
+    kernelspec)."""
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TraitError(
+                f"kernelspec config key '{self.name}' must be a number of seconds such as 60, "
+                f"not {shown(value)} ({_kind(value)})"
+            )
+        return super().validate(obj, float(value))
+
+
+class _Quantity(TraitType[Any, Any]):
+    """A Kubernetes quantity: a string ('500m', '8Gi') or a number, never a boolean; its
+    grammar and range are `spec.build`'s check (`quantities.parse`)."""
+
+    info_text = "a quantity such as 2, '500m' or '8Gi'"
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        if value is None or (isinstance(value, str | int | float) and not isinstance(value, bool)):
+            return value
+        raise TraitError(
+            f"kernelspec config key '{self.name}' must be a quantity such as 2, '500m' or "
+            f"'8Gi', not {shown(value)} ({_kind(value)})"
+        )
+
+
+def _quantity(help: str) -> _Quantity:
+    return _Quantity(default_value=None, allow_none=True, config=True, help=help)
+
+
+def unknown_keys(given: Iterable[str], known: Sequence[str], noun: str = "key") -> str | None:
+    """ "unknown key `gpu` (did you mean `gpus`?)" for the keys of `given` not in `known`
+    (sorted, each with its nearest known key if one is close); None when all are known."""
+    unknown = sorted(set(given) - set(known))
+    if not unknown:
+        return None
+    guesses = {key: guess for key in unknown if (guess := _nearest(key, known))}
+    listed = ", ".join(f"`{key}`" for key in unknown)
+    text = f"unknown {noun}{'s' if len(unknown) > 1 else ''} {listed}"
+    if len(unknown) == 1 and guesses:
+        return f"{text} (did you mean `{guesses[unknown[0]]}`?)"
+    if guesses:
+        hints = ", ".join(f"`{guess}` for `{key}`" for key, guess in guesses.items())
+        return f"{text} (did you mean {hints}?)"
+    return text
+
+
+def _nearest(key: str, known: Sequence[str]) -> str | None:
+    found = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    if found:
+        return found[0]
+    starts = [k for k in known if len(key) >= 3 and (k.startswith(key) or key.startswith(k))]
+    return starts[0] if len(starts) == 1 else None
+
+
+def check_keys(values: Mapping[str, Any], *, where: str, stanza: str) -> None:
+    """Raise `ConfigError` naming each key of `values` that is not a kernelspec config key.
+
+    The one check for every path: the provisioner (`spec.build`, jupyter_server and Kernel
+    Gateway) and Enterprise Gateway's proxy (`gateway.launch.kernel_options`)."""
+    problem = unknown_keys(values, sorted(KernelOptions.keys()), noun="config key")
+    if problem is not None:
+        raise errors.ConfigError(
+            f"{where}: {problem}; the keys are {', '.join(sorted(KernelOptions.keys()))} "
+            f"(in {stanza}). Server settings such as c.PodTemplatePolicy.allowed_exceptions "
+            "belong in the server's config, not in kernel.json"
+        )
 
 
 class KernelOptions(LoggingConfigurable):
@@ -60,10 +155,10 @@ class KernelOptions(LoggingConfigurable):
         help="""kubernetes: connect through the kernel's Service ('service', a stable address
         across pod replacement; the server must reach cluster IPs) or its pod's IP ('pod-ip').""",
     )
-    admission_timeout = Float(
+    admission_timeout = _Seconds(
         0.0, config=True, help="Seconds to wait in the queue before giving up; 0 waits forever."
     )
-    startup_timeout = Float(
+    startup_timeout = _Seconds(
         120.0, config=True, help="Seconds from admission until the kernel must be running."
     )
     checkpoint = Dict(
@@ -79,3 +174,18 @@ class KernelOptions(LoggingConfigurable):
     def keys(cls) -> frozenset[str]:
         """The kernelspec config keys (trait names of this class, not of its subclasses)."""
         return frozenset(KernelOptions.class_own_traits(config=True))
+
+
+class PodTemplatePolicy(LoggingConfigurable):
+    """What a kernelspec's `pod_template` may set despite the pod policy (`kube.pod_policy`).
+
+    A server setting (`c.PodTemplatePolicy.allowed_exceptions` in the server's config), never a
+    kernelspec key: a kernelspec must not be able to grant itself host access."""
+
+    allowed_exceptions = List(
+        Unicode(),
+        config=True,
+        help="""Pod policy rules (such as 'hostPath' or 'privileged') or field paths (such as
+        'spec.volumes[*].hostPath' or 'spec.containers[1].securityContext.privileged', where
+        [*] is any index) that pod templates may set anyway. Every other rule still holds.""",
+    )

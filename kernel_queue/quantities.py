@@ -40,25 +40,35 @@ LARGEST = Decimal(2**63 - 1)
 """Kubernetes holds no quantity above 2^63-1 (it caps them); we refuse them instead."""
 
 
-def parse(value: str | int | float) -> Decimal:
-    """Return the quantity as a Decimal in base units; raise ValueError naming the bad text.
+class QuantityError(ValueError):
+    """`value` is not a quantity we accept; `reason` says why ("is negative")."""
 
-    Negative, non-finite and too-large values are refused too: none is a resource request."""
+    def __init__(self, value: object, reason: str) -> None:
+        super().__init__(f"{value!r} {reason}")
+        self.value, self.reason = value, reason
+
+
+_NOT_A_QUANTITY = "is not a quantity such as '2', '500m', '4Gi' or '16G'"
+
+
+def parse(value: str | int | float) -> Decimal:
+    """Return the quantity as a Decimal in base units; raise `QuantityError` naming the bad
+    text. Negative, non-finite and too-large values are refused too: none is a request."""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ValueError(f"{value!r} is not a quantity such as '2', '500m', '4Gi' or '16G'")
+        raise QuantityError(value, _NOT_A_QUANTITY)
     if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{value!r} is not a finite number")
+        raise QuantityError(value, "is not a finite number")
     if isinstance(value, int | float):
         amount = Decimal(str(value))
     else:
         match = _QUANTITY.fullmatch(value)
         if match is None:
-            raise ValueError(f"{value!r} is not a quantity such as '2', '500m', '4Gi' or '16G'")
+            raise QuantityError(value, _NOT_A_QUANTITY)
         amount = _amount(match)
     if amount < 0:
-        raise ValueError(f"{value!r} is negative")
+        raise QuantityError(value, "is negative")
     if amount > LARGEST:
-        raise ValueError(f"{value!r} is larger than Kubernetes allows (2^63-1)")
+        raise QuantityError(value, "is larger than Kubernetes allows (2^63-1)")
     return amount
 
 

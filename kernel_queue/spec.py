@@ -1,26 +1,87 @@
 """Turn a provisioner's traits and kernelspec into a validated `GroupSpec`.
 
-Called from `pre_launch`, so every bad value becomes a `ConfigError` that names the kernelspec,
-the key and the fix before anything is created. Pure apart from reading the kernelspec object.
+Called from `pre_launch` (and by Enterprise Gateway's proxy), so every bad value becomes a
+`ConfigError` that names the kernelspec, the key and the fix before anything is created. The
+checkpoint rules are shared with `jupyter kernel-queue install` (`checkpoint_settings`). Pure
+apart from reading the kernelspec object and, for a local checkpoint `path`, the filesystem.
 """
 
 from __future__ import annotations
 
 import getpass
+import math
 import os
 import secrets
 import sys
-from collections.abc import Iterable
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
-from kernel_queue import backends, errors, quantities
+from kernel_queue import backends, errors, launcher, options, quantities
+from kernel_queue.kube import manifests, names
 from kernel_queue.model import CheckpointSettings, ConnectionInfo, GroupSpec, group_name
 
 CONNECT_MODES = ("service", "pod-ip")
-CHECKPOINT_KEYS = frozenset({"enabled", "path", "claim", "grace_seconds", "keep"})
+CHECKPOINT_KEYS = ("enabled", "path", "claim", "grace_seconds", "keep")
 DEFAULT_GRACE_SECONDS = 30.0
+MIN_SAVE_SECONDS = 1.0
+"""The least time a checkpoint save must get after SIGTERM (`launcher.checkpoint_deadline`'s
+floor); a grace period that leaves less is refused."""
 _PYTHONS = {"python", f"python{sys.version_info[0]}", "python{}.{}".format(*sys.version_info[:2])}
+_LABEL_RULE = (
+    "lower-case letters, digits, '-' and '.', at most 63 characters, starting and ending with "
+    "a letter or digit"
+)
+_SUBDOMAIN_RULE = (
+    "lower-case letters, digits, '-' and '.', at most 253 characters, each dot-separated part "
+    "starting and ending with a letter or digit"
+)
+_DNS_LABEL_RULE = (
+    "lower-case letters, digits and '-', at most 63 characters, starting and ending with a "
+    "letter or digit"
+)
+# Kubernetes names the kubernetes backend sends: (key, what it is, check, rule).
+_KUBE_NAMES: tuple[tuple[str, str, Callable[[str], bool], str], ...] = (
+    ("queue", "a LocalQueue name", names.is_queue_name, _LABEL_RULE),
+    ("namespace", "a namespace name", names.is_dns_label, _DNS_LABEL_RULE),
+    ("priority_class", "a WorkloadPriorityClass name", names.is_queue_name, _LABEL_RULE),
+    ("service_account", "a ServiceAccount name", names.is_dns_subdomain, _SUBDOMAIN_RULE),
+    (
+        "gpu_resource",
+        "an extended resource name",
+        names.is_extended_resource,
+        "a domain, '/' and a name, such as 'nvidia.com/gpu'",
+    ),
+)
+_TEXT_KEYS = (
+    "backend",
+    "queue",
+    "namespace",
+    "image",
+    "gpu_resource",
+    "priority_class",
+    "service_account",
+    "connect",
+)
+
+
+@dataclass(frozen=True)
+class Problem(Exception):
+    """One bad value: `name(key)` `problem`; `fix`. Each caller words the key its own way
+    (`checkpoint.path` in a kernelspec, `--checkpoint-path` on the command line)."""
+
+    key: str
+    problem: str
+    fix: str
+
+
+Namer = Callable[[str], str]
+
+
+def kernelspec_key(key: str) -> str:
+    """How a kernelspec error names a key: `` `checkpoint.path` ``."""
+    return f"`{key}`"
 
 
 def build(provisioner: Any, *, argv_extra: list[str], cwd: str | None) -> GroupSpec:
@@ -28,39 +89,71 @@ def build(provisioner: Any, *, argv_extra: list[str], cwd: str | None) -> GroupS
     kernelspec = provisioner.kernel_spec
     name = getattr(provisioner.parent, "kernel_name", "") or kernelspec.display_name or "?"
     where = f"kernelspec {name!r}"
+    metadata = getattr(kernelspec, "metadata", None) or {}
+    given = (metadata.get("kernel_provisioner") or {}).get("config") or {}
+    options.check_keys(given, where=where, stanza="metadata.kernel_provisioner.config")
+    try:
+        return _build(provisioner, kernelspec, name, argv_extra, cwd)
+    except Problem as problem:
+        raise errors.ConfigError(
+            f"{where}: {kernelspec_key(problem.key)} {problem.problem}; {problem.fix}"
+        ) from None
 
-    def bad(key: str, problem: str, fix: str) -> errors.ConfigError:
-        return errors.ConfigError(f"{where}: `{key}` {problem}; {fix}")
 
-    if provisioner.backend not in backends.NAMES:
-        raise bad(
+def _build(
+    provisioner: Any, kernelspec: Any, name: str, argv_extra: list[str], cwd: str | None
+) -> GroupSpec:
+    backend = provisioner.backend
+    for key in _TEXT_KEYS:
+        _text(key, getattr(provisioner, key))
+    if backend not in backends.NAMES:
+        raise Problem(
             "backend",
-            f"is {provisioner.backend!r}, which is not a backend",
+            f"is {backend!r}, which is not a backend",
             f"set it to one of {', '.join(repr(n) for n in backends.NAMES)}",
         )
     if not provisioner.queue:
-        raise bad("queue", "is empty", "name the queue to wait in, such as 'default'")
+        raise Problem("queue", "is empty", "name the queue to wait in, such as 'default'")
     if provisioner.gpus < 0:
-        raise bad("gpus", f"is {provisioner.gpus}", "ask for 0 or more GPUs")
+        raise Problem("gpus", f"is {provisioner.gpus}", "ask for 0 or more GPUs")
     if provisioner.pod_group_size < 1:
-        raise bad("pod_group_size", f"is {provisioner.pod_group_size}", "use 1 or more pods")
-    if provisioner.admission_timeout < 0:
-        raise bad("admission_timeout", "is negative", "use seconds, or 0 to wait forever")
+        raise Problem("pod_group_size", f"is {provisioner.pod_group_size}", "use 1 or more pods")
+    admission_timeout = provisioner.admission_timeout
+    if not math.isfinite(admission_timeout) or admission_timeout < 0:
+        raise Problem(
+            "admission_timeout",
+            f"is {options.shown(admission_timeout)}",
+            "give a finite number of seconds, or 0 to wait forever",
+        )
     if provisioner.connect not in CONNECT_MODES:
-        raise bad(
+        raise Problem(
             "connect",
             f"is {provisioner.connect!r}",
             f"use one of {', '.join(repr(m) for m in CONNECT_MODES)}",
         )
-    if provisioner.startup_timeout <= 0:
-        raise bad("startup_timeout", "must be positive", "give the seconds a kernel may take")
-    cpu = _quantity(provisioner.cpu, "cpu", quantities.millicores, bad)
-    memory = _quantity(provisioner.memory, "memory", quantities.bytes_, bad)
-    grace = _grace(provisioner.checkpoint, bad)
-    checkpoint = _checkpoint(provisioner.checkpoint, provisioner.backend, bad)
-    argv = _argv(list(kernelspec.argv) + list(argv_extra), kernelspec, provisioner.backend)
+    startup_timeout = provisioner.startup_timeout
+    if not math.isfinite(startup_timeout) or startup_timeout <= 0:
+        raise Problem(
+            "startup_timeout",
+            f"is {options.shown(startup_timeout)}",
+            "give the finite, positive number of seconds a kernel may take to start",
+        )
+    if backend == "kubernetes":
+        _kube_names(provisioner)
+    cpu = _quantity(provisioner.cpu, "cpu", quantities.millicores)
+    memory = _quantity(provisioner.memory, "memory", quantities.bytes_)
+    checkpoint, grace = checkpoint_settings(provisioner.checkpoint, backend)
+    if backend == "local" and checkpoint.enabled and checkpoint.path:
+        problem = directory_problem(Path(checkpoint.path))
+        if problem is not None:
+            raise Problem(
+                "checkpoint.path",
+                f"is {checkpoint.path!r}, but {problem}",
+                "give a directory this server can create and write in",
+            )
+    argv = _argv(list(kernelspec.argv) + list(argv_extra), kernelspec, backend)
     if not argv:
-        raise bad("argv", "is empty", "give the kernel command in kernel.json's argv")
+        raise Problem("argv", "is empty", "give the kernel command in kernel.json's argv")
     return GroupSpec(
         kernel_id=provisioner.kernel_id,
         name=group_name(provisioner.kernel_id),
@@ -83,7 +176,7 @@ def build(provisioner: Any, *, argv_extra: list[str], cwd: str | None) -> GroupS
         pod_template=dict(provisioner.pod_template),
         service_account=provisioner.service_account,
         connect=provisioner.connect,
-        backend=provisioner.backend,
+        backend=backend,
     )
 
 
@@ -100,54 +193,180 @@ def with_env(spec: GroupSpec, env: dict[str, str], kernelspec_keys: Iterable[str
     return replace(spec, env={k: v for k, v in env.items() if k in keys})
 
 
-def _quantity(value: Any, key: str, parse: Any, bad: Any) -> str | None:
+def checkpoint_settings(
+    config: Mapping[str, Any], backend: str, name: Namer = kernelspec_key
+) -> tuple[CheckpointSettings, float]:
+    """The `checkpoint` dict's settings and grace seconds; raise `Problem` for a bad one.
+
+    The one set of checkpoint rules, for hand-written kernelspecs and for `install`: known
+    keys, types, `path` absolute and only on the local backend, `claim` only (and required) on
+    kubernetes, `keep` only with checkpoints on, and a grace period that leaves time to save.
+    `name(key)` words the keys of fixes as the caller's user writes them."""
+    unknown = options.unknown_keys(config, CHECKPOINT_KEYS)
+    if unknown is not None:
+        article = "an " if unknown.startswith("unknown key ") else ""
+        raise Problem(
+            "checkpoint", f"has {article}{unknown}", f"its keys are {', '.join(CHECKPOINT_KEYS)}"
+        )
+    grace = config.get("grace_seconds", DEFAULT_GRACE_SECONDS)
+    if isinstance(grace, bool) or not isinstance(grace, int | float) or grace <= 0:
+        shown = options.shown(grace)
+        raise Problem(
+            "checkpoint.grace_seconds", f"is {shown}", "give a positive number of seconds"
+        )
+    if not math.isfinite(grace):
+        shown = options.shown(grace)
+        raise Problem("checkpoint.grace_seconds", f"is {shown}", "give a finite number of seconds")
+    for key in ("enabled", "keep"):
+        if not isinstance(config.get(key, False), bool):
+            raise Problem(
+                f"checkpoint.{key}", f"is {options.shown(config[key])}", "write true or false"
+            )
+    for key in ("path", "claim"):
+        if config.get(key) is not None:
+            if not isinstance(config[key], str):
+                shown = options.shown(config[key])
+                raise Problem(f"checkpoint.{key}", f"is {shown}", "write a string")
+            _text(f"checkpoint.{key}", config[key])
+    path, claim = config.get("path") or None, config.get("claim") or None
+    enabled = config.get("enabled", bool(path or claim))
+    _checkpoint_place(path, claim, enabled, backend, name)
+    if config.get("keep") and not enabled:
+        raise Problem(
+            "checkpoint.keep",
+            "is true but checkpoints are off",
+            f"turn them on with {name('checkpoint.enabled')}, or leave {name('checkpoint.keep')} "
+            "out",
+        )
+    if enabled:
+        _check_grace(float(grace), backend)
+    settings = CheckpointSettings(
+        enabled=bool(enabled), path=path, claim=claim, keep=bool(config.get("keep", False))
+    )
+    return settings, float(grace)
+
+
+def _checkpoint_place(
+    path: str | None, claim: str | None, enabled: bool, backend: str, name: Namer
+) -> None:
+    if backend == "kubernetes":
+        if path:
+            raise Problem(
+                "checkpoint.path",
+                "is a directory of this machine, which a pod cannot reach",
+                f"on the kubernetes backend name a PersistentVolumeClaim with "
+                f"{name('checkpoint.claim')}",
+            )
+        if enabled and not claim:
+            raise Problem(
+                "checkpoint.claim",
+                "is missing",
+                "name the PersistentVolumeClaim that holds checkpoints (ReadWriteMany is best: a "
+                "requeued kernel may land on another node)",
+            )
+        if claim and not names.is_dns_subdomain(claim):
+            raise Problem(
+                "checkpoint.claim",
+                f"is {claim!r}, which Kubernetes does not accept as a PersistentVolumeClaim name",
+                f"use {_SUBDOMAIN_RULE}",
+            )
+        return
+    if claim:
+        raise Problem(
+            "checkpoint.claim",
+            "names a PersistentVolumeClaim, which only the kubernetes backend mounts",
+            f"on the {backend} backend use {name('checkpoint.path')} (a directory), or leave it "
+            "out for the server's default",
+        )
+    if path and not os.path.isabs(path):
+        raise Problem(
+            "checkpoint.path",
+            f"is {path!r}, a relative path",
+            "give an absolute directory, such as '/var/lib/kernel-queue/checkpoints'",
+        )
+
+
+def min_grace_seconds(backend: str) -> int:
+    """The least `grace_seconds` that leaves `MIN_SAVE_SECONDS` for a checkpoint save."""
+    margin = launcher.CHECKPOINT_MARGIN_SECONDS + MIN_SAVE_SECONDS
+    if backend == "kubernetes":
+        margin += manifests.STOP_MARGIN_SECONDS
+    return math.ceil(margin)
+
+
+def _check_grace(grace: float, backend: str) -> None:
+    """The save must end `CHECKPOINT_MARGIN_SECONDS` before the launcher's stop timeout: the
+    whole grace period locally, grace - `STOP_MARGIN_SECONDS` in a pod (`manifests`)."""
+    if backend == "kubernetes":
+        stop: float = int(grace) - manifests.STOP_MARGIN_SECONDS
+        how = (
+            f"the launcher stops the kernel {manifests.STOP_MARGIN_SECONDS} s before the pod's "
+            f"grace period ends, and the save must end {launcher.CHECKPOINT_MARGIN_SECONDS:g} s "
+            "before that"
+        )
+    else:
+        stop = grace
+        how = (
+            f"the save must end {launcher.CHECKPOINT_MARGIN_SECONDS:g} s before the kernel is "
+            "stopped"
+        )
+    if stop - launcher.CHECKPOINT_MARGIN_SECONDS < MIN_SAVE_SECONDS:
+        raise Problem(
+            "checkpoint.grace_seconds",
+            f"is {grace:g}, which leaves no time to save: {how}",
+            f"use {min_grace_seconds(backend)} or more seconds",
+        )
+
+
+def directory_problem(directory: Path) -> str | None:
+    """Why this process could not create and write in `directory`; None when it can.
+
+    Looks at the nearest existing ancestor and creates nothing. The local backend calls it at
+    launch for the checkpoint directory it will use."""
+    probe = directory
+    while not probe.exists() and not probe.is_symlink() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"this server cannot write in {probe}"
+    return None
+
+
+def _text(key: str, value: Any) -> None:
+    """Refuse text that cannot be written out (a lone surrogate from a JSON escape)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise Problem(
+                key,
+                f"is {value!r}, which is not valid text (a lone surrogate)",
+                "write it in plain UTF-8",
+            ) from None
+
+
+def _kube_names(provisioner: Any) -> None:
+    for key, what, valid, rule in _KUBE_NAMES:
+        value = getattr(provisioner, key)
+        if value and not valid(value):
+            raise Problem(
+                key, f"is {value!r}, which Kubernetes does not accept as {what}", f"use {rule}"
+            )
+
+
+def _quantity(value: Any, key: str, parse: Any) -> str | None:
     if value is None or value == "":
         return None
     try:
-        if parse(value) < 0:
-            raise ValueError(f"{value!r} is negative")
-    except ValueError as exc:
-        raise bad(
-            key, f"is not valid ({exc})", "write a quantity such as 2, '500m' or '8Gi'"
+        parse(value)
+    except quantities.QuantityError as exc:
+        raise Problem(
+            key,
+            f"is {options.shown(value)}, which {exc.reason}",
+            "write a quantity such as 2, '500m' or '8Gi'",
         ) from None
     return str(value)
-
-
-def _grace(checkpoint: dict[str, Any], bad: Any) -> float:
-    unknown = sorted(set(checkpoint) - CHECKPOINT_KEYS)
-    if unknown:
-        raise bad(
-            "checkpoint",
-            f"has unknown keys {unknown}",
-            f"use only {', '.join(sorted(CHECKPOINT_KEYS))}",
-        )
-    grace = checkpoint.get("grace_seconds", DEFAULT_GRACE_SECONDS)
-    if isinstance(grace, bool) or not isinstance(grace, int | float) or grace <= 0:
-        raise bad("checkpoint.grace_seconds", f"is {grace!r}", "give a positive number of seconds")
-    return float(grace)
-
-
-def _checkpoint(config: dict[str, Any], backend: str, bad: Any) -> CheckpointSettings:
-    enabled = config.get("enabled", bool(config.get("path") or config.get("claim")))
-    for key in ("enabled", "keep"):
-        if not isinstance(config.get(key, False), bool):
-            raise bad(f"checkpoint.{key}", f"is {config[key]!r}", "write true or false")
-    for key in ("path", "claim"):
-        if config.get(key) is not None and not isinstance(config[key], str):
-            raise bad(f"checkpoint.{key}", f"is {config[key]!r}", "write a string")
-    if enabled and backend == "kubernetes" and not config.get("claim"):
-        raise bad(
-            "checkpoint.claim",
-            "is missing",
-            "name the PersistentVolumeClaim that holds checkpoints (ReadWriteMany is best: a "
-            "requeued kernel may land on another node)",
-        )
-    return CheckpointSettings(
-        enabled=bool(enabled),
-        path=config.get("path"),
-        claim=config.get("claim"),
-        keep=bool(config.get("keep", False)),
-    )
 
 
 def _argv(argv: list[str], kernelspec: Any, backend: str) -> list[str]:

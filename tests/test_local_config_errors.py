@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,7 +43,8 @@ async def _failure(server: Server, name: str) -> dict[str, Any]:
         ),
         pytest.param(
             {"gpus": "1"},
-            "kernelspec config key 'gpus' must be a whole number such as 1, not '1' (str)",
+            "kernelspec config key 'gpus' must be a whole number such as 1, not '1' (a string); "
+            'write "gpus": 1 without quotes in kernel.json',
             id="gpus-as-a-string",
         ),
         pytest.param(
@@ -51,13 +54,103 @@ async def _failure(server: Server, name: str) -> dict[str, Any]:
         ),
         pytest.param(
             {"memory": "lots"},
-            "`memory` is not valid ('lots' is not a quantity",
+            "`memory` is 'lots', which is not a quantity such as '2', '500m', '4Gi' or '16G'; "
+            "write a quantity such as 2, '500m' or '8Gi'",
             id="memory-not-a-quantity",
         ),
         pytest.param(
             {"checkpoint": {"grace": 10}},
-            "`checkpoint` has unknown keys ['grace']",
+            "`checkpoint` has an unknown key `grace` (did you mean `grace_seconds`?); its keys "
+            "are enabled, path, claim, grace_seconds, keep",
             id="checkpoint-unknown-key",
+        ),
+        pytest.param(
+            {"gpu": 1},
+            "unknown config key `gpu` (did you mean `gpus`?); the keys are admission_timeout, "
+            "backend,",
+            id="unknown-key-did-you-mean",
+        ),
+        pytest.param(
+            {"gpus": 1, "queue_name": "gpu", "colour": "red"},
+            "unknown config keys `colour`, `queue_name` (did you mean `queue` for `queue_name`?)",
+            id="two-unknown-keys",
+        ),
+        pytest.param(
+            {"gpus": True},
+            "kernelspec config key 'gpus' must be a whole number such as 1, not true (a boolean)",
+            id="gpus-true",
+        ),
+        pytest.param(
+            {"pod_group_size": False},
+            "kernelspec config key 'pod_group_size' must be a whole number such as 1, not false",
+            id="pod-group-size-false",
+        ),
+        pytest.param(
+            {"admission_timeout": True},
+            "kernelspec config key 'admission_timeout' must be a number of seconds such as 60, "
+            "not true (a boolean)",
+            id="admission-timeout-true",
+        ),
+        pytest.param(
+            {"cpu": float("inf")},
+            "`cpu` is Infinity, which is not a finite number; write a quantity such as 2, "
+            "'500m' or '8Gi'",
+            id="cpu-infinity",
+        ),
+        pytest.param(
+            {"memory": float("nan")},
+            "`memory` is NaN, which is not a finite number",
+            id="memory-nan",
+        ),
+        pytest.param(
+            {"cpu": True},
+            "kernelspec config key 'cpu' must be a quantity such as 2, '500m' or '8Gi', not true "
+            "(a boolean)",
+            id="cpu-true",
+        ),
+        pytest.param(
+            {"startup_timeout": float("nan")},
+            "`startup_timeout` is NaN; give the finite, positive number of seconds a kernel may "
+            "take to start",
+            id="startup-timeout-nan",
+        ),
+        pytest.param(
+            {"admission_timeout": float("inf")},
+            "`admission_timeout` is Infinity; give a finite number of seconds, or 0 to wait "
+            "forever",
+            id="admission-timeout-infinity",
+        ),
+        pytest.param(
+            {"checkpoint": {"grace_seconds": float("inf")}},
+            "`checkpoint.grace_seconds` is Infinity; give a finite number of seconds",
+            id="grace-infinity",
+        ),
+        pytest.param(
+            {"checkpoint": {"grace_seconds": True}},
+            "`checkpoint.grace_seconds` is true; give a positive number of seconds",
+            id="grace-true",
+        ),
+        pytest.param(
+            {"checkpoint": {"enabled": True, "path": "checkpoints/here"}},
+            "`checkpoint.path` is 'checkpoints/here', a relative path; give an absolute directory",
+            id="relative-checkpoint-path",
+        ),
+        pytest.param(
+            {"checkpoint": {"enabled": True, "claim": "kernel-checkpoints"}},
+            "`checkpoint.claim` names a PersistentVolumeClaim, which only the kubernetes backend "
+            "mounts; on the local backend use `checkpoint.path`",
+            id="claim-on-local",
+        ),
+        pytest.param(
+            {"checkpoint": {"enabled": True, "grace_seconds": 3}},
+            "`checkpoint.grace_seconds` is 3, which leaves no time to save: the save must end "
+            "3 s before the kernel is stopped; use 4 or more seconds",
+            id="grace-below-the-save-margin",
+        ),
+        pytest.param(
+            {"queue": "gpu\ud800"},
+            "`queue` is 'gpu\\ud800', which is not valid text (a lone surrogate)",
+            id="lone-surrogate",
         ),
     ],
 )
@@ -66,6 +159,32 @@ async def test_bad_config_fails_the_kernel_with_a_clear_error(
 ) -> None:
     model = await _failure(server, kernelspec(**config))
     assert expected in model["reason"]
+
+
+async def test_an_unwritable_checkpoint_path_is_refused_at_launch(
+    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    where = blocker / "checkpoints"
+    model = await _failure(server, kernelspec(checkpoint={"enabled": True, "path": str(where)}))
+    assert f"`checkpoint.path` is '{where}', but {blocker} is not a directory" in model["reason"]
+    assert not where.exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into any directory")
+async def test_a_read_only_checkpoint_directory_is_refused_at_launch(
+    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    where = locked / "checkpoints"
+    model = await _failure(server, kernelspec(checkpoint={"enabled": True, "path": str(where)}))
+    assert (
+        f"`checkpoint.path` is '{where}', but this server cannot write in {locked}"
+        in (model["reason"])
+    )
+    assert not where.exists()
 
 
 async def test_admission_timeout_ends_the_wait_and_frees_the_place(

@@ -93,6 +93,52 @@ def test_validators(text: str, label: bool, value: bool) -> None:
     assert names.is_label_value(text) is value
 
 
+@pytest.mark.parametrize(
+    ("text", "subdomain", "queue"),
+    [
+        pytest.param("user-queue", True, True, id="plain"),
+        pytest.param("team.gpu", True, True, id="dotted"),
+        pytest.param("0queue", True, True, id="leading-digit"),
+        pytest.param("", False, False, id="empty"),
+        pytest.param("a/b", False, False, id="slash"),
+        pytest.param("..", False, False, id="dot-dot"),
+        pytest.param("a..b", False, False, id="empty-part"),
+        pytest.param(".a", False, False, id="leading-dot"),
+        pytest.param("a-.b", False, False, id="dash-before-dot"),
+        pytest.param("Queue", False, False, id="capital"),
+        pytest.param("a_b", False, False, id="underscore"),
+        pytest.param("gpu\ud800", False, False, id="lone-surrogate"),
+        pytest.param("gpu\n", False, False, id="newline"),
+        pytest.param("a" * 63, True, True, id="63"),
+        pytest.param("a" * 64, True, False, id="64-no-label-limit-in-subdomains"),
+        pytest.param(".".join(["a" * 63] * 4)[:253], True, False, id="253"),
+        pytest.param("a." * 126 + "ab", False, False, id="254"),
+    ],
+)
+def test_subdomain_and_queue_name_validators(text: str, subdomain: bool, queue: bool) -> None:
+    assert names.is_dns_subdomain(text) is subdomain
+    assert names.is_queue_name(text) is queue
+
+
+@pytest.mark.parametrize(
+    ("text", "valid"),
+    [
+        pytest.param("nvidia.com/gpu", True, id="nvidia"),
+        pytest.param("amd.com/gpu", True, id="amd"),
+        pytest.param("example.com/Fancy_GPU.v2", True, id="name-may-have-capitals"),
+        pytest.param("gpu", False, id="no-domain"),
+        pytest.param("nvidia.com/", False, id="no-name"),
+        pytest.param("/gpu", False, id="empty-domain"),
+        pytest.param("a/b/c", False, id="two-slashes"),
+        pytest.param("Nvidia.com/gpu", False, id="capital-domain"),
+        pytest.param("kubernetes.io/gpu", False, id="reserved-domain"),
+        pytest.param("nvidia.com/" + "g" * 64, False, id="name-too-long"),
+    ],
+)
+def test_extended_resource_names(text: str, valid: bool) -> None:
+    assert names.is_extended_resource(text) is valid
+
+
 @pytest.mark.parametrize("text", NASTY)
 def test_every_sanitizer_output_is_valid_and_stable(text: str) -> None:
     assert names.is_label_value(names.label_value(text))

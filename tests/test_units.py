@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 import kernel_queue
-from kernel_queue import quantities
+from kernel_queue import quantities, spec
 from kernel_queue.backends.gpus import Gpu, parse_nvidia_smi
 from kernel_queue.cli.install import InstallError, kernel_json
 from kernel_queue.cli.status import render, rows
@@ -117,6 +120,80 @@ def test_quantities_kubernetes_cannot_hold_are_refused(value: object, message: s
     with pytest.raises(ValueError) as caught:
         quantities.parse(value)  # type: ignore[arg-type]
     assert message in str(caught.value)
+
+
+def test_a_checkpoint_directory_is_checked_without_creating_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert spec.directory_problem(tmp_path / "new" / "deeper") is None
+    (tmp_path / "file").write_text("")
+    assert (
+        spec.directory_problem(tmp_path / "file" / "x") == f"{tmp_path / 'file'} is not a directory"
+    )
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # as a non-root user sees it
+    assert spec.directory_problem(tmp_path / "new") == f"this server cannot write in {tmp_path}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+@pytest.mark.parametrize(
+    ("config", "backend", "problem"),
+    [
+        pytest.param(
+            {"enabled": True, "claim": "ckpt", "grace_seconds": 8.9},
+            "kubernetes",
+            spec.Problem(
+                "checkpoint.grace_seconds",
+                "is 8.9, which leaves no time to save: the launcher stops the kernel 5 s before "
+                "the pod's grace period ends, and the save must end 3 s before that",
+                "use 9 or more seconds",
+            ),
+            id="kubernetes-grace",
+        ),
+        pytest.param(
+            {"enabled": True, "claim": "ckpt", "path": "/srv/ckpt"},
+            "kubernetes",
+            spec.Problem(
+                "checkpoint.path",
+                "is a directory of this machine, which a pod cannot reach",
+                "on the kubernetes backend name a PersistentVolumeClaim with `checkpoint.claim`",
+            ),
+            id="path-on-kubernetes",
+        ),
+        pytest.param(
+            {"claim": "My Claim"},
+            "kubernetes",
+            spec.Problem(
+                "checkpoint.claim",
+                "is 'My Claim', which Kubernetes does not accept as a PersistentVolumeClaim name",
+                "use lower-case letters, digits, '-' and '.', at most 253 characters, each "
+                "dot-separated part starting and ending with a letter or digit",
+            ),
+            id="bad-claim-name",
+        ),
+        pytest.param(
+            {"keep": True},
+            "local",
+            spec.Problem(
+                "checkpoint.keep",
+                "is true but checkpoints are off",
+                "turn them on with `checkpoint.enabled`, or leave `checkpoint.keep` out",
+            ),
+            id="keep-without-checkpoints",
+        ),
+    ],
+)
+def test_checkpoint_rules(config: dict[str, object], backend: str, problem: spec.Problem) -> None:
+    with pytest.raises(spec.Problem) as caught:
+        spec.checkpoint_settings(config, backend)
+    assert caught.value == problem
+
+
+@pytest.mark.parametrize(("backend", "least"), [("local", 4), ("kubernetes", 9)])
+def test_the_least_grace_leaves_a_second_to_save(backend: str, least: int) -> None:
+    assert spec.min_grace_seconds(backend) == least
+    config = {"enabled": True, "grace_seconds": least, "claim": "c" if backend != "local" else None}
+    settings, grace = spec.checkpoint_settings(config, backend)
+    assert (settings.enabled, grace) == (True, least)
 
 
 def test_public_surface_is_sorted_complete_and_importable() -> None:

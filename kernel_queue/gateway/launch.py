@@ -12,7 +12,7 @@ from typing import Any
 from traitlets import Any as AnyTrait
 from traitlets import Unicode
 
-from kernel_queue import errors
+from kernel_queue import errors, options
 from kernel_queue.options import KernelOptions
 
 EG_PROXY_KEYS = frozenset({"authorized_users", "unauthorized_users", "port_range"})
@@ -43,13 +43,11 @@ def kernel_options(
     own = {k: v for k, v in (proxy_config or {}).items() if k not in EG_PROXY_KEYS}
     values = {**shared, **own}
     name = getattr(parent, "kernel_name", "") or getattr(kernel_spec, "display_name", "?")
-    unknown = sorted(set(values) - KernelOptions.keys())
-    if unknown:
-        raise errors.ConfigError(
-            f"kernelspec {name!r}: unknown config keys {unknown}; use only "
-            f"{', '.join(sorted(KernelOptions.keys()))} (in metadata.kernel_provisioner.config "
-            "or metadata.process_proxy.config)"
-        )
+    options.check_keys(
+        values,
+        where=f"kernelspec {name!r}",
+        stanza="metadata.kernel_provisioner.config or metadata.process_proxy.config",
+    )
     try:
         return GatewayKernelOptions(
             parent=parent, kernel_spec=kernel_spec, kernel_id=kernel_id, **values

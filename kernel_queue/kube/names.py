@@ -15,9 +15,13 @@ from kernel_queue.kube import kueue
 
 LABEL_MAX = 63
 """Longest DNS-1123 label and longest label value."""
+SUBDOMAIN_MAX = 253
+"""Longest DNS-1123 subdomain (most object names)."""
 HASH_LENGTH = 8
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _NOT_DNS_LABEL = re.compile(r"[^-a-z0-9]")
 _NOT_LABEL_VALUE = re.compile(r"[^-A-Za-z0-9_.]")
@@ -27,6 +31,31 @@ _HEX = re.compile(r"[0-9a-f]+")
 def is_dns_label(text: str) -> bool:
     """True for a DNS-1123 label: at most 63 of ``[a-z0-9-]``, alphanumeric at both ends."""
     return len(text) <= LABEL_MAX and _DNS_LABEL.fullmatch(text) is not None
+
+
+def is_dns_subdomain(text: str) -> bool:
+    """True for a DNS-1123 subdomain: at most 253 characters, dot-separated DNS-1123 labels.
+    ServiceAccounts, PersistentVolumeClaims and most other objects are named so."""
+    return len(text) <= SUBDOMAIN_MAX and _DNS_SUBDOMAIN.fullmatch(text) is not None
+
+
+def is_queue_name(text: str) -> bool:
+    """True for a name that is both an object name (DNS-1123 subdomain) and a label value, as a
+    LocalQueue's or WorkloadPriorityClass's must be: pods carry it in a Kueue label."""
+    return is_dns_subdomain(text) and is_label_value(text)
+
+
+def is_extended_resource(text: str) -> bool:
+    """True for an extended resource name such as ``nvidia.com/gpu``: a DNS subdomain outside
+    ``kubernetes.io``, a slash, and a name part of at most 63 characters."""
+    domain, slash, name = text.partition("/")
+    return (
+        bool(slash)
+        and is_dns_subdomain(domain)
+        and not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
+        and len(name) <= LABEL_MAX
+        and _QUALIFIED_NAME.fullmatch(name) is not None
+    )
 
 
 def is_label_value(text: str) -> bool:

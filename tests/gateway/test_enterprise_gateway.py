@@ -244,7 +244,8 @@ async def test_a_restart_through_enterprise_gateway_happens_in_place_and_keeps_t
         pytest.param(
             {"process_proxy": {"gpu": 1}},
             500,
-            "kernelspec 'eg-bad': unknown config keys ['gpu']; use only admission_timeout",
+            "kernelspec 'eg-bad': unknown config key `gpu` (did you mean `gpus`?); the keys are "
+            "admission_timeout",
             id="unknown-key",
         ),
         pytest.param(

@@ -84,8 +84,17 @@ def test_the_proxy_reads_the_provisioner_config_and_its_own_overrides() -> None:
 @pytest.mark.parametrize(
     ("shared", "message"),
     [
-        pytest.param({"gpu": 1}, "unknown config keys ['gpu']", id="unknown-key"),
+        pytest.param(
+            {"gpu": 1},
+            "kernelspec 'GPU': unknown config key `gpu` (did you mean `gpus`?); the keys are "
+            "admission_timeout, backend, checkpoint,",
+            id="unknown-key",
+        ),
         pytest.param({"gpus": "1"}, "must be a whole number such as 1", id="wrong-type"),
+        pytest.param({"gpus": True}, "not true (a boolean)", id="boolean"),
+        pytest.param(
+            {"kernel_spec": "x"}, "unknown config key `kernel_spec`", id="not-an-option-trait"
+        ),
     ],
 )
 def test_bad_kernelspec_config_is_a_config_error_naming_the_key(
@@ -94,6 +103,19 @@ def test_bad_kernelspec_config_is_a_config_error_naming_the_key(
     with pytest.raises(errors.ConfigError, match="kernelspec 'GPU'") as caught:
         launch.kernel_options(kernelspec(shared), None, parent=None, kernel_id="k1")
     assert message in str(caught.value)
+
+
+def test_an_unknown_key_of_the_proxy_stanza_is_refused_like_the_provisioners() -> None:
+    with pytest.raises(errors.ConfigError) as caught:
+        launch.kernel_options(kernelspec({}), {"queu": "gpu"}, parent=None, kernel_id="k1")
+    assert str(caught.value).startswith(
+        "kernelspec 'GPU': unknown config key `queu` (did you mean `queue`?); the keys are "
+    )
+    assert str(caught.value).endswith(
+        "(in metadata.kernel_provisioner.config or metadata.process_proxy.config). Server "
+        "settings such as c.PodTemplatePolicy.allowed_exceptions belong in the server's "
+        "config, not in kernel.json"
+    )
 
 
 @pytest.mark.parametrize(
