@@ -3,6 +3,7 @@ the restored marker, damaged checkpoints and clean-up."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -55,10 +56,18 @@ def test_the_manifest_is_written_last_and_only_then_the_checkpoint_counts(tmp_pa
     assert listing(tmp_path / "kernel") == [checkpoint.id]
     assert checkpoint.path == tmp_path / "kernel" / checkpoint.id
     assert listing(checkpoint.path) == ["manifest.json", "namespace.pkl"]
-    assert json.loads((checkpoint.path / "manifest.json").read_text()) == {
+    # the digest of a file under one 16 MiB piece: sha256 of that piece's sha256
+    digest = hashlib.sha256(hashlib.sha256(b"x" * 1000).digest()).hexdigest()
+    body = {
         "created": 1_700_000_000.0,
-        "files": {"namespace.pkl": 1000},
+        "digest": "sha256-tree-16MiB",
+        "files": {"namespace.pkl": {"bytes": 1000, "digest": digest}},
         "marker": 1,
+    }
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    assert json.loads((checkpoint.path / "manifest.json").read_text()) == {
+        **body,
+        "checksum": "sha256:" + hashlib.sha256(canonical).hexdigest(),
     }
     assert checkpoint.created == 1_700_000_000.0
     assert checkpoint.manifest["marker"] == 1
@@ -283,9 +292,12 @@ def test_commit_refuses_open_payload_files_and_non_json_manifests(tmp_path: Path
     file.close()
     with pytest.raises(ValueError, match="the manifest is not plain JSON"):
         writer.commit({"when": object()})
-    with pytest.raises(ValueError, match="'files' is written by the store"):
-        writer.commit({"files": []})
-    assert writer.commit({}).manifest == {"files": {"a.bin": 0}}
+    with pytest.raises(
+        ValueError, match=r"fields \['checksum', 'files'\] are written by the store"
+    ):
+        writer.commit({"files": [], "checksum": "x"})
+    empty = hashlib.sha256(b"").hexdigest()  # no pieces: the sha256 of nothing
+    assert writer.commit({}).manifest["files"] == {"a.bin": {"bytes": 0, "digest": empty}}
 
 
 def test_delete_all_removes_every_checkpoint_and_the_root(tmp_path: Path) -> None:
@@ -307,3 +319,87 @@ def test_delete_all_removes_every_checkpoint_and_the_root(tmp_path: Path) -> Non
 def test_keep_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="keep must be at least 1, not 0"):
         DirectoryStore(tmp_path, keep=0)
+
+
+def test_directories_the_store_creates_above_its_root_are_0700_too(
+    tmp_path: Path, permissive_umask: None
+) -> None:
+    os.chmod(tmp_path, 0o755)
+    commit(DirectoryStore(tmp_path / "checkpoints" / "owner" / "kernel"), 1)
+    assert [mode(p) for p in (tmp_path / "checkpoints", tmp_path / "checkpoints" / "owner")] == [
+        0o700,
+        0o700,
+    ]
+    assert mode(tmp_path) == 0o755  # what existed is left as it was
+
+
+def test_a_stray_directory_with_a_huge_number_neither_hides_new_checkpoints_nor_goes(
+    tmp_path: Path,
+) -> None:
+    # Measured before: the next id overflowed the 8-digit pattern, saves "succeeded" and
+    # latest() kept returning the old checkpoint.
+    store = DirectoryStore(tmp_path, keep=1)
+    first = commit(store, 1)
+    stray = tmp_path / "99999999-20300101T000000000Z"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("not a checkpoint")
+    (tmp_path / "lost+found").mkdir()
+
+    second = commit(store, 2)
+    third = commit(store, 3)
+
+    assert second.id.startswith("100000000-") and third.id.startswith("100000001-")
+    assert store.latest() == third
+    assert store.committed() == [third]  # keep=1 retired first and second, not the stray
+    assert listing(tmp_path) == sorted([third.id, stray.name, "lost+found"])
+    assert (stray / "notes.txt").read_text() == "not a checkpoint"
+    assert first.id not in listing(tmp_path)
+
+
+def test_a_signed_store_counts_only_checkpoints_signed_with_its_own_secret(tmp_path: Path) -> None:
+    ours = DirectoryStore(tmp_path, keep=5, secret=b"s" * 32)
+    theirs = DirectoryStore(tmp_path, keep=5, secret=b"t" * 32)
+    unsigned = DirectoryStore(tmp_path, keep=5)
+    mine = commit(ours, 1)
+    other = commit(theirs, 2)
+    plain = commit(unsigned, 3)
+
+    assert ours.committed() == [mine]
+    assert ours.latest() == mine
+    assert [(c.id, c.kind, c.reason) for c in ours.candidates()] == [
+        (plain.id, "foreign", "it carries no signature"),
+        (other.id, "foreign", "its signature does not match this kernel's key"),
+        (mine.id, "", ""),
+    ]
+    # A store without a secret (a tool reading a kernel's store) takes signatures on trust.
+    assert unsigned.committed() == [mine, other, plain]
+
+
+def test_set_aside_renames_without_deleting_and_numbering_never_reuses_the_id(
+    tmp_path: Path,
+) -> None:
+    store = DirectoryStore(tmp_path, keep=1)
+    first = commit(store, 1, b"first")
+    (first.path / "manifest.json").write_text("")
+    (candidate,) = store.candidates()
+    assert (candidate.kind, candidate.reason) == ("damaged", "its manifest is empty")
+
+    moved = store.set_aside(candidate)
+
+    assert moved == tmp_path / f"{first.id}.damaged"
+    assert listing(moved) == ["manifest.json", "payload.bin"]
+    assert (moved / "payload.bin").read_bytes() == b"first"
+    second = commit(store, 2)
+    third = commit(store, 3)
+    assert second.id.startswith("00000002-")
+    assert listing(tmp_path) == sorted([moved.name, third.id])  # retired second, kept moved
+
+
+def test_retention_never_deletes_a_damaged_or_foreign_checkpoint(tmp_path: Path) -> None:
+    store = DirectoryStore(tmp_path, keep=1, secret=b"s" * 32)
+    planted = commit(DirectoryStore(tmp_path), 1)
+    damaged = commit(store, 2)
+    (damaged.path / "payload.bin").write_bytes(b"dat")
+    kept = [commit(store, marker) for marker in (3, 4, 5)][-1]
+
+    assert listing(tmp_path) == sorted([planted.id, damaged.id, kept.id])

@@ -4,6 +4,7 @@ deadlines, format versions and the sentences users read. Torch tests run only if
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -104,6 +105,12 @@ def run_kernel(tmp_path: Path, source: str, *args: str) -> Any:
     return json.loads(done.stdout)
 
 
+def digest_of(data: bytes) -> str:
+    """A payload's digest: sha256 over the sha256 of each 16 MiB piece."""
+    pieces = [data[i : i + (16 << 20)] for i in range(0, len(data), 16 << 20)]
+    return hashlib.sha256(b"".join(hashlib.sha256(p).digest() for p in pieces)).hexdigest()
+
+
 def make_module(source: str, name: str = "kernelns") -> types.ModuleType:
     module = types.ModuleType(name)
     exec(textwrap.dedent(source), module.__dict__)
@@ -149,7 +156,7 @@ def test_a_kernel_namespace_is_restored_in_a_fresh_process(tmp_path: Path) -> No
         "sock or gen present": False,
         "np is numpy": "numpy",
         "__name__": "__main__",
-        "manifest": {"kernel_id": "k-1", "reason": "preempted", "format": 1},
+        "manifest": {"kernel_id": "k-1", "reason": "preempted", "format": 2},
         "latest after mark_restored": None,
     }
 
@@ -171,10 +178,11 @@ def test_one_checkpoint_layout_on_disk(tmp_path: Path) -> None:
         "namespace.pkl",
     ]
     assert sorted(manifest) == [
-        "bytes", "consistency", "created", "files", "format", "kernel_id", "module", "namespace",
-        "payload", "pickle_protocol", "saved", "seconds", "skipped", "versions",
+        "bytes", "checksum", "consistency", "created", "digest", "files", "format", "kernel_id",
+        "module", "namespace", "payload", "pickle_protocol", "saved", "seconds", "skipped",
+        "versions",
     ]  # fmt: skip
-    assert manifest["format"] == kc.FORMAT_VERSION == 1
+    assert manifest["format"] == kc.FORMAT_VERSION == 2
     assert manifest["module"] == "kernelns"
     assert manifest["consistency"] == "consistent"
     assert manifest["pickle_protocol"] == 5
@@ -189,8 +197,12 @@ def test_one_checkpoint_layout_on_disk(tmp_path: Path) -> None:
         "bytes": 2 * 2**20 + 128,
     }  # fmt: skip
     assert manifest["payload"][0]["file"] == "namespace.pkl"
-    assert manifest["files"] == {e["file"]: e["bytes"] for e in manifest["payload"]}
-    assert manifest["bytes"] == report.bytes == sum(manifest["files"].values())
+    assert {name: entry["bytes"] for name, entry in manifest["files"].items()} == {
+        e["file"]: e["bytes"] for e in manifest["payload"]
+    }
+    array = (report.checkpoint.path / "array-0001.npy").read_bytes()
+    assert manifest["files"]["array-0001.npy"]["digest"] == digest_of(array)
+    assert manifest["bytes"] == report.bytes == sum(e["bytes"] for e in manifest["payload"])
 
 
 def test_arrays_of_every_layout_round_trip(tmp_path: Path) -> None:
@@ -387,20 +399,15 @@ def test_bad_arguments_are_refused_before_anything_is_written(tmp_path: Path) ->
 def test_a_checkpoint_of_another_format_is_refused_with_both_versions_named(
     tmp_path: Path,
 ) -> None:
-    store = kc.DirectoryStore(tmp_path)
-    checkpoint = kc.save(make_module("x = 1"), store).checkpoint
+    checkpoint = kc.save(make_module("x = 1"), kc.DirectoryStore(tmp_path)).checkpoint
     assert checkpoint is not None
-    manifest = json.loads((checkpoint.path / "manifest.json").read_text())
-    manifest["format"] = 2
-    (checkpoint.path / "manifest.json").write_text(json.dumps(manifest))
-    future = store.latest()
-    assert future is not None
+    older = kc.Checkpoint(checkpoint.id, checkpoint.path, checkpoint.created, {"format": 1})
 
     with pytest.raises(kc.FormatMismatch) as caught:
-        kc.restore(types.ModuleType("kernelns"), future)
+        kc.restore(types.ModuleType("kernelns"), older)
     assert str(caught.value) == (
-        f"checkpoint {checkpoint.id} was written in checkpoint format 2, but this kernel-queue "
-        "reads format 1 only; restore it with the kernel-queue version that wrote it, or start "
+        f"checkpoint {checkpoint.id} was written in checkpoint format 1, but this kernel-queue "
+        "reads format 2 only; restore it with the kernel-queue version that wrote it, or start "
         "afresh"
     )
     assert isinstance(caught.value, kc.CheckpointError)

@@ -2,8 +2,9 @@
 
 The public API: records, protocols, errors and `summary` are defined here; `snapshot` decides
 *what* is written (`save`, `restore`), `payloads` how big arrays and tensors go out of band,
-`stores` *where* and how a checkpoint commits. Runs inside the kernel process (stdlib, dill,
-numpy, torch if present): never import server-side code here.
+`stores` *where* and how a checkpoint commits, `digests` and `signatures` how it is checked, and
+`recovery` which checkpoint a new kernel restores (`recover`). Runs inside the kernel process
+(stdlib, dill, numpy, torch if present): never import server-side code here.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import Any, BinaryIO, Protocol
 
 from kernel_queue.errors import KernelQueueError
 
-FORMAT_VERSION = 1
-"""The `format` field of every manifest this code writes; `restore` refuses any other."""
+FORMAT_VERSION = 2
+"""The `format` field of every manifest this code writes; `restore` refuses any other.
+2: payload digests, the manifest's checksum and signature (1 had payload sizes only)."""
 
 
 class CheckpointError(KernelQueueError, RuntimeError):
@@ -25,6 +27,11 @@ class CheckpointError(KernelQueueError, RuntimeError):
 
 class FormatMismatch(CheckpointError, ValueError):
     """The checkpoint was written in a format this version of kernel-queue cannot read."""
+
+
+class CheckpointDamaged(CheckpointError):
+    """A payload file does not match the size or digest its manifest recorded; nothing of the
+    checkpoint was loaded."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,26 @@ class Checkpoint:
     """Epoch seconds, from the manifest."""
     manifest: Mapping[str, Any] = field(compare=False, repr=False)
     """The parsed `manifest.json` (not compared: two records of one checkpoint are equal)."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A directory in a store named like a checkpoint, as `CheckpointStore.candidates` found it."""
+
+    id: str
+    path: Path
+    created: float
+    """Epoch seconds: the manifest's, else the time in the id."""
+    checkpoint: Checkpoint | None
+    """The checkpoint, if its manifest and files are whole and it is this store's own."""
+    kind: str = ""
+    """Why not: "damaged", "foreign" (not signed by this kernel) or "format" (another format)."""
+    reason: str = ""
+    """A clause saying why not ("its manifest is empty")."""
+    restored: bool = False
+    """It carries the `restored` marker."""
+    manifest: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The parsed manifest whenever it parsed, even if the checkpoint is unusable."""
 
 
 class CheckpointWriter(Protocol):
@@ -74,6 +101,14 @@ class CheckpointStore(Protocol):
 
     def mark_restored(self, checkpoint: Checkpoint) -> None:
         """Mark `checkpoint` restored so a later plain relaunch does not restore it again."""
+        ...
+
+    def candidates(self) -> list[Candidate]:
+        """Every directory named like a checkpoint, newest first, usable or not (and why not)."""
+        ...
+
+    def set_aside(self, candidate: Candidate) -> Path:
+        """Rename an unusable checkpoint out of the readers' way (never delete it); its new path."""
         ...
 
     def delete_all(self) -> None:
@@ -115,8 +150,36 @@ class RestoreReport:
     consistency: str
 
 
-def summary(report: SaveReport | RestoreReport) -> str:
-    """The sentence users read about a save or a restore."""
+@dataclass(frozen=True)
+class Problem:
+    """A checkpoint `recover` could not restore: what was wrong and where it is now."""
+
+    id: str
+    kind: str
+    """"damaged", "foreign", "format" or "failed" (its values did not load here)."""
+    reason: str
+    created: float
+    moved_to: Path | None = None
+    """Where it was set aside, or None if it was left in place."""
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What `recover` did with a store's checkpoints; `summary()` makes the sentences."""
+
+    report: RestoreReport | None
+    """What was restored, or None (nothing restorable, or the newest was restored already)."""
+    problems: tuple[Problem, ...] = ()
+    """Newer checkpoints that could not be restored, newest first."""
+    lacks: tuple[str, ...] | None = ()
+    """Names the newest unusable checkpoint of ours saved that the restored one lacks; None if
+    that manifest could not be read."""
+
+
+def summary(report: SaveReport | RestoreReport | Recovery) -> str:
+    """The sentence users read about a save, a restore or a recovery."""
+    if isinstance(report, Recovery):
+        return recovery.describe(report)
     if isinstance(report, RestoreReport):
         total = int(report.checkpoint.manifest.get("bytes", 0))
         text = (
@@ -158,19 +221,28 @@ def _age(seconds: float) -> str:
 
 
 # The implementations use the records above, so they are imported last.
+from kernel_queue.checkpoint import recovery  # noqa: E402
+from kernel_queue.checkpoint.recovery import recover  # noqa: E402
+from kernel_queue.checkpoint.signatures import derive as derive_secret  # noqa: E402
 from kernel_queue.checkpoint.snapshot import restore, save  # noqa: E402
 from kernel_queue.checkpoint.stores import DirectoryStore  # noqa: E402
 
 __all__ = [
     "FORMAT_VERSION",
+    "Candidate",
     "Checkpoint",
+    "CheckpointDamaged",
     "CheckpointError",
     "CheckpointStore",
     "CheckpointWriter",
     "DirectoryStore",
     "FormatMismatch",
+    "Problem",
+    "Recovery",
     "RestoreReport",
     "SaveReport",
+    "derive_secret",
+    "recover",
     "restore",
     "save",
     "summary",

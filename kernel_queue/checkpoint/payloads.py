@@ -1,18 +1,22 @@
 """Payload files written out of band: numpy arrays and torch tensors of 1 MiB or more.
 
 The session pickler's `persistent_id` (`OutOfBand`) writes each such object once, to its own
-`.npy` or `.pt` file, and leaves a reference in the pickle; `load` reads it back. Arrays are
-written in chunks so that a deadline stops even a huge one; torch is imported only if the user
-imported it.
+`.npy` or `.pt` file, and leaves a reference in the pickle; `read` reads a file back with its
+digest checked (an array straight into its own memory), `build` makes the object. Arrays are
+written in chunks, each copied first so the bytes hashed are the bytes written even if a thread
+changes the array meanwhile, and a deadline stops even a huge one; torch is imported only if the
+user imported it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
@@ -20,11 +24,15 @@ from typing import IO, Any
 import numpy as np
 import numpy.lib.format as npy
 
-from kernel_queue.checkpoint import CheckpointWriter
+from kernel_queue.checkpoint import CheckpointWriter, digests
 
 BIG = 1 << 20
 """Arrays and tensors of at least this many bytes go to their own payload file."""
 CHUNK = 64 << 20  # bytes per write of a big array; the deadline is checked between chunks
+
+
+_HEADERS = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
+"""The .npy header versions `_write_array` writes, and their readers."""
 
 
 class DeadlinePassed(Exception):
@@ -86,11 +94,51 @@ class OutOfBand:
         return pid
 
 
-def load(directory: Path, pid: tuple[Any, ...]) -> Any:
-    """The object a `persistent_id` reference stands for (not the "main" ones)."""
+def read(directory: Path, entry: Mapping[str, Any], record: Mapping[str, Any]) -> Any:
+    """The payload file `entry` of the manifest's `payload` list, read with its digest checked
+    (`record`: the store's bytes and digest; digests.Mismatch if they do not hold): an array,
+    or a tensor file's bytes for `build`."""
+    path, size, expected = (
+        directory / str(entry["file"]),
+        int(record["bytes"]),
+        str(record["digest"]),
+    )
+    if entry.get("kind") != "ndarray":
+        stream = io.BytesIO()
+        stream.write(bytes(size))
+        with stream.getbuffer() as buffer:
+            digests.read_into(path, [buffer], size, expected)
+        stream.seek(0)
+        return stream
+    with open(path, "rb") as file:  # the header, checked with the rest below
+        version = npy.read_magic(file)
+        if version not in _HEADERS:
+            raise digests.Mismatch(f"its file {path.name} has a .npy header of version {version}")
+        shape, fortran, dtype = _HEADERS[version](file)
+        header = file.tell()
+        file.seek(0)
+        parsed = file.read(header)
+    if dtype.hasobject:
+        raise digests.Mismatch(f"its file {path.name} claims to hold objects (never written so)")
+    array = np.empty(shape, dtype, order="F" if fortran else "C")
+    data = (array.T if fortran else array).reshape(-1).view(np.uint8)
+    head = bytearray(header)
+    if header + data.nbytes != size:
+        raise digests.Mismatch(
+            f"its file {path.name} is {size} bytes, not a {header}-byte header "
+            f"and {data.nbytes} of data"
+        )
+    digests.read_into(path, [head, data], size, expected)
+    if head != parsed:  # the header parsed is the header checked
+        raise digests.Mismatch(f"its file {path.name} changed while it was read")
+    return array
+
+
+def build(obj: Any, pid: tuple[Any, ...]) -> Any:
+    """The object a `persistent_id` reference stands for (not the "main" ones), from `read`."""
     if pid[0] == "ndarray":
-        return np.load(directory / pid[1])
-    return _load_tensor(directory / pid[1], *pid[2:])
+        return obj
+    return _load_tensor(obj, *pid[2:])
 
 
 def size_of(obj: Any, tensors: tuple[type, ...]) -> int:
@@ -121,9 +169,12 @@ def _write_array(file: IO[bytes], array: np.ndarray[Any, Any], deadline: float |
         npy.write_array_header_2_0(file, header)
     if array.flags.c_contiguous or array.flags.f_contiguous:
         flat = (array if array.flags.c_contiguous else array.T).reshape(-1).view(np.uint8)
+        stage = np.empty(min(CHUNK, flat.size), np.uint8)  # a private copy of each chunk
         for start in range(0, flat.size, CHUNK):
             check(deadline)
-            _write_through(file, flat[start : start + CHUNK].data)
+            chunk = stage[: min(CHUNK, flat.size - start)]
+            np.copyto(chunk, flat[start : start + CHUNK])
+            _write_through(file, chunk.data)
         return
     rows = max(1, CHUNK // max(1, array[:1].nbytes))
     for start in range(0, array.shape[0], rows):
@@ -156,10 +207,10 @@ def _write_tensor(file: IO[bytes], tensor: Any) -> None:
     torch.save(data, file)
 
 
-def _load_tensor(path: Path, device: str, parameter: bool, requires_grad: bool) -> Any:
+def _load_tensor(file: IO[bytes], device: str, parameter: bool, requires_grad: bool) -> Any:
     torch = importlib.import_module("torch")
     target = device if device == "cpu" or _device_available(torch, device) else "cpu"
-    data = torch.load(path, map_location=target, weights_only=True)
+    data = torch.load(file, map_location=target, weights_only=True)
     if parameter:
         return torch.nn.Parameter(data, requires_grad=requires_grad)
     return data.requires_grad_(requires_grad) if requires_grad else data

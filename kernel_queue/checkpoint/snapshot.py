@@ -2,14 +2,16 @@
 
 `save` test-pickles each user variable, skips (and reports) what cannot be pickled, and dumps the
 rest as dill's session pickle of the real `__main__`, sending numpy arrays and torch tensors of
-1 MiB or more to their own `.npy`/`.pt` files (checkpointing.md §4). `restore` loads it back into
-a module. Runs inside the kernel: stdlib, dill and numpy only; torch only if the user imported it.
+1 MiB or more to their own `.npy`/`.pt` files (checkpointing.md §4). `restore` checks every
+file's digest, then loads it back into a module. Runs inside the kernel: stdlib, dill and numpy
+only; torch only if the user imported it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import platform
 import sys
 import time
@@ -24,11 +26,14 @@ import numpy as np
 from kernel_queue.checkpoint import (
     FORMAT_VERSION,
     Checkpoint,
+    CheckpointDamaged,
+    CheckpointError,
     CheckpointStore,
     CheckpointWriter,
     FormatMismatch,
     RestoreReport,
     SaveReport,
+    digests,
     payloads,
 )
 
@@ -122,10 +127,11 @@ def save(
 def restore(module: ModuleType, checkpoint: Checkpoint) -> RestoreReport:
     """Load `checkpoint`'s variables into `module` (the IPython user module of a fresh kernel).
 
-    Called by the in-kernel extension before the kernel serves requests; the caller marks the
-    checkpoint restored in its store. A name imported by reference that no longer imports is
-    reported in `skipped`; FormatMismatch for a manifest of another format and unpickling
-    errors propagate (the namespace may then be partly restored).
+    Called by `recover` (and tools) before the kernel serves requests; the caller marks the
+    checkpoint restored in its store. Every file is read and its digest checked before anything
+    is unpickled: CheckpointDamaged then, with `module` untouched. A name imported by reference
+    that no longer imports is reported in `skipped`; FormatMismatch for a manifest of another
+    format; unpickling errors propagate (the namespace may then be partly restored).
     """
     manifest = checkpoint.manifest
     if manifest.get("format") != FORMAT_VERSION:
@@ -134,7 +140,16 @@ def restore(module: ModuleType, checkpoint: Checkpoint) -> RestoreReport:
             f"{manifest.get('format')!r}, but this kernel-queue reads format {FORMAT_VERSION} "
             "only; restore it with the kernel-queue version that wrote it, or start afresh"
         )
-    loaded: dict[str, Any] = {}
+    try:
+        stream = io.BytesIO(_read(checkpoint, str(manifest["namespace"])))
+        loaded = {
+            str(entry["file"]): payloads.read(checkpoint.path, entry, _file(checkpoint, entry))
+            for entry in manifest["payload"]
+            if entry.get("kind") != "pickle"
+        }
+    except digests.Mismatch as exc:
+        raise CheckpointDamaged(f"checkpoint {checkpoint.id} is damaged: {exc}") from exc
+    built: dict[str, Any] = {}
 
     def persistent_load(pid: tuple[Any, ...]) -> Any:
         kind = pid[0]
@@ -142,9 +157,12 @@ def restore(module: ModuleType, checkpoint: Checkpoint) -> RestoreReport:
             return module
         if kind == "main-dict":
             return module.__dict__
-        if pid[1] not in loaded:
-            loaded[pid[1]] = payloads.load(checkpoint.path, pid)
-        return loaded[pid[1]]
+        name = pid[1]
+        if name not in built:  # a persistent id comes once per reference: build it once
+            if name not in loaded:
+                raise CheckpointError(f"checkpoint {checkpoint.id} lists no payload {name}")
+            built[name] = payloads.build(loaded.pop(name), pid)
+        return built[name]
 
     saved_as = str(manifest["module"])
 
@@ -154,7 +172,7 @@ def restore(module: ModuleType, checkpoint: Checkpoint) -> RestoreReport:
         return dill._dill._import_module(name, safe)
 
     keep = {k: v for k, v in vars(module).items() if k.startswith("__") and k.endswith("__")}
-    with open(checkpoint.path / str(manifest["namespace"]), "rb") as file:
+    with stream as file:
         unpickler = dill.Unpickler(file)
         find_class = unpickler.find_class
 
@@ -180,6 +198,20 @@ def restore(module: ModuleType, checkpoint: Checkpoint) -> RestoreReport:
         age_seconds=max(0.0, time.time() - checkpoint.created),
         consistency=str(manifest.get("consistency", "consistent")),
     )
+
+
+def _file(checkpoint: Checkpoint, entry: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The store's record (bytes, digest) of a payload file the snapshot lists."""
+    name = str(entry["file"])
+    record = checkpoint.manifest.get("files", {}).get(name)
+    if not isinstance(record, dict):
+        raise digests.Mismatch(f"its manifest has no digest for {name}")
+    return record
+
+
+def _read(checkpoint: Checkpoint, name: str) -> bytearray:
+    record = _file(checkpoint, {"file": name})
+    return digests.read(checkpoint.path / name, int(record["bytes"]), str(record["digest"]))
 
 
 def _select(

@@ -3,11 +3,14 @@
 A checkpoint is `<root>/<id>/` holding payload files and `manifest.json`, the commit marker
 written last (file fsync, rename, directory fsync). It is written as `<id>.partial` and renamed
 into place, so readers never see a checkpoint in progress; a kill at any moment leaves the
-previous committed checkpoint intact. Knows nothing about what the payload files contain.
+previous committed checkpoint intact. The manifest records each file's size and digest and is
+sealed (`signatures`); a damaged or foreign checkpoint is renamed aside, never deleted. Knows
+nothing about what the payload files contain.
 """
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import io
 import json
@@ -20,14 +23,25 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from kernel_queue.checkpoint import Checkpoint, CheckpointError
+from kernel_queue.checkpoint import (
+    FORMAT_VERSION,
+    Candidate,
+    Checkpoint,
+    CheckpointError,
+    digests,
+    signatures,
+)
 
 MANIFEST = "manifest.json"
 RESTORED = "restored"
 """Marker file: the checkpoint was restored once; a plain relaunch must not restore it again."""
 PARTIAL, DELETING = ".partial", ".deleting"
-_ID = re.compile(r"^(\d{8})-\d{8}T\d{9}Z$")
+ASIDE = {"damaged": ".damaged", "foreign": ".foreign"}
+"""The suffix a checkpoint set aside gets, by what was wrong with it."""
+_ID = re.compile(r"^(\d{8,})-(\d{8}T\d{6})(\d{3})Z$")
+_SEQ = re.compile(r"^(\d{8,})-")
 _RESERVED = {MANIFEST, RESTORED}
+_STORE_FIELDS = {"files", "digest", signatures.CHECKSUM, signatures.SIGNATURE}
 _DIR_MODE, _FILE_MODE = 0o700, 0o600
 
 
@@ -35,22 +49,29 @@ class DirectoryStore:
     """The checkpoints of one kernel under `root` (e.g. `<checkpoint path>/<kernel id>`).
 
     `keep` committed checkpoints are retained; older ones are deleted only after a newer
-    manifest is durable. Directories are created 0700 and files 0600 whatever the umask.
+    manifest is durable. Directories the store creates (the root and any missing parent) are
+    0700 and files 0600 whatever the umask. With a `secret` (`signatures.derive`) every manifest
+    is signed and only checkpoints signed with it count; without one, manifests carry a checksum
+    only and any signature is taken on trust (for tools that read a kernel's store).
     """
 
-    def __init__(self, root: Path | str, *, keep: int = 2) -> None:
+    def __init__(self, root: Path | str, *, keep: int = 2, secret: bytes | None = None) -> None:
         if keep < 1:
             raise ValueError(f"keep must be at least 1, not {keep}")
         self.root = Path(root)
         self.keep = keep
+        self.secret = secret
         self._lock = threading.Lock()
         self._active: set[str] = set()  # partial directories this store is still writing
 
     def begin(self) -> DirectoryWriter:
-        """Start a checkpoint in `<root>/<id>.partial/`, after removing leftovers of a crash."""
+        """Start a checkpoint in `<root>/<id>.partial/`, after removing leftovers of a crash.
+
+        Its number follows every name in the root that starts like an id (foreign, damaged or
+        set aside too), so it sorts after all of them and reuses none.
+        """
         with self._lock:
-            self.root.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
-            os.chmod(self.root, _DIR_MODE)
+            _make_private(self.root)
             self._clean_leftovers()
             seq = max((_seq(p.name) for p in self.root.iterdir()), default=0) + 1
             while True:
@@ -68,29 +89,53 @@ class DirectoryStore:
                 return DirectoryWriter(self, ident, path)
 
     def latest(self) -> Checkpoint | None:
-        """The newest committed checkpoint, or None if there is none or it was restored already.
+        """The newest usable checkpoint, or None if there is none or it was restored already.
 
         An older checkpoint is never returned in place of a restored newer one: restoring it
         would roll the kernel back behind state the user already had.
         """
-        committed = self.committed()
-        if not committed or (committed[-1].path / RESTORED).exists():
-            return None
-        return committed[-1]
+        for candidate in self.candidates():
+            if candidate.checkpoint is not None:
+                return None if candidate.restored else candidate.checkpoint
+        return None
 
     def committed(self) -> list[Checkpoint]:
-        """Committed checkpoints, oldest first; skips unreadable manifests and missing files."""
+        """Usable checkpoints, oldest first; skips damaged and foreign ones."""
+        found = reversed(self.candidates())
+        return [c.checkpoint for c in found if c.checkpoint is not None]
+
+    def candidates(self) -> list[Candidate]:
+        """Every directory named like a checkpoint id, newest first, with what is wrong with it.
+
+        Checks each manifest (parse, checksum, format, signature) and each file's size; the
+        payload digests are checked as the files are read (`digests.read_into`).
+        """
         try:
-            names = sorted(p.name for p in self.root.iterdir() if _ID.match(p.name))
+            paths = [p for p in self.root.iterdir() if _ID.match(p.name) and p.is_dir()]
         except FileNotFoundError:
             return []
-        found = (_read(self.root / name) for name in names)
-        return [checkpoint for checkpoint in found if checkpoint is not None]
+        paths.sort(key=lambda p: (int(_ID.match(p.name).group(1)), p.name), reverse=True)  # type: ignore[union-attr]
+        return [_examine(path, self.secret) for path in paths]
 
     def mark_restored(self, checkpoint: Checkpoint) -> None:
         """Write the `restored` marker (atomically, durably) into `checkpoint`'s directory."""
         record = json.dumps({"restored": time.time()}).encode()
         _write_atomic(checkpoint.path / RESTORED, record)
+
+    def set_aside(self, candidate: Candidate) -> Path:
+        """Rename a damaged or foreign checkpoint to `<id>.damaged` / `<id>.foreign` (then
+        `.damaged-2`, …) and fsync the root; nothing in it is deleted or changed."""
+        suffix = ASIDE.get(candidate.kind, ".damaged")
+        with self._lock:
+            for attempt in range(1, 1000):
+                target = candidate.path.with_name(
+                    candidate.path.name + suffix + (f"-{attempt}" if attempt > 1 else "")
+                )
+                if not target.exists():
+                    os.rename(candidate.path, target)
+                    _fsync_dir(self.root)
+                    return target
+        raise CheckpointError(f"no free name to set checkpoint {candidate.id} aside")
 
     def delete_all(self) -> None:
         """Remove every checkpoint of this kernel and the root directory itself."""
@@ -100,17 +145,17 @@ class DirectoryStore:
                 raise CheckpointError(f"could not delete the checkpoint directory {self.root}")
 
     def _retire(self) -> None:
-        """Delete committed checkpoints (and damaged ones) older than the `keep` newest."""
+        """Delete this store's usable checkpoints older than the `keep` newest; a damaged or
+        foreign directory is never deleted (a restore sets it aside)."""
         with self._lock:
-            kept = [c.id for c in self.committed()][-self.keep :]
-            if not kept:
-                return
-            for path in sorted(self.root.iterdir()):
-                if _ID.match(path.name) and path.name < kept[0]:
-                    _remove(path)
+            usable = self.committed()
+            for checkpoint in usable[: -self.keep]:
+                _remove(checkpoint.path)
 
     def _clean_leftovers(self) -> None:
         for path in self.root.iterdir():
+            if not _SEQ.match(path.name):
+                continue  # not a name this store writes: leave it alone
             if path.name.endswith(DELETING) or (
                 path.name.endswith(PARTIAL) and path.name not in self._active
             ):
@@ -134,13 +179,15 @@ class DirectoryWriter:
         fd = os.open(self.path / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
         os.fchmod(fd, _FILE_MODE)
         file = _SyncedFile(io.FileIO(fd, "wb"), buffer_size=1 << 20)
+        file.digest = digests.Digest()
         self._files[name] = file
         return file
 
     def commit(self, manifest: Mapping[str, Any]) -> Checkpoint:
-        """Write `manifest.json` (with `files`: name → bytes) last and make the checkpoint count.
+        """Write `manifest.json` (with `files`: name → bytes and digest) last; it now counts.
 
-        Order: payload files are already fsynced; manifest tmp file, fsync, rename, fsync of the
+        The manifest is sealed with a checksum and, if the store has a secret, signed. Order:
+        payload files are already fsynced; manifest tmp file, fsync, rename, fsync of the
         checkpoint directory; rename `<id>.partial` → `<id>`, fsync of the root. Then older
         checkpoints beyond `keep` are deleted.
         """
@@ -148,20 +195,25 @@ class DirectoryWriter:
         still_open = sorted(name for name, file in self._files.items() if not file.closed)
         if still_open:
             raise CheckpointError(f"payload files still open at commit: {', '.join(still_open)}")
-        if "files" in manifest:
-            raise ValueError("the manifest field 'files' is written by the store")
-        record = {**manifest, "files": {name: f.size for name, f in self._files.items()}}
+        clash = sorted(_STORE_FIELDS.intersection(manifest))
+        if clash:
+            raise ValueError(f"the manifest fields {clash} are written by the store")
+        files = {name: {"bytes": f.size, "digest": f.hexdigest} for name, f in self._files.items()}
+        record = {**manifest, "files": files, "digest": digests.ALGORITHM}
         try:
-            data = json.dumps(record, indent=1, sort_keys=True, allow_nan=False).encode()
+            # sealed as it will read back (tuples as lists, keys as strings)
+            plain = json.loads(json.dumps(record, sort_keys=True, allow_nan=False))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"the manifest is not plain JSON: {exc}") from exc
+        sealed = signatures.seal(plain, self._store.secret)
+        data = json.dumps(sealed, indent=1, sort_keys=True).encode()
         _write_atomic(self.path / MANIFEST, data)
         final = self._store.root / self.id
         os.rename(self.path, final)
         _fsync_dir(self._store.root)
         self._done = True
         self._store._active.discard(self.path.name)
-        checkpoint = _read(final)
+        checkpoint = _examine(final, self._store.secret).checkpoint
         if checkpoint is None:
             raise CheckpointError(f"checkpoint {self.id} did not read back after its commit")
         with contextlib.suppress(OSError):  # committed all the same; the next commit retries
@@ -185,9 +237,16 @@ class DirectoryWriter:
 
 
 class _SyncedFile(io.BufferedWriter):
-    """A payload file: `close()` flushes and fsyncs before closing, and records the size."""
+    """A payload file: every write is hashed (big ones while they are written); `close()`
+    flushes and fsyncs before closing, and records the size and digest."""
 
     size = 0
+    hexdigest = ""
+    digest: digests.Digest
+
+    def write(self, data: Any) -> int:
+        written = self.digest.update(data, alongside=lambda: super(_SyncedFile, self).write(data))
+        return written or 0
 
     def close(self) -> None:
         if self.closed:
@@ -195,27 +254,109 @@ class _SyncedFile(io.BufferedWriter):
         try:
             self.flush()
             self.size = self.tell()
+            self.hexdigest = self.digest.hexdigest()
             os.fsync(self.fileno())
         finally:
             super().close()
 
 
-def _read(path: Path) -> Checkpoint | None:
-    """The committed checkpoint in `path`, or None if its manifest or files are damaged."""
+def _examine(path: Path, secret: bytes | None) -> Candidate:
+    """What `path` (named like a checkpoint id) is: a usable checkpoint, or why not."""
+    ident, restored = path.name, (path / RESTORED).exists()
+
+    def unusable(kind: str, reason: str, manifest: Any = None) -> Candidate:
+        created = _created(path, manifest)
+        known = manifest if isinstance(manifest, dict) else None
+        return Candidate(ident, path, created, None, kind, reason, restored, known)
+
     try:
-        manifest = json.loads((path / MANIFEST).read_bytes())
-        files = manifest["files"]
-        for name, size in files.items():
-            if not _plain_name(name) or (path / name).stat().st_size != size:
-                return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+        data = (path / MANIFEST).read_bytes()
+    except FileNotFoundError:
+        return unusable("damaged", "it has no manifest.json")
+    except OSError as exc:
+        return unusable("damaged", f"its manifest cannot be read ({exc.strerror or exc})")
+    if not data.strip():
+        return unusable("damaged", "its manifest is empty")
+    try:
+        manifest = json.loads(data)
+    except (ValueError, RecursionError):
+        return unusable("damaged", "its manifest is not valid JSON (cut short?)")
     if not isinstance(manifest, dict):
-        return None
-    created = manifest.get("created")
-    if not isinstance(created, int | float):
-        created = path.stat().st_mtime
-    return Checkpoint(id=path.name, path=path, created=float(created), manifest=manifest)
+        return unusable("damaged", "its manifest is not a JSON object")
+    version = manifest.get("format", FORMAT_VERSION)
+    if version != FORMAT_VERSION and isinstance(version, int) and not isinstance(version, bool):
+        reason = (
+            f"it was written in checkpoint format {version}, but this kernel-queue reads "
+            f"format {FORMAT_VERSION} only; restore it with the kernel-queue version that wrote "
+            "it, or start afresh"
+        )
+        return unusable("format", reason, manifest)
+    damage = signatures.damage(manifest)
+    if damage:
+        return unusable("damaged", damage, manifest)
+    if secret is not None:
+        foreign = signatures.foreign(manifest, secret)
+        if foreign:
+            return unusable("foreign", foreign, manifest)
+    damage = _file_damage(path, manifest)
+    if damage:
+        return unusable("damaged", damage, manifest)
+    created = _created(path, manifest)
+    checkpoint = Checkpoint(id=ident, path=path, created=created, manifest=manifest)
+    return Candidate(ident, path, created, checkpoint, restored=restored, manifest=manifest)
+
+
+def _file_damage(path: Path, manifest: Mapping[str, Any]) -> str:
+    """Why the files the manifest lists are not all there at their sizes ("" if they are)."""
+    files = manifest.get("files")
+    if manifest.get("digest") != digests.ALGORITHM or not isinstance(files, dict):
+        return "its manifest lists no files with digests this kernel-queue checks"
+    for name, entry in sorted(files.items()):
+        size = entry.get("bytes") if isinstance(entry, dict) else None
+        if not _plain_name(name) or not isinstance(size, int) or name in _RESERVED:
+            return f"its manifest lists a bad file entry {name!r}"
+        if not isinstance(entry.get("digest"), str):
+            return f"its manifest has no digest for {name}"
+        try:
+            actual = (path / name).stat().st_size
+        except FileNotFoundError:
+            return f"its file {name} is missing"
+        except OSError as exc:
+            return f"its file {name} cannot be read ({exc.strerror or exc})"
+        if actual != size:
+            return f"its file {name} is {actual} bytes, the manifest says {size}"
+    return ""
+
+
+def _created(path: Path, manifest: Any) -> float:
+    """The manifest's `created`, else the time in the id, else the directory's mtime."""
+    created = manifest.get("created") if isinstance(manifest, dict) else None
+    if isinstance(created, int | float) and not isinstance(created, bool):
+        return float(created)
+    match = _ID.match(path.name)
+    if match:
+        with contextlib.suppress(ValueError):
+            stamp = time.strptime(match.group(2), "%Y%m%dT%H%M%S")
+            return calendar.timegm(stamp) + int(match.group(3)) / 1000
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _make_private(root: Path) -> None:
+    """Create `root` and every missing parent 0700 (whatever the umask); make `root` 0700."""
+    missing = []
+    for path in root.parents:
+        if path.exists():
+            break
+        missing.append(path)
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=_DIR_MODE)
+            os.chmod(path, _DIR_MODE)
+    root.mkdir(mode=_DIR_MODE, exist_ok=True)
+    os.chmod(root, _DIR_MODE)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -254,7 +395,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _seq(name: str) -> int:
-    match = _ID.match(name.removesuffix(PARTIAL).removesuffix(DELETING))
+    match = _SEQ.match(name)
     return int(match.group(1)) if match else 0
 
 

@@ -17,7 +17,7 @@ import threading
 import time
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
@@ -63,10 +63,20 @@ class Options:
     keep: bool = False
     report: str | None = None
     generation: int = 0
+    secret: bytes | None = field(default=None, repr=False)
+    """Signs this kernel's checkpoints and tells its own from planted ones; derived from the
+    connection key (``checkpoint.derive_secret``), so only this kernel holds it."""
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> Options | None:
-        """None when checkpointing is off; a bad deadline falls back to the default, logged."""
+    def from_env(
+        cls, environ: Mapping[str, str], connection_file: str | None = None
+    ) -> Options | None:
+        """None when checkpointing is off; a bad deadline falls back to the default, logged.
+
+        The secret comes from the key in ``connection_file`` (the kernel's ``-f`` argument;
+        the launcher keeps the key out of the environment). Without a key checkpoints carry a
+        checksum only, which is logged.
+        """
         directory = environ.get(launcher.ENV_CHECKPOINT_DIR)
         if not directory:
             return None
@@ -85,40 +95,62 @@ class Options:
             keep=environ.get(launcher.ENV_CHECKPOINT_KEEP, "").strip().lower() in ("1", "true"),
             report=environ.get(launcher.ENV_CHECKPOINT_REPORT) or None,
             generation=int(generation) if generation.isdigit() else 0,
+            secret=_secret(connection_file),
         )
 
 
+def _secret(connection_file: str | None) -> bytes | None:
+    """The checkpoint secret derived from the connection file's key; None (logged) without."""
+    try:
+        with open(connection_file or "", encoding="utf-8") as file:
+            key = json.load(file).get("key", "")
+    except (OSError, ValueError, AttributeError) as exc:
+        log(f"checkpoints are not authenticated: no connection file key ({exc!r})")
+        return None
+    if not isinstance(key, str) or not key:
+        log("checkpoints are not authenticated: the connection file has no key")
+        return None
+    return checkpoint.derive_secret(key.encode())
+
+
 def prepare(options: Options) -> Preemption:
-    """Restore the newest checkpoint into a new ``__main__`` module; call before ``initialize``.
+    """Restore the newest usable checkpoint into a new ``__main__``; call before ``initialize``.
 
     In ipykernel 7.4 the InteractiveShell is created in ``init_kernel``, after ``init_sockets``
     bound the ports, so the state is restored into the module the shell will then adopt as its
     ``user_module``: no port is bound while a checkpoint loads. Only generation 0 restores.
+    A damaged, foreign or unloadable checkpoint is set aside or skipped by
+    ``checkpoint.recover``, and the notebook is told which one was restored instead, if any.
     """
-    store = checkpoint.DirectoryStore(options.directory)
+    store = checkpoint.DirectoryStore(options.directory, secret=options.secret)
     module = types.ModuleType("__main__")
     if options.generation != 0:
         return Preemption(options, store, module, None)
+    started = time.monotonic()
     try:
-        latest = store.latest()
-        if latest is None:
-            return Preemption(options, store, module, None)
-        started = time.monotonic()
-        report = checkpoint.restore(module, latest)
-        store.mark_restored(latest)
-    except Exception as exc:  # a damaged checkpoint must not keep the kernel from starting
+        recovery = checkpoint.recover(module, store)
+    except Exception as exc:  # e.g. an unreadable store: the kernel must start all the same
         log(f"restore failed: {exc!r}")
         sentence = f"The saved state could not be restored ({exc}); the kernel starts empty."
         return Preemption(options, store, types.ModuleType("__main__"), sentence)
-    log(f"restored checkpoint {latest.id} in {time.monotonic() - started:.2f} s")
-    return Preemption(options, store, module, _restore_message(report))
+    for problem in recovery.problems:
+        log(f"checkpoint {problem.id} not restored ({problem.kind}): {problem.reason}")
+    if recovery.report is not None:
+        seconds = time.monotonic() - started
+        log(f"restored checkpoint {recovery.report.checkpoint.id} in {seconds:.2f} s")
+    return Preemption(options, store, module, _restore_message(recovery))
 
 
-def _restore_message(report: checkpoint.RestoreReport) -> str:
-    """The library's sentence, then the restored names and why the others were not saved."""
+def _restore_message(recovery: checkpoint.Recovery) -> str | None:
+    """The library's sentences, then the restored names and why the others were not saved;
+    None when there was nothing to restore and nothing to tell."""
+    text = checkpoint.summary(recovery)
+    report = recovery.report
+    if report is None:
+        return text or None
     names = sorted(name for name, _ in report.restored)
     more = f" and {len(names) - MAX_NAMES} more" if len(names) > MAX_NAMES else ""
-    lines = [checkpoint.summary(report)]
+    lines = [text]
     lines += [f"Restored: {', '.join(names[:MAX_NAMES])}{more}."] if names else []
     lines += [f"{name} was not saved: {why}" for name, _, why in report.skipped]
     return "\n".join(lines)

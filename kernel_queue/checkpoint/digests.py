@@ -1,0 +1,162 @@
+"""Payload digests: every byte of a checkpoint file is hashed as it is written and checked as it
+is read, before anything in it is unpickled or used.
+
+A file's digest is the sha256 of the concatenated sha256 digests of its 16 MiB pieces, so the
+pieces of a big file hash on several cores at once, alongside the write or read of the same bytes
+(hashlib releases the GIL). Knows nothing about what the files contain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+ALGORITHM = "sha256-tree-16MiB"
+"""The manifest's name for this digest: sha256 over the sha256 of each 16 MiB piece."""
+PIECE = 16 << 20
+PARALLEL = 4 << 20  # smaller writes and reads hash inline: a thread hand-off costs more
+WORKERS = max(2, min(4, os.cpu_count() or 2))
+
+T = TypeVar("T")
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+_pool_lock = threading.Lock()
+
+
+class Mismatch(Exception):
+    """A file's bytes do not match the size or digest the manifest recorded for them."""
+
+
+class Digest:
+    """The running digest of one file, fed its bytes in order by `update`."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self._closed: list[Any] = []  # the hashers of the full pieces, in order
+        self._piece = hashlib.sha256()
+        self._filled = 0
+
+    def update(self, data: Any, alongside: Callable[[], T] | None = None) -> T | None:
+        """Hash `data` (bytes-like); run `alongside()` (e.g. the write of `data`) meanwhile.
+
+        `data` must not change until this returns: the hash and `alongside` read it at once.
+        """
+        view = memoryview(data).cast("B")
+        jobs = []
+        start = 0
+        while start < len(view):
+            part = view[start : start + PIECE - self._filled]
+            jobs.append((self._piece, part))
+            self._filled += len(part)
+            start += len(part)
+            if self._filled == PIECE:
+                self._closed.append(self._piece)
+                self._piece, self._filled = hashlib.sha256(), 0
+        self.size += len(view)
+        if len(view) < PARALLEL:
+            for hasher, part in jobs:
+                hasher.update(part)
+            return alongside() if alongside is not None else None
+        futures = [pool().submit(hasher.update, part) for hasher, part in jobs]
+        try:
+            return alongside() if alongside is not None else None
+        finally:
+            for future in futures:
+                future.result()
+
+    def hexdigest(self) -> str:
+        tops = [hasher.digest() for hasher in self._closed]
+        if self._filled:
+            tops.append(self._piece.digest())
+        return hashlib.sha256(b"".join(tops)).hexdigest()
+
+
+def of_bytes(data: Any) -> str:
+    """The digest of `data` as a whole file."""
+    digest = Digest()
+    digest.update(data)
+    return digest.hexdigest()
+
+
+def read_into(path: Path, buffers: Sequence[Any], size: int, expected: str) -> None:
+    """Fill `buffers` (writable, `size` bytes in all, in order) with the file at `path` and check
+    its digest; Mismatch if the file is not exactly `size` bytes with digest `expected`.
+
+    The 16 MiB pieces are read (`preadv`) and hashed by the pool's threads, each its own piece.
+    """
+    views = [memoryview(buffer).cast("B") for buffer in buffers]
+    if sum(len(view) for view in views) != size:
+        raise ValueError(f"buffers of {sum(len(v) for v in views)} bytes for a {size}-byte file")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        actual = os.fstat(fd).st_size
+        if actual != size:
+            raise Mismatch(f"its file {path.name} is {actual} bytes, the manifest says {size}")
+        pieces = [
+            _segments(views, start, min(size, start + PIECE)) for start in range(0, size, PIECE)
+        ]
+        starts = range(0, size, PIECE)
+        if size < PARALLEL or len(pieces) == 1:
+            tops = [
+                _read_piece(fd, start, piece) for start, piece in zip(starts, pieces, strict=True)
+            ]
+        else:
+            futures: list[Future[bytes]] = [
+                pool().submit(_read_piece, fd, start, piece)
+                for start, piece in zip(starts, pieces, strict=True)
+            ]
+            tops = [future.result() for future in futures]
+    finally:
+        os.close(fd)
+    if hashlib.sha256(b"".join(tops)).hexdigest() != expected:
+        raise Mismatch(f"its file {path.name} does not match its digest (changed after the save)")
+
+
+def read(path: Path, size: int, expected: str) -> bytearray:
+    """The whole file at `path`, once its size and digest are checked (else Mismatch)."""
+    data = bytearray(size)
+    read_into(path, [data], size, expected)
+    return data
+
+
+def pool() -> ThreadPoolExecutor:
+    """The hashing threads, shared by every file of this process (new after a fork)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():  # a forked child has no pool threads
+            _pool = (os.getpid(), ThreadPoolExecutor(WORKERS, thread_name_prefix="kq-digest"))
+        return _pool[1]
+
+
+def _segments(views: Sequence[memoryview], start: int, end: int) -> list[memoryview]:
+    """The slices of `views` (concatenated) that hold bytes [start, end)."""
+    found, offset = [], 0
+    for view in views:
+        low, high = max(start, offset), min(end, offset + len(view))
+        if low < high:
+            found.append(view[low - offset : high - offset])
+        offset += len(view)
+    return found
+
+
+def _read_piece(fd: int, start: int, segments: list[memoryview]) -> bytes:
+    """Read one piece at file offset `start` into `segments`, then return its sha256."""
+    position, pending = start, list(segments)
+    while pending:
+        count = os.preadv(fd, pending, position)
+        if count == 0:
+            raise Mismatch("a file ended early")
+        position += count
+        while pending and count >= len(pending[0]):
+            count -= len(pending[0])
+            pending.pop(0)
+        if pending and count:
+            pending[0] = pending[0][count:]
+    hasher = hashlib.sha256()
+    for segment in segments:
+        hasher.update(segment)
+    return hasher.digest()
