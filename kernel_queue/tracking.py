@@ -14,9 +14,9 @@ import datetime
 import time
 from collections.abc import Callable
 
-from kernel_queue import errors, heartbeat, lifecycle
+from kernel_queue import errors, heartbeat, kernel_info, lifecycle
 from kernel_queue.backends import ClusterBackend
-from kernel_queue.lifecycle import Action, Command, KernelState, Lifecycle
+from kernel_queue.lifecycle import LIVE, Action, Command, KernelState, Lifecycle
 from kernel_queue.model import GroupPhase, GroupRef, GroupStatus, short_id
 
 Notify = Callable[[Lifecycle, GroupStatus], None]
@@ -46,6 +46,7 @@ class KernelTracker:
         self._changed = asyncio.Event()
         self.observed = asyncio.Event()  # set once the backend reported a first status
         self._task: asyncio.Task[None] | None = None
+        self._answer: asyncio.Task[None] | None = None  # waits for the kernel's first answer
 
     # -- following ---------------------------------------------------------------------------
 
@@ -55,10 +56,32 @@ class KernelTracker:
             self._task = asyncio.get_running_loop().create_task(self._follow())
 
     async def _follow(self) -> None:
-        async for status in self.backend.watch(self.ref):
-            self.status = status
-            await self.observe(status.phase)
-            self.observed.set()
+        try:
+            async for status in self.backend.watch(self.ref):
+                self.status = status
+                if status.phase is GroupPhase.RUNNING and self.lifecycle.state not in LIVE:
+                    self._await_answer()  # "running" or "resumed" once the kernel answers
+                else:
+                    self._stop_waiting_for_answer()
+                    await self.observe(status.phase)
+                self.observed.set()
+        finally:
+            self._stop_waiting_for_answer()
+
+    def _await_answer(self) -> None:
+        """Observe RUNNING once the kernel at the current address answers kernel_info."""
+        if self._answer is None or self._answer.done():
+            self._answer = asyncio.get_running_loop().create_task(self._answered())
+
+    async def _answered(self) -> None:
+        await kernel_info.answers(self.ref.connection, self.address)
+        if self.status.phase is GroupPhase.RUNNING:
+            await self.observe(GroupPhase.RUNNING)
+
+    def _stop_waiting_for_answer(self) -> None:
+        if self._answer is not None:
+            self._answer.cancel()
+            self._answer = None
 
     async def observe(self, observed: lifecycle.Observation) -> None:
         """Apply one observation and carry out the resulting actions."""
