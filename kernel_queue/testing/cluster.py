@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from kernel_queue.testing import network, pods, rbac, resources
+from kernel_queue.testing import network, pod_security, pods, rbac, resources
 from kernel_queue.testing.kubelet import FakeKubelet
 from kernel_queue.testing.kueue import FakeKueue
 from kernel_queue.testing.server import Server, Stats
@@ -81,6 +81,7 @@ class FakeCluster:
                 self.kueue.local_queue_pending, self.kueue.cluster_queue_pending
             )
         pods.install(self.store)  # the apiserver's own pod rules, with or without a kubelet
+        pod_security.install(self.store)  # ServiceAccount and Pod Security admission, last
         if self.kubelet is None:  # the apiserver allocates ClusterIPs even with no node
             network.ServiceNetwork(self.store, pool=SERVICE_IP_POOL).allocate_addresses()
         if self.kubelet is not None:
