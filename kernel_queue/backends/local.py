@@ -522,11 +522,11 @@ class LocalBackend(LoggingConfigurable):
         if group.launches:
             return (
                 f"{who} cannot resume: {ports}, where its clients reconnect, {verb} taken by "
-                "another process; restart the kernel (it gets new ports) or shut it down"
+                "another process; start the kernel again and it gets new ports"
             )
         return (
             f"{who} cannot start: {ports} {verb} taken by another process; start the kernel "
-            "again (it gets new ports)"
+            "again and it gets new ports"
         )
 
     def _checkpoint_dir(self, spec: GroupSpec) -> Path | None:
@@ -588,8 +588,8 @@ class LocalBackend(LoggingConfigurable):
                 ports, verb = group.ports.describe(taken), "is" if len(taken) == 1 else "are"
                 message = (
                     f"the kernel exited with code {code}: {ports} {verb} taken by another "
-                    "process, so the kernel could not listen there; restart the kernel (it "
-                    "gets new ports)"
+                    "process, so the kernel could not listen there; start the kernel again and "
+                    "it gets new ports"
                 )
                 self._finish(group, code, message + launchers.log_tail(group.log_path), failed=True)
                 return
