@@ -514,3 +514,26 @@ def test_a_tensor_saved_on_a_device_this_machine_lacks_is_restored_on_the_cpu(
     assert torch.equal(fresh.weights, torch.arange(2**19, dtype=torch.float32))
     assert isinstance(fresh.param, torch.nn.Parameter) and fresh.param.requires_grad
     assert torch.equal(fresh.param.detach(), torch.ones(1024, 512))
+
+
+def test_a_view_of_a_saved_array_comes_back_a_view_and_a_view_of_anything_else_a_copy(
+    tmp_path: Path,
+) -> None:
+    module = make_module("""
+        import numpy as np
+        base = np.arange(2**20, dtype=np.float64)      # 8 MiB, its own file
+        every_other = base[::2]
+        reversed_tail = base[:-5:-1]
+        head = np.arange(2**22, dtype=np.float64)[:10]  # the 32 MiB array behind it is no variable
+    """)
+    report = kc.save(module, kc.DirectoryStore(tmp_path))
+    assert report.checkpoint is not None, report.error
+    assert report.bytes < 9 * 2**20  # base once; not every_other again, nor head's 32 MiB
+
+    fresh = types.ModuleType("kernelns")
+    kc.restore(fresh, report.checkpoint)
+
+    fresh.base[0] = -1.0
+    assert fresh.every_other[0] == -1.0 and np.shares_memory(fresh.reversed_tail, fresh.base)
+    assert np.array_equal(fresh.reversed_tail, np.arange(2**20 - 1, 2**20 - 5, -1))
+    assert np.array_equal(fresh.head, np.arange(10)) and fresh.head.base is None

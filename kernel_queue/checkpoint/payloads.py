@@ -24,7 +24,7 @@ from typing import IO, Any
 import numpy as np
 import numpy.lib.format as npy
 
-from kernel_queue.checkpoint import CheckpointWriter, digests
+from kernel_queue.checkpoint import CheckpointWriter, digests, references
 
 BIG = 1 << 20
 """Arrays and tensors of at least this many bytes go to their own payload file."""
@@ -47,7 +47,8 @@ def check(deadline: float | None) -> None:
 
 class OutOfBand:
     """The session pickler's `persistent_id`: big arrays and tensors to their own files, once;
-    the real module and its namespace, met nested in a value, as references to the target."""
+    the real module and its namespace, met nested in a value, as references to the target;
+    views of saved arrays and classes dill cannot find as `references`."""
 
     def __init__(
         self,
@@ -56,10 +57,12 @@ class OutOfBand:
         deadline: float | None,
         payload: list[dict[str, Any]],
         tensors: tuple[type, ...],
+        roots: set[int] = frozenset(),  # type: ignore[assignment]
     ) -> None:
         self.writer, self.module, self.deadline, self.payload = writer, module, deadline, payload
-        self.tensors = tensors
+        self.tensors, self.roots = tensors, roots
         self.namespace = module.__dict__
+        self.globals = references.Globals(module.__name__)
         self.written: dict[int, tuple[tuple[Any, ...], Any]] = {}  # id → (pid, obj kept alive)
 
     def persistent_id(self, obj: Any) -> tuple[Any, ...] | None:
@@ -67,6 +70,9 @@ class OutOfBand:
             return ("main",)
         if obj is self.namespace:
             return ("main-dict",)
+        reference = references.view(obj, self.roots) or self.globals.reference(obj)
+        if reference is not None:
+            return reference
         size = size_of(obj, self.tensors)
         if not size:
             return None

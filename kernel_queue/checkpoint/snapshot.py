@@ -35,6 +35,7 @@ from kernel_queue.checkpoint import (
     SaveReport,
     digests,
     payloads,
+    references,
 )
 
 NAMESPACE = "namespace.pkl"
@@ -84,7 +85,8 @@ def save(
             tensors = payloads.tensor_types()
             saved, skipped = _select(module, hidden, deadline, tensors)
             writer = store.begin()
-            external = payloads.OutOfBand(writer, module, deadline, payload, tensors)
+            roots = _roots(module, {name for name, _, _ in saved})
+            external = payloads.OutOfBand(writer, module, deadline, payload, tensors, roots)
             file = writer.open(NAMESPACE)
             _dump(file, module, {name for name, _, _ in saved}, hidden, external)
             payload.insert(0, {"file": NAMESPACE, "kind": "pickle", "bytes": file.tell()})
@@ -157,6 +159,8 @@ def restore(module: ModuleType, checkpoint: Checkpoint) -> RestoreReport:
             return module
         if kind == "main-dict":
             return module.__dict__
+        if kind in ("view", "global"):
+            return references.rebuild(pid)
         name = pid[1]
         if name not in built:  # a persistent id comes once per reference: build it once
             if name not in loaded:
@@ -228,6 +232,10 @@ def _select(
         if name in hidden or name.startswith("_") or isinstance(value, ModuleType):
             continue
         payloads.check(deadline)
+        refusal = references.refusal(value, tensors)
+        if refusal:
+            skipped.append((name, type(value).__name__, refusal))
+            continue
         try:
             size = payloads.size_of(value, tensors) or _probe(value, module, tensors)
         except Exception as exc:
@@ -235,6 +243,18 @@ def _select(
         else:
             saved.append((name, type(value).__name__, size))
     return saved, skipped
+
+
+def _roots(module: ModuleType, names: set[str]) -> set[int]:
+    """Ids of the saved variables that are arrays owning their memory: views onto them are
+    saved as views (a view of anything else is saved as a copy of its elements, so a small
+    view never drags a big unsaved array into the checkpoint)."""
+    found = set()
+    for name in names:
+        value = module.__dict__.get(name)
+        if type(value) is np.ndarray and value.base is None:
+            found.add(id(value))
+    return found
 
 
 def _dump(
@@ -320,10 +340,17 @@ def _probe(value: Any, module: ModuleType, tensors: tuple[type, ...]) -> int:
     """`len(dill.dumps(value))`, as the session pickle would pickle it, big arrays not counted
     twice nor copied; raises what dill raises for an unpicklable value."""
     sink, big = _Counter(), {}
+    names = references.Globals(module.__name__)
 
-    def persistent_id(obj: Any) -> tuple[str] | None:
+    def persistent_id(obj: Any) -> tuple[str, ...] | None:
         if obj is module or obj is module.__dict__:
             return ("main",)
+        refusal = references.refusal(obj, tensors)
+        if refusal:
+            raise TypeError(refusal)
+        reference = names.reference(obj)
+        if reference is not None:
+            return reference
         size = payloads.size_of(obj, tensors)
         if size:
             big[id(obj)] = size
