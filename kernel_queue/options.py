@@ -95,7 +95,7 @@ def unknown_keys(given: Iterable[str], known: Sequence[str], noun: str = "key") 
     unknown = sorted(set(given) - set(known))
     if not unknown:
         return None
-    guesses = {key: guess for key in unknown if (guess := _nearest(key, known))}
+    guesses = {key: guess for key in unknown if (guess := nearest(key, known))}
     listed = ", ".join(f"`{key}`" for key in unknown)
     text = f"unknown {noun}{'s' if len(unknown) > 1 else ''} {listed}"
     if len(unknown) == 1 and guesses:
@@ -106,7 +106,8 @@ def unknown_keys(given: Iterable[str], known: Sequence[str], noun: str = "key") 
     return text
 
 
-def _nearest(key: str, known: Sequence[str]) -> str | None:
+def nearest(key: str, known: Sequence[str]) -> str | None:
+    """The known key `key` was probably meant as (difflib, or the one it begins), else None."""
     found = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     if found:
         return found[0]

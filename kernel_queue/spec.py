@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_queue import backends, errors, launcher, options, quantities
-from kernel_queue.kube import manifests, names
+from kernel_queue.kube import manifests, names, pod_policy
 from kernel_queue.model import CheckpointSettings, ConnectionInfo, GroupSpec, group_name
 
 CONNECT_MODES = ("service", "pod-ip")
@@ -140,6 +140,7 @@ def _build(
         )
     if backend == "kubernetes":
         _kube_names(provisioner)
+        _pod_template(provisioner, f"kernelspec {name!r}")
     cpu = _quantity(provisioner.cpu, "cpu", quantities.millicores)
     memory = _quantity(provisioner.memory, "memory", quantities.bytes_)
     checkpoint, grace = checkpoint_settings(provisioner.checkpoint, backend)
@@ -353,6 +354,21 @@ def _kube_names(provisioner: Any) -> None:
             raise Problem(
                 key, f"is {value!r}, which Kubernetes does not accept as {what}", f"use {rule}"
             )
+
+
+def _pod_template(provisioner: Any, where: str) -> None:
+    """`kube.pod_policy` on the template, less the exceptions the server's admin allows."""
+    allowed = options.PodTemplatePolicy(config=provisioner.config).allowed_exceptions
+    for entry in pod_policy.unknown_exceptions(allowed):
+        guess = options.nearest(entry, sorted(pod_policy.RULES))
+        maybe = f" (did you mean {guess!r}?)" if guess else ""
+        raise errors.ConfigError(
+            f"{where}: {pod_policy.SETTING} lists {entry!r}, which is neither a rule{maybe} nor a "
+            "field path such as 'spec.volumes[*].hostPath'; fix the server's config"
+        )
+    found = pod_policy.refused(provisioner.pod_template, allowed)
+    if found:
+        raise errors.ConfigError(f"{where}: {pod_policy.message(found)}")
 
 
 def _quantity(value: Any, key: str, parse: Any) -> str | None:
