@@ -155,6 +155,27 @@ async def test_a_kernel_runs_in_a_namespace_enforcing_restricted(
     assert ours(cluster) == {}
 
 
+SLEEPER = {"name": "side", "image": "busybox", "command": ["python", "-c", "input()"]}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="kube/manifests.py hardens only its own containers; sidecars and initContainers "
+    "from pod_template need CONTAINER_SECURITY too to pass restricted",
+)
+async def test_a_kernel_with_a_sidecar_runs_in_a_namespace_enforcing_restricted(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    enforce(cluster, RESTRICTED)
+    template = {"spec": {"containers": [{"name": "kernel"}, SLEEPER]}}
+    kernel = await server.start(kube_spec(kernelspec, pod_template=template, startup_timeout=10))
+    try:
+        assert (await server.execute(kernel, "1 + 1"))["data"] == "2"
+    finally:
+        await server.shutdown(kernel)
+        await wait_clean(server, cluster, kernel)
+
+
 async def test_a_missing_service_account_is_the_clusters_refusal_and_leaves_nothing(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
 ) -> None:
