@@ -21,6 +21,7 @@ from kernel_queue.cli.lab import inventory_message
 from tests.conftest import KernelspecFactory, Server
 
 JUPYTER = str(Path(sys.executable).parent / "jupyter")
+KUBE = ["--backend", "kubernetes", "--image", "registry.example/kernel:1"]
 
 
 @pytest.fixture
@@ -68,6 +69,33 @@ def test_install_then_kernelspec_list_shows_the_new_kernelspec(user_env: dict[st
     assert specs["gpu2"]["spec"]["interrupt_mode"] == "message"
 
 
+@pytest.mark.parametrize(
+    ("args", "checkpoint"),
+    [
+        pytest.param(
+            ["--checkpoint"], {"enabled": True}, id="on-with-the-servers-default-directory"
+        ),
+        pytest.param(
+            ["--checkpoint-path", "/srv/ckpt", "--grace-seconds", "60", "--keep-checkpoints"],
+            {"enabled": True, "path": "/srv/ckpt", "grace_seconds": 60, "keep": True},
+            id="local-path-grace-keep",
+        ),
+        pytest.param(
+            [*KUBE, "--checkpoint-claim", "ckpt", "--grace-seconds", "45.5"],
+            {"enabled": True, "claim": "ckpt", "grace_seconds": 45.5},
+            id="kubernetes-claim",
+        ),
+    ],
+)
+def test_install_writes_the_checkpoint_options(
+    user_env: dict[str, str], args: list[str], checkpoint: dict[str, Any]
+) -> None:
+    done = run(user_env, "kernel-queue", "install", "--name", "ck", "--user", *args)
+    assert done.returncode == 0, done.stderr
+    spec = json.loads((Path(user_env["JUPYTER_DATA_DIR"]) / "kernels/ck/kernel.json").read_text())
+    assert spec["metadata"]["kernel_provisioner"]["config"]["checkpoint"] == checkpoint
+
+
 def test_install_refuses_to_overwrite_without_replace(user_env: dict[str, str]) -> None:
     assert run(user_env, "kernel-queue", "install", "--name", "k", "--user").returncode == 0
     again = run(user_env, "kernel-queue", "install", "--name", "k", "--gpus", "3", "--user")
@@ -92,6 +120,53 @@ def test_install_refuses_to_overwrite_without_replace(user_env: dict[str, str]) 
         pytest.param(["--name", "My Kernel"], "is not a kernelspec name", id="bad-name"),
         pytest.param(["--memory", "lots"], "--memory: 'lots' is not a quantity", id="memory"),
         pytest.param(["--user", "--sys-prefix"], "at most one of", id="two-destinations"),
+        pytest.param(
+            ["--checkpoint-claim", "ckpt"],
+            "--checkpoint-claim names a PersistentVolumeClaim, which only the kubernetes backend "
+            "mounts; on the local backend use --checkpoint-path (a directory), or leave it out "
+            "for the server's default",
+            id="claim-on-local",
+        ),
+        pytest.param(
+            [*KUBE, "--checkpoint-claim", "ckpt", "--checkpoint-path", "/srv/ckpt"],
+            "--checkpoint-path is a directory of this machine, which a pod cannot reach; on the "
+            "kubernetes backend name a PersistentVolumeClaim with --checkpoint-claim",
+            id="path-on-kubernetes",
+        ),
+        pytest.param(
+            [*KUBE, "--checkpoint"],
+            "--checkpoint-claim is missing; name the PersistentVolumeClaim that holds checkpoints",
+            id="kubernetes-checkpoint-without-claim",
+        ),
+        pytest.param(
+            ["--checkpoint", "--grace-seconds", "3"],
+            "--grace-seconds is 3, which leaves no time to save: the save must end 3 s before "
+            "the kernel is stopped; use 4 or more seconds",
+            id="local-grace-below-the-margin",
+        ),
+        pytest.param(
+            [*KUBE, "--checkpoint-claim", "ckpt", "--grace-seconds", "8"],
+            "--grace-seconds is 8, which leaves no time to save: the launcher stops the kernel "
+            "5 s before the pod's grace period ends, and the save must end 3 s before that; use "
+            "9 or more seconds",
+            id="kubernetes-grace-below-the-margin",
+        ),
+        pytest.param(
+            ["--checkpoint-path", "checkpoints"],
+            "--checkpoint-path is 'checkpoints', a relative path; give an absolute directory",
+            id="relative-path",
+        ),
+        pytest.param(
+            ["--keep-checkpoints"],
+            "--keep-checkpoints is true but checkpoints are off; turn them on with --checkpoint, "
+            "or leave --keep-checkpoints out",
+            id="keep-without-checkpoints",
+        ),
+        pytest.param(
+            ["--checkpoint", "--grace-seconds", "nan"],
+            "--grace-seconds is NaN; give a finite number of seconds",
+            id="grace-nan",
+        ),
     ],
 )
 def test_install_rejects_bad_options_and_writes_nothing(

@@ -19,12 +19,21 @@ from jupyter_core.application import JupyterApp
 from jupyter_core.paths import SYSTEM_JUPYTER_PATH, jupyter_data_dir
 from traitlets import Bool, Float, Int, Unicode
 
-from kernel_queue import backends, quantities
+from kernel_queue import backends, quantities, spec
 from kernel_queue import gateway as eg
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 KERNEL_ARGV = ["python", "-m", "kernel_queue.launcher.kernel", "-f", "{connection_file}"]
 GATEWAYS = ("enterprise-gateway",)
+CHECKPOINT_OPTIONS = {
+    "checkpoint": "--checkpoint",
+    "checkpoint.enabled": "--checkpoint",
+    "checkpoint.path": "--checkpoint-path",
+    "checkpoint.claim": "--checkpoint-claim",
+    "checkpoint.grace_seconds": "--grace-seconds",
+    "checkpoint.keep": "--keep-checkpoints",
+}
+"""The option that sets each kernelspec `checkpoint` key (for `spec.checkpoint_settings`)."""
 
 
 class InstallError(Exception):
@@ -44,8 +53,16 @@ def kernel_json(
     priority_class: str = "",
     admission_timeout: float = 0.0,
     gateway: str = "",
+    checkpoint: bool = False,
+    checkpoint_path: str = "",
+    checkpoint_claim: str = "",
+    grace_seconds: float | None = None,
+    keep_checkpoints: bool = False,
 ) -> dict[str, Any]:
     """The kernel.json of a queued Python kernel; raises InstallError naming a bad option.
+
+    The checkpoint options follow the kernelspec's rules (`spec.checkpoint_settings`, the same
+    code that checks a hand-written kernelspec), worded as options.
 
     `gateway="enterprise-gateway"` adds `metadata.process_proxy` for Enterprise Gateway 3.x
     beside `metadata.kernel_provisioner`: each reads its own stanza, both read the same config.
@@ -84,6 +101,11 @@ def kernel_json(
     config.update({key: value for key, value in optional.items() if value})
     if admission_timeout:
         config["admission_timeout"] = admission_timeout
+    stanza = _checkpoint(
+        backend, checkpoint, checkpoint_path, checkpoint_claim, grace_seconds, keep_checkpoints
+    )
+    if stanza:
+        config["checkpoint"] = stanza
     metadata: dict[str, Any] = {
         "debugger": True,
         "kernel_provisioner": {"provisioner_name": "kernel-queue", "config": config},
@@ -97,6 +119,30 @@ def kernel_json(
         "interrupt_mode": "message",
         "metadata": metadata,
     }
+
+
+def _checkpoint(
+    backend: str, enabled: bool, path: str, claim: str, grace: float | None, keep: bool
+) -> dict[str, Any]:
+    """The `checkpoint` stanza of these options ({} when none is given), checked."""
+    stanza: dict[str, Any] = {}
+    if enabled or path or claim:
+        stanza["enabled"] = True
+    if path:
+        stanza["path"] = path
+    if claim:
+        stanza["claim"] = claim
+    if grace is not None:
+        stanza["grace_seconds"] = int(grace) if float(grace).is_integer() else grace
+    if keep:
+        stanza["keep"] = True
+    try:
+        spec.checkpoint_settings(stanza, backend, name=CHECKPOINT_OPTIONS.__getitem__)
+    except spec.Problem as problem:
+        raise InstallError(
+            f"{CHECKPOINT_OPTIONS[problem.key]} {problem.problem}; {problem.fix}"
+        ) from None
+    return stanza
 
 
 class InstallApp(JupyterApp):
@@ -122,6 +168,22 @@ class InstallApp(JupyterApp):
     gateway = Unicode(
         "", config=True, help="'enterprise-gateway': add Enterprise Gateway 3.x's process proxy."
     )
+    checkpoint = Bool(False, config=True, help="Save on preemption, restore on re-admission.")
+    checkpoint_path = Unicode(
+        "", config=True, help="Local backend: the checkpoint directory (absolute; turns them on)."
+    )
+    checkpoint_claim = Unicode(
+        "",
+        config=True,
+        help="Kubernetes backend: the PersistentVolumeClaim holding checkpoints (turns them on).",
+    )
+    grace_seconds = Float(
+        None,
+        allow_none=True,
+        config=True,
+        help="Seconds a preempted kernel gets to save and stop (default 30).",
+    )
+    keep_checkpoints = Bool(False, config=True, help="Keep checkpoints after shutdown.")
     user = Bool(False, config=True, help="Install for the current user.")
     sys_prefix = Bool(False, config=True, help="Install into sys.prefix (this environment).")
     prefix = Unicode("", config=True, help="Install under this prefix.")
@@ -141,6 +203,9 @@ class InstallApp(JupyterApp):
         "priority-class": "InstallApp.priority_class",
         "admission-timeout": "InstallApp.admission_timeout",
         "gateway": "InstallApp.gateway",
+        "checkpoint-path": "InstallApp.checkpoint_path",
+        "checkpoint-claim": "InstallApp.checkpoint_claim",
+        "grace-seconds": "InstallApp.grace_seconds",
         "prefix": "InstallApp.prefix",
     }
     flags = {
@@ -148,6 +213,11 @@ class InstallApp(JupyterApp):
         "user": ({"InstallApp": {"user": True}}, "Install for the current user."),
         "sys-prefix": ({"InstallApp": {"sys_prefix": True}}, "Install into sys.prefix."),
         "replace": ({"InstallApp": {"replace": True}}, "Overwrite an existing kernelspec."),
+        "checkpoint": ({"InstallApp": {"checkpoint": True}}, "Turn checkpoints on."),
+        "keep-checkpoints": (
+            {"InstallApp": {"keep_checkpoints": True}},
+            "Keep checkpoints after shutdown.",
+        ),
     }
 
     def start(self) -> None:
@@ -181,6 +251,11 @@ class InstallApp(JupyterApp):
             priority_class=self.priority_class,
             admission_timeout=self.admission_timeout,
             gateway=self.gateway,
+            checkpoint=self.checkpoint,
+            checkpoint_path=self.checkpoint_path,
+            checkpoint_claim=self.checkpoint_claim,
+            grace_seconds=self.grace_seconds,
+            keep_checkpoints=self.keep_checkpoints,
         )
         manager = KernelSpecManager(parent=self)
         prefix = sys.prefix if self.sys_prefix else (self.prefix or None)
