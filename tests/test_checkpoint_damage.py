@@ -38,8 +38,8 @@ def save_state(store: kc.DirectoryStore, **values: Any) -> kc.Checkpoint:
 
 def two_checkpoints(store: kc.DirectoryStore) -> tuple[kc.Checkpoint, kc.Checkpoint]:
     """An older checkpoint, then a newer one that also holds `added` and newer values."""
-    older = save_state(store, x=1, big=np.ones(ELEMENTS))
-    newer = save_state(store, x=2, big=np.full(ELEMENTS, 2.0), added=[1, 2, 3])
+    older = save_state(store, x=1, big=np.ones(ELEMENTS), tiny=np.arange(3))
+    newer = save_state(store, x=2, big=np.full(ELEMENTS, 2.0), tiny=np.arange(4), added=[1, 2])
     return older, newer
 
 
@@ -132,6 +132,12 @@ DAMAGE = [
         True,
         id="array-header-flipped",
     ),
+    pytest.param(
+        flip("small-arrays.bin", 0.5),
+        f"its file small-arrays.bin {DIGEST}",
+        True,
+        id="small-arrays-flipped",
+    ),
 ]
 
 
@@ -148,8 +154,8 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_older_one_restored_and
 
     recovery = kc.recover(fresh, store)
 
-    assert user_names(fresh) == ["big", "x"]  # the older state, nothing of the newer one
-    assert fresh.x == 1 and bool((fresh.big == 1.0).all())
+    assert user_names(fresh) == ["big", "tiny", "x"]  # the older state, nothing of the newer
+    assert fresh.x == 1 and bool((fresh.big == 1.0).all()) and list(fresh.tiny) == [0, 1, 2]
     reason = reason.format(half=sizes["namespace.pkl"] // 2)
     if reason.endswith(" bytes"):
         reason += f", the manifest says {sizes['namespace.pkl']}"
@@ -161,7 +167,7 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_older_one_restored_and
     assert ages(kc.summary(recovery)) == (
         f"The newest checkpoint could not be restored: checkpoint {newer.id} (N s old) is "
         f"damaged: {reason}; it was moved aside to {newer.id}.damaged for inspection. Restored "
-        f"the older checkpoint {older.id} instead: restored 2 variables (2.1 MB) from a "
+        f"the older checkpoint {older.id} instead: restored 3 variables (2.1 MB) from a "
         f"checkpoint N s old; {lacks}."
     )
     aside = tmp_path / "kernel" / f"{newer.id}.damaged"

@@ -166,7 +166,7 @@ def test_one_checkpoint_layout_on_disk(tmp_path: Path) -> None:
         import numpy as np
         big = np.ones((512, 512))        # 2 MiB: its own file
         same = big
-        small = np.arange(10)            # in the namespace pickle
+        small = np.arange(10)            # packed with other small arrays: small-arrays.bin
         text = "hello"
     """)
     report = kc.save(module, kc.DirectoryStore(tmp_path), extra={"kernel_id": "k-2"})
@@ -176,6 +176,7 @@ def test_one_checkpoint_layout_on_disk(tmp_path: Path) -> None:
         "array-0001.npy",
         "manifest.json",
         "namespace.pkl",
+        "small-arrays.bin",
     ]
     assert sorted(manifest) == [
         "bytes", "checksum", "consistency", "created", "digest", "files", "format", "kernel_id",
@@ -195,6 +196,9 @@ def test_one_checkpoint_layout_on_disk(tmp_path: Path) -> None:
     assert manifest["payload"][1] == {
         "file": "array-0001.npy", "kind": "ndarray", "shape": [512, 512], "dtype": "<f8",
         "bytes": 2 * 2**20 + 128,
+    }  # fmt: skip
+    assert manifest["payload"][2] == {
+        "file": "small-arrays.bin", "kind": "small-arrays", "count": 1, "bytes": 80
     }  # fmt: skip
     assert manifest["payload"][0]["file"] == "namespace.pkl"
     assert {name: entry["bytes"] for name, entry in manifest["files"].items()} == {
@@ -225,7 +229,7 @@ def test_arrays_of_every_layout_round_trip(tmp_path: Path) -> None:
     report = kc.save(module, kc.DirectoryStore(tmp_path / "store"))
     assert report.checkpoint is not None, report.error
     kinds = {e["file"].split("-")[0] for e in report.checkpoint.manifest["payload"]}
-    assert kinds == {"namespace.pkl", "array"}
+    assert kinds == {"namespace.pkl", "array", "small"}
     del memmap, module.memmap
 
     fresh = types.ModuleType("kernelns")
@@ -537,3 +541,33 @@ def test_a_view_of_a_saved_array_comes_back_a_view_and_a_view_of_anything_else_a
     assert fresh.every_other[0] == -1.0 and np.shares_memory(fresh.reversed_tail, fresh.base)
     assert np.array_equal(fresh.reversed_tail, np.arange(2**20 - 1, 2**20 - 5, -1))
     assert np.array_equal(fresh.head, np.arange(10)) and fresh.head.base is None
+
+
+def test_small_arrays_are_packed_and_come_back_each_its_own_with_aliasing_kept(
+    tmp_path: Path,
+) -> None:
+    module = make_module("""
+        import numpy as np
+        many = {f"a{i}": np.arange(i % 7, dtype=np.int16) + i for i in range(2000)}
+        empty_a, empty_b = np.zeros(0), np.zeros(0)
+        fortran = np.asfortranarray(np.arange(12.0).reshape(3, 4))
+        when = np.array(["2026-01-01T10:00"], dtype="datetime64[m]")
+        text = np.array(["ab", "cde"])
+        again = [fortran, fortran]
+    """)
+    report = kc.save(module, kc.DirectoryStore(tmp_path))
+    assert report.checkpoint is not None, report.error
+    [packed] = [e for e in report.checkpoint.manifest["payload"] if e["kind"] == "small-arrays"]
+    assert packed["count"] == 2000 + 5
+
+    fresh = types.ModuleType("kernelns")
+    kc.restore(fresh, report.checkpoint)
+
+    for key, value in module.many.items():
+        restored = fresh.many[key]
+        assert restored.dtype == np.int16 and np.array_equal(restored, value), key
+    assert fresh.many["a3"].flags.owndata and fresh.many["a3"].flags.writeable
+    assert fresh.empty_a is not fresh.empty_b
+    assert fresh.fortran.flags.f_contiguous and np.array_equal(fresh.fortran, module.fortran)
+    assert fresh.again[0] is fresh.again[1] is fresh.fortran
+    assert fresh.when[0] == np.datetime64("2026-01-01T10:00") and list(fresh.text) == ["ab", "cde"]

@@ -24,10 +24,12 @@ from typing import IO, Any
 import numpy as np
 import numpy.lib.format as npy
 
-from kernel_queue.checkpoint import CheckpointWriter, digests, references
+from kernel_queue.checkpoint import CheckpointWriter, digests, packs, references
 
 BIG = 1 << 20
 """Arrays and tensors of at least this many bytes go to their own payload file."""
+PLAIN = frozenset({str, int, float, bool, complex, bytes, type(None), tuple, list, dict, set})
+"""Types no `persistent_id` ever takes over (checked first: most objects are of these)."""
 CHUNK = 64 << 20  # bytes per write of a big array; the deadline is checked between chunks
 
 
@@ -63,6 +65,7 @@ class OutOfBand:
         self.tensors, self.roots = tensors, roots
         self.namespace = module.__dict__
         self.globals = references.Globals(module.__name__)
+        self.packer = packs.Packer(writer)
         self.written: dict[int, tuple[tuple[Any, ...], Any]] = {}  # id → (pid, obj kept alive)
 
     def persistent_id(self, obj: Any) -> tuple[Any, ...] | None:
@@ -70,12 +73,14 @@ class OutOfBand:
             return ("main",)
         if obj is self.namespace:
             return ("main-dict",)
+        if type(obj) in PLAIN:
+            return None
         reference = references.view(obj, self.roots) or self.globals.reference(obj)
         if reference is not None:
             return reference
         size = size_of(obj, self.tensors)
         if not size:
-            return None
+            return self.packer.reference(obj) if packs.packable(obj) else None
         if id(obj) in self.written:
             return self.written[id(obj)][0]
         check(self.deadline)
@@ -103,12 +108,14 @@ class OutOfBand:
 def read(directory: Path, entry: Mapping[str, Any], record: Mapping[str, Any]) -> Any:
     """The payload file `entry` of the manifest's `payload` list, read with its digest checked
     (`record`: the store's bytes and digest; digests.Mismatch if they do not hold): an array,
-    or a tensor file's bytes for `build`."""
+    a `packs.Unpacker`, or a tensor file's bytes for `build`."""
     path, size, expected = (
         directory / str(entry["file"]),
         int(record["bytes"]),
         str(record["digest"]),
     )
+    if entry.get("kind") == packs.KIND:
+        return packs.Unpacker(digests.read(path, size, expected))
     if entry.get("kind") != "ndarray":
         stream = io.BytesIO()
         stream.write(bytes(size))

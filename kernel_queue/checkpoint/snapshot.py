@@ -34,6 +34,7 @@ from kernel_queue.checkpoint import (
     RestoreReport,
     SaveReport,
     digests,
+    packs,
     payloads,
     references,
 )
@@ -89,6 +90,7 @@ def save(
             external = payloads.OutOfBand(writer, module, deadline, payload, tensors, roots)
             file = writer.open(NAMESPACE)
             _dump(file, module, {name for name, _, _ in saved}, hidden, external)
+            external.packer.close(payload)
             payload.insert(0, {"file": NAMESPACE, "kind": "pickle", "bytes": file.tell()})
             file.close()
             payloads.check(deadline)
@@ -152,6 +154,7 @@ def restore(module: ModuleType, checkpoint: Checkpoint) -> RestoreReport:
     except digests.Mismatch as exc:
         raise CheckpointDamaged(f"checkpoint {checkpoint.id} is damaged: {exc}") from exc
     built: dict[str, Any] = {}
+    small = loaded.pop(packs.FILE, None) or packs.Unpacker(bytearray())
 
     def persistent_load(pid: tuple[Any, ...]) -> Any:
         kind = pid[0]
@@ -161,6 +164,8 @@ def restore(module: ModuleType, checkpoint: Checkpoint) -> RestoreReport:
             return module.__dict__
         if kind in ("view", "global"):
             return references.rebuild(pid)
+        if kind == "small":
+            return small.array(pid)
         name = pid[1]
         if name not in built:  # a persistent id comes once per reference: build it once
             if name not in loaded:
@@ -345,6 +350,8 @@ def _probe(value: Any, module: ModuleType, tensors: tuple[type, ...]) -> int:
     def persistent_id(obj: Any) -> tuple[str, ...] | None:
         if obj is module or obj is module.__dict__:
             return ("main",)
+        if type(obj) in payloads.PLAIN:
+            return None
         refusal = references.refusal(obj, tensors)
         if refusal:
             raise TypeError(refusal)
@@ -355,6 +362,9 @@ def _probe(value: Any, module: ModuleType, tensors: tuple[type, ...]) -> int:
         if size:
             big[id(obj)] = size
             return ("big",)
+        if packs.packable(obj):  # written to small-arrays.bin, not into the pickle
+            big[id(obj)] = int(obj.nbytes)
+            return ("small",)
         return None
 
     pickler = dill.Pickler(sink, PICKLE_PROTOCOL)
