@@ -9,7 +9,7 @@ array once, owning its memory. Only plain arrays of simple dtypes are packed.
 from __future__ import annotations
 
 import math
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 import numpy as np
 
@@ -77,7 +77,7 @@ class Unpacker:
             kind = self._dtypes.get(dtype)
             if kind is None:
                 kind = self._dtypes[dtype] = np.dtype(dtype)
-            order = "F" if fortran else "C"
+            order: Literal["C", "F"] = "F" if fortran else "C"
             if offset + math.prod(shape) * kind.itemsize > len(self.data):
                 raise ValueError(f"a packed array reaches past the end of {FILE}")
             view = np.ndarray(shape, kind, buffer=self.data, offset=offset, order=order)
