@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir, jupyter_runtime_dir
-from traitlets import Dict, Int, List, Unicode, default, validate
+from traitlets import Dict, Float, Int, List, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
 from kernel_queue import admission, errors, ids, launcher, quantities
@@ -129,6 +129,14 @@ class LocalBackend(LoggingConfigurable):
     log_dir = Unicode(
         config=True,
         help="Where each kernel's output is written while it exists (<log_dir>/<group>.log).",
+    )
+
+    reap_interval = Float(
+        600.0,
+        config=True,
+        help="""Seconds between two looks (at a kernel's submit) for what a Jupyter server of
+        this user that died left behind: its kernels' logs and checkpoints are deleted once its
+        launchers are gone too. The first submit always looks.""",
     )
 
     @default("pretend_gpus")
@@ -240,7 +248,7 @@ class LocalBackend(LoggingConfigurable):
         checkpoints = self._checkpoint_dir(spec)
         owned = None if checkpoints is None or spec.checkpoint.keep else checkpoints
         log_path = self._log_path(spec.name)
-        self._ledger.reap_soon()
+        self._ledger.reap_soon(self.reap_interval)
         other = await self._ledger.claim(
             kernel_id, log_path=log_path, checkpoints=owned, root=self._root(spec)
         )

@@ -26,7 +26,6 @@ from typing import Any, TypeVar
 from kernel_queue import ids
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
-REAP_INTERVAL = 600.0  # seconds between two reaps (records are few and small)
 Log = logging.Logger | logging.LoggerAdapter[Any]
 _T = TypeVar("_T")
 
@@ -47,8 +46,13 @@ class Process:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             return None
-        # Fields after the command's closing parenthesis start at field 3; starttime is 22.
-        return cls(boot, pid, int(stat.rsplit(")", 1)[1].split()[19]))
+        # Fields after the command's closing parenthesis start at field 3 (the state);
+        # starttime is field 22. A zombie has exited: no one reaped it yet (an orphan's new
+        # parent may never do so in a container).
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] in ("Z", "X"):
+            return None
+        return cls(boot, pid, int(fields[19]))
 
     def alive(self) -> bool:
         """True while this very process runs."""
@@ -230,10 +234,10 @@ class Ledger:
 
         await self._run(work)
 
-    def reap_soon(self) -> None:
-        """Reap (in the background) unless a reap ran within `REAP_INTERVAL` seconds."""
+    def reap_soon(self, interval: float) -> None:
+        """Reap (in the background) unless a reap ran within `interval` seconds."""
         now = time.monotonic()
-        if self._reaped_at is None or now - self._reaped_at >= REAP_INTERVAL:
+        if self._reaped_at is None or now - self._reaped_at >= interval:
             self._reaped_at = now
             self._queue(lambda: reap(self.state_dir, self.log))
 
