@@ -571,3 +571,25 @@ def test_small_arrays_are_packed_and_come_back_each_its_own_with_aliasing_kept(
     assert fresh.fortran.flags.f_contiguous and np.array_equal(fresh.fortran, module.fortran)
     assert fresh.again[0] is fresh.again[1] is fresh.fortran
     assert fresh.when[0] == np.datetime64("2026-01-01T10:00") and list(fresh.text) == ["ab", "cde"]
+
+
+def test_a_module_held_inside_a_value_comes_back_as_the_live_module_not_an_old_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "kq_live_mod.py").write_text("counter = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = make_module("""
+        import kq_live_mod
+        holder = {"mod": kq_live_mod}
+    """)
+    report = kc.save(module, kc.DirectoryStore(tmp_path / "store"))
+    assert report.checkpoint is not None, report.error
+    live = sys.modules["kq_live_mod"]
+    live.counter = 5  # the library moved on after the save
+
+    fresh = types.ModuleType("kernelns")
+    kc.restore(fresh, report.checkpoint)
+
+    assert fresh.holder["mod"] is live
+    assert live.counter == 5  # dill's by-value copy of the module used to set it back to 1
+    monkeypatch.delitem(sys.modules, "kq_live_mod")

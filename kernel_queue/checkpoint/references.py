@@ -3,8 +3,10 @@
 Refused (the variable is skipped with the reason): open files, which dill would reopen (and a
 file open for writing truncate), and tensors inside an autograd graph, which would come back
 as leaves. References: an array view onto an array that is itself a saved variable (restored
-as a view, sharing its memory again), and a library class or function dill cannot find because
-its module is not an attribute of its package (torch.optim.adam) but is in `sys.modules`.
+as a view, sharing its memory again); an imported module met inside a value (dill pickles any
+module outside site-packages by value, and its restore overwrote the live module's globals);
+and a library class or function dill cannot find because its module is not an attribute of its
+package (torch.optim.adam) but is in `sys.modules`.
 """
 
 from __future__ import annotations
@@ -39,8 +41,14 @@ class Globals:
         self.main_name = main_name
         self._dill_finds: dict[str, bool] = {}
 
-    def reference(self, obj: Any) -> tuple[str, str, str] | None:
-        """("global", module, qualname) for such an object, else None (dill handles it)."""
+    def reference(self, obj: Any) -> tuple[str, ...] | None:
+        """("module", name) for an imported module, ("global", module, qualname) for such a
+        class or function, else None (dill handles it)."""
+        if isinstance(obj, types.ModuleType):
+            name = getattr(obj, "__name__", None)
+            if isinstance(name, str) and sys.modules.get(name) is obj and name != self.main_name:
+                return ("module", name)
+            return None
         if not isinstance(obj, type) and type(obj) is not types.FunctionType:
             return None
         module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
@@ -73,7 +81,9 @@ def view(obj: Any, roots: set[int]) -> tuple[Any, ...] | None:
 
 
 def rebuild(pid: tuple[Any, ...]) -> Any:
-    """The object a "view" or "global" reference stands for."""
+    """The object a "view", "module" or "global" reference stands for."""
+    if pid[0] == "module":
+        return importlib.import_module(pid[1])
     if pid[0] == "global":
         return _walk(importlib.import_module(pid[1]), pid[2])
     _, root, offset, shape, strides, dtype, writeable = pid

@@ -162,7 +162,7 @@ def restore(module: ModuleType, checkpoint: Checkpoint) -> RestoreReport:
             return module
         if kind == "main-dict":
             return module.__dict__
-        if kind in ("view", "global"):
+        if kind in ("view", "module", "global"):
             return references.rebuild(pid)
         if kind == "small":
             return small.array(pid)
