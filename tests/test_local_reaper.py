@@ -117,6 +117,22 @@ async def test_a_killed_server_leaves_no_kernel_and_the_next_server_reaps_its_fi
         assert (await server.execute(mine, "1"))["data"] == "1"
         assert log.is_file()
         await server.shutdown_and_wait(mine)
+
+        # The same id here would share that kernel's log and checkpoints: refused.
+        body = json.dumps({"name": name, "kernel_id": kernel})
+        await server.fetch("api", "kernels", method="POST", body=body)
+
+        async def dead() -> bool:
+            return bool((await server.model(kernel))["execution_state"] == "dead")
+
+        await server.wait_for(dead)
+        assert (await server.model(kernel))["reason"] == (
+            f"kernel {kernel[:8]}: another Jupyter server of this user (pid "
+            f"{other.process.pid}) runs a kernel with the id {kernel}, and the two would share "
+            "its log and checkpoints; start the kernel without choosing an id."
+        )
+        assert log.is_file()
+        await server.shutdown(kernel)
     finally:
         other.kill()
 
