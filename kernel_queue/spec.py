@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kernel_queue import backends, errors, launcher, options, quantities
+from kernel_queue import backends, errors, ids, launcher, options, quantities
 from kernel_queue.kube import manifests, names, pod_policy
 from kernel_queue.model import CheckpointSettings, ConnectionInfo, GroupSpec, group_name
 
@@ -86,6 +86,7 @@ def kernelspec_key(key: str) -> str:
 
 def build(provisioner: Any, *, argv_extra: list[str], cwd: str | None) -> GroupSpec:
     """Validate `provisioner`'s traits and build the spec of its kernel's group."""
+    ids.check(provisioner.kernel_id)  # names and paths come from the id: refuse a bad one first
     kernelspec = provisioner.kernel_spec
     name = getattr(provisioner.parent, "kernel_name", "") or kernelspec.display_name or "?"
     where = f"kernelspec {name!r}"
