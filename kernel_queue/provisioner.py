@@ -81,14 +81,19 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
                 await tracker.wait_restarted(self._restart_generation, within=self.startup_timeout)
             else:
                 await tracker.wait_back(within=self.startup_timeout)
-        if tracker is None or tracker.lifecycle.state in lifecycle.TERMINAL:
-            tracker = await self._submit(self._spec, kwargs.get("env") or {})
         try:
+            if tracker is None or tracker.lifecycle.state in lifecycle.TERMINAL:
+                tracker = await self._submit(self._spec, kwargs.get("env") or {})
             await tracker.wait_live(
                 admission_timeout=self.admission_timeout, startup_timeout=self.startup_timeout
             )
         except BaseException:
-            await self._release()
+            try:
+                await self._release()
+            except Exception as exc:  # the launch's own failure is the one the user reads
+                self.log.warning(
+                    "kernel %s: release failed: %s", short_id(self.kernel_id or ""), exc
+                )
             raise
         self._restart_requested = False
         info = tracker.ref.connection.to_dict()
@@ -270,10 +275,15 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
             await self._backend.stop(self._tracker.ref, grace=grace, cause=cause)
 
     async def _release(self) -> None:
-        tracker, self._tracker = self._tracker, None
-        if tracker is not None:
-            await tracker.release()
-            await tracker.aclose()
+        """Release the group; the tracker is dropped only once that succeeded, so a release
+        that failed is tried again by the next `cleanup`."""
+        tracker = self._tracker
+        if tracker is None:
+            return
+        await tracker.release()
+        await tracker.aclose()
+        if self._tracker is tracker:
+            self._tracker = None
 
     def _message(self) -> str:
         tracker = self._tracker

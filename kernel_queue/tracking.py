@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import logging
 import time
 from collections.abc import Callable
 
@@ -20,6 +21,12 @@ from kernel_queue.lifecycle import LIVE, Action, Command, KernelState, Lifecycle
 from kernel_queue.model import GroupPhase, GroupRef, GroupStatus, short_id
 
 Notify = Callable[[Lifecycle, GroupStatus], None]
+log = logging.getLogger(__name__)
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class KernelTracker:
@@ -40,6 +47,7 @@ class KernelTracker:
         self.status = GroupStatus(GroupPhase.PENDING)
         self.failure: errors.KernelQueueError | None = None
         self._release: asyncio.Task[None] | None = None
+        self.released = False  # the backend's release of this group completed
         self.waited = 0.0  # seconds the latest launch spent before the kernel was live
         self.waiting_since: datetime.datetime | None = None  # start of the current queue wait
         self._notify = notify
@@ -99,15 +107,25 @@ class KernelTracker:
         self._notify(self.lifecycle, self.status)
         self._changed.set()
         if Action.RELEASE in actions:
-            await self.release()
+            try:
+                await self.release()
+            except Exception as exc:  # the launch still fails with its own cause
+                log.warning("kernel %s: its release failed: %s", short_id(self.ref.kernel_id), exc)
 
     async def release(self) -> None:
-        """Give the group back to the backend, once: every caller (the lifecycle, a shutdown)
-        waits for the same release, which runs to the end even if a caller is cancelled (as
-        the follower is by `aclose`), so nothing is left half-deleted."""
-        if self._release is None:
-            self._release = asyncio.get_running_loop().create_task(self.backend.release(self.ref))
-        await asyncio.shield(self._release)
+        """Give the group back to the backend until that succeeds once: every caller (the
+        lifecycle, a shutdown) waits for the same release, which runs to the end even if a
+        caller is cancelled (as the follower is by `aclose`), so nothing is left half-deleted.
+        A release that failed raises to its callers, and the next call runs it again."""
+        if self.released:
+            return
+        task = self._release
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = asyncio.get_running_loop().create_task(self.backend.release(self.ref))
+            task.add_done_callback(_retrieved)  # read even when every waiter was cancelled
+            self._release = task
+        await asyncio.shield(task)
+        self.released = True
 
     @property
     def address(self) -> str:

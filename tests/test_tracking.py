@@ -98,3 +98,37 @@ async def test_a_wait_keeps_its_start_across_positions_and_a_preemption_starts_a
     await tracker.observe(GroupPhase.QUEUED)  # requeued: the same wait
     assert tracker.waiting_since is preempted
     await tracker.aclose()
+
+
+class FailingOnce(ScriptedBackend):
+    """Its first release fails (a cluster hiccup), the next ones succeed."""
+
+    async def release(self, ref: GroupRef) -> None:
+        self.released += 1
+        if self.released == 1:
+            raise errors.ClusterUnavailable(503, "ServiceUnavailable", "the API server is down")
+
+
+async def test_a_release_that_failed_runs_again_on_the_next_call_then_never() -> None:
+    backend = FailingOnce(GroupStatus(GroupPhase.QUEUED))
+    tracker = tracked(backend, [])
+    with pytest.raises(errors.ClusterUnavailable):
+        await tracker.release()
+    await tracker.release()  # not the first call's failure again: a new try
+    await tracker.release()
+    await tracker.aclose()
+    assert backend.released == 2
+
+
+async def test_a_cancel_whose_release_fails_still_fails_the_launch_with_its_own_cause() -> None:
+    from kernel_queue.lifecycle import Command
+
+    backend = FailingOnce(GroupStatus(GroupPhase.QUEUED))
+    tracker = tracked(backend, [])
+    await tracker.wait_changed()
+    await tracker.observe(Command.CANCEL)  # the release fails inside: nothing raises here
+    with pytest.raises(errors.LaunchCancelled):
+        await tracker.wait_live(admission_timeout=0, startup_timeout=60)
+    await tracker.release()  # the shutdown's clean-up tries again, and succeeds
+    await tracker.aclose()
+    assert backend.released == 2

@@ -1,17 +1,20 @@
 """The kubernetes backend: each kernel a Kueue-managed pod group, reached through its Service.
 
 Submitting creates a Secret (the key), a ClusterIP Service (a stable address across pod
-replacement) and the group's pods; Kueue gates, admits, evicts. One shared informer per
-namespace and kind (pods, Workloads) feeds every kernel's status from memory; queue positions
-come from Kueue's visibility API, fetched per LocalQueue only while kernels wait there.
+replacement) and the group's pods, each labelled with the kernel and this server's owner id and
+taken as ours on a 409 only when it carries both (`kube.ownership`); Kueue gates, admits, evicts.
+One shared informer per namespace and kind (pods, Workloads) feeds every kernel's status from
+memory; queue positions come from Kueue's visibility API (`kube.positions`). A release deletes
+every object until each is gone (`kube.cleanup`); what keeps failing, and what a crash left, the
+reaper deletes (`kube.reaper`). Every background task is owned (`kube.tasks`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +23,23 @@ from traitlets.config import LoggingConfigurable
 
 from kernel_queue import errors
 from kernel_queue.backends import feed
-from kernel_queue.kube import kueue, manifests, names
+from kernel_queue.kube import (
+    cleanup,
+    explain,
+    kueue,
+    manifests,
+    names,
+    ownership,
+    positions,
+    preflight,
+    replacements,
+    retries,
+    tasks,
+)
+from kernel_queue.kube import owner as owners
 from kernel_queue.kube import status as group_status
 from kernel_queue.kube.informer import Informer, Informers
+from kernel_queue.kube.reaper import Reaper
 from kernel_queue.model import (
     GroupPhase,
     GroupRef,
@@ -39,6 +56,7 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 _TERMINAL = feed.TERMINAL
 _LOG_LINES = 20
+_LOG_SECONDS = 5.0
 _POD_SELECTOR = f"{kueue.MANAGED_BY_LABEL}={kueue.MANAGED_BY}"
 _SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -57,7 +75,8 @@ class _Group:
     had_workload: bool = False
     replacing: bool = False
     attempt: int = 0
-    released: bool = False
+    ending: bool = False  # its deletion began: no more statuses, no replacement pods
+    ended: asyncio.Task[None] | None = None  # the deletion, shared by every caller
     failure_logged: bool = False
     saved: str = ""  # what the last preempted pod's checkpoint saved; kept after it is deleted
 
@@ -87,10 +106,34 @@ class KubernetesBackend(LoggingConfigurable):
         help="""Seconds between reads of Kueue's visibility API for a LocalQueue, while kernels
         wait in it (one read serves every kernel of that queue).""",
     )
+    owner_id = Unicode(
+        config=True,
+        help="""This server's id, in the label kernel-queue.dev/owner of every object it
+        creates: a 409 is ours only with our kernel id and owner, and the reaper deletes only
+        this owner's objects. Default: the host's name and the Jupyter server's port (stable
+        when the same server restarts). Give each server sharing a namespace its own.""",
+    )
+    reap_interval = Float(
+        60.0,
+        config=True,
+        help="""Seconds between the reaper's sweeps (the first at start): objects of this
+        owner whose kernel this server does not know at two sweeps in a row are deleted, and
+        releases that failed are retried. 0 turns the reaper off.""",
+    )
+    api_retry_seconds = Float(
+        30.0,
+        config=True,
+        help="""Seconds of pauses a Kubernetes API call may spend retrying 429s, 5xx answers
+        and lost connections before it fails (reads, deletes, and creates checked by owner).""",
+    )
 
     @default("namespace")
     def _namespace_default(self) -> str:
         return _own_namespace()  # `_client` reads it first, off the event loop
+
+    @default("owner_id")
+    def _owner_id_default(self) -> str:
+        return owners.default_owner()
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -99,10 +142,28 @@ class KubernetesBackend(LoggingConfigurable):
         self._informers = Informers()
         self._groups: dict[str, _Group] = {}  # group name -> group
         self._launches: dict[str, int] = {}  # kernel id -> launches so far
+        self._kernels: dict[str, str] = {}  # kernel id -> namespace, while it holds objects
+        self._busy: collections.Counter[str] = collections.Counter()  # submits, releases
         self._positions: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._warned = positions.Warned()
         self._namespaces: dict[str, tuple[Informer, Informer]] = {}  # ns -> (pods, workloads)
         # (namespace, group) -> pod name -> pod: each group's pods without scanning them all
         self._pods_by_group: dict[tuple[str, str], dict[str, Obj]] = {}
+        self._tasks = tasks.Tasks(self.log)
+        self._handed: set[str] = set()  # kernels whose objects were handed to the reaper
+        self.reaper = Reaper(
+            owner=self.owner_id, known=lambda: owners.REGISTRY.known(self.owner_id), log=self.log
+        )
+        owners.REGISTRY.add(self, self.owner_id)
+
+    def known_kernels(self) -> set[str]:
+        """Kernel ids this backend holds objects or groups of, or is submitting or releasing."""
+        groups = {g.ref.kernel_id for g in self._groups.values()}
+        return groups | set(self._kernels) | {k for k, n in self._busy.items() if n > 0}
+
+    @property
+    def _retry(self) -> retries.Backoff:
+        return retries.Backoff(budget=self.api_retry_seconds)
 
     # -- ClusterBackend ----------------------------------------------------------------------
 
@@ -110,41 +171,71 @@ class KubernetesBackend(LoggingConfigurable):
         """Create the Secret, the Service and the pods; return at once (Kueue queues them).
 
         Every bad input raises before anything is created; if creation fails half-way, what
-        was created is deleted again."""
-        for group in self._groups.values():
-            if group.ref.kernel_id == spec.kernel_id and not group.released:
+        this launch created is deleted again (or handed to the reaper), and the error names
+        the kernel, what failed and what to do."""
+        for group in list(self._groups.values()):
+            if group.ref.kernel_id == spec.kernel_id and not group.ending:
                 if group.status.phase not in _TERMINAL:
                     return group.ref
-                await self._release_group(group)
+                await self._end_group(group)
+        self._busy[spec.kernel_id] += 1
+        try:
+            return await self._submit(spec, f"kernel {short_id(spec.kernel_id)}")
+        finally:
+            self._busy[spec.kernel_id] -= 1
+
+    async def _submit(self, spec: GroupSpec, who: str) -> GroupRef:
         api = await self._client()
         namespace = spec.namespace or self.namespace
         spec = replace(spec, namespace=namespace)
-        await self._check_queue(api, spec)
-        await self._watch_namespace(namespace)
+        try:
+            await preflight.check(api, spec, namespace)
+            await self._watch_namespace(namespace)
+        except errors.ClusterApiError as exc:
+            doing = f"check its queue in namespace {namespace!r}"
+            raise explain.failure(exc, who=who, doing=doing, after="; nothing was created") from exc
         launch = self._launches.get(spec.kernel_id, 0)
         self._launches[spec.kernel_id] = launch + 1
         name = names.group_name(spec.kernel_id, launch)
         created: list[tuple[kueue.Kind, str]] = []
+        doing = "create its Secret"
         try:
-            address = await self._ensure_address(api, spec, created)
-            for pod in manifests.pods(
-                spec, name, 0, kernel_env=dict(spec.env), checkpoint_claim=_claim(spec)
-            ):
-                made = await api.create(kueue.PODS, namespace, pod)
+            owned = [
+                (kueue.SECRETS, manifests.secret(spec, owner=self.owner_id), "Secret"),
+                (kueue.SERVICES, manifests.service(spec, owner=self.owner_id), "Service"),
+            ]
+            service: Obj = {}
+            for kind, body, word in owned:
+                doing = f"create its {word} {body['metadata']['name']}"
+                service = await self._create(api, kind, namespace, body, who)
+                if launch == 0:  # a relaunch keeps the key and the address of the first
+                    created.append((kind, body["metadata"]["name"]))
+            address = _address(spec, service, who)
+            pods = manifests.pods(
+                spec,
+                name,
+                0,
+                kernel_env=dict(spec.env),
+                checkpoint_claim=preflight.claim(spec),
+                owner=self.owner_id,
+            )
+            for pod in pods:
+                doing = f"create its pod {pod['metadata']['name']}"
+                made = await self._create(api, kueue.PODS, namespace, pod, who)
                 created.append((kueue.PODS, made["metadata"]["name"]))
-                if not kueue.is_gated(made):
+                if not kueue.is_gated(made) and not kueue.is_managed(made):
                     raise errors.ConfigError(
-                        f"kernel {short_id(spec.kernel_id)}: namespace {namespace!r} is not "
-                        "managed by Kueue (its pod was created without Kueue's admission "
-                        "gate, so it would run unqueued); nothing was left behind. Use a "
-                        "namespace Kueue manages (managedJobsNamespaceSelector) or set "
-                        "`namespace` in the kernelspec."
+                        f"{who}: namespace {namespace!r} is not managed by Kueue (its pod was "
+                        "created without Kueue's admission gate, so it would run unqueued); "
+                        "nothing was left behind. Use a namespace Kueue manages "
+                        "(managedJobsNamespaceSelector) or set `namespace` in the kernelspec."
                     )
-        except BaseException:
-            for kind, obj_name in reversed(created):
-                with contextlib.suppress(errors.ClusterApiError):
-                    await api.delete(kind, namespace, obj_name, grace_seconds=0)
+        except BaseException as exc:
+            after = await self._undo(api, spec, created)  # the first cause is the one raised
+            if isinstance(exc, errors.ClusterApiError):
+                raise explain.failure(exc, who=who, doing=doing, after=after) from exc
             raise
+        self._kernels[spec.kernel_id] = namespace
         ports = manifests.KERNEL_PORTS
         connection = replace(
             spec.connection,
@@ -186,7 +277,7 @@ class KubernetesBackend(LoggingConfigurable):
         next launch queues a new one."""
         group = self._groups.get(ref.name)
         if group is not None:
-            await self._release_group(group, grace=0 if cause is StopCause.KILL else grace)
+            await self._end_group(group, grace=0 if cause is StopCause.KILL else grace)
 
     async def send_signal(self, ref: GroupRef, signum: int) -> None:
         """Pods cannot be signalled through the API; kernelspecs use message-mode interrupts."""
@@ -195,115 +286,150 @@ class KubernetesBackend(LoggingConfigurable):
         )
 
     async def release(self, ref: GroupRef) -> None:
-        """Delete the Workload (Kueue then removes the pods and their finalizers), any pods
-        left without one, the Service and the Secret."""
-        group = self._groups.get(ref.name) or _Group(ref=ref, queue="")
-        await self._release_group(group)
-        api = await self._client()
-        namespace = ref.namespace or self.namespace
-        await api.delete(kueue.SERVICES, namespace, names.service_name(ref.kernel_id))
-        await api.delete(kueue.SECRETS, namespace, names.secret_name(ref.kernel_id))
-        self._launches.pop(ref.kernel_id, None)
+        """Delete every object of the kernel: its groups (Workloads first, so Kueue frees the
+        quota), any pods left, the Service and the Secret. It returns once each is gone or
+        going; what keeps failing is handed to the reaper (logged once), never raised."""
+        kernel, namespace = ref.kernel_id, ref.namespace or self.namespace
+        self._busy[kernel] += 1
+        try:
+            groups = [g for g in self._groups.values() if g.ref.kernel_id == kernel]
+            for group in groups:
+                await self._end_group(group)
+            group_names = {g.ref.name for g in groups} | {ref.name}
+
+            async def everything(api: KubeApi) -> list[str]:
+                return await cleanup.delete_kernel(api, namespace, kernel, group_names)
+
+            await self._delete_or_hand_over(namespace, kernel, "its release", everything)
+            self._launches.pop(kernel, None)
+            self._kernels.pop(kernel, None)
+        finally:
+            self._busy[kernel] -= 1
 
     async def aclose(self) -> None:
-        """Stop the informers, the position readers and the API client."""
-        for task in self._positions.values():
-            task.cancel()
+        """Stop the reaper, the position readers, every other task, the informers and the
+        API client."""
+        owners.REGISTRY.remove(self)
+        await self._tasks.aclose()
         self._positions.clear()
         await self._informers.aclose()
         if self._api is not None:
             await self._api.aclose()
             self._api = None
 
-    # -- submission ------------------------------------------------------------------------
+    # -- connecting, creating, deleting --------------------------------------------------
 
     async def _client(self) -> KubeApi:
         """The API client, connected on first use; `namespace` is resolved then too, so that
-        its default (a file of the pod's service account) is read off the event loop."""
+        its default (a file of the pod's service account) is read off the event loop. The
+        reaper starts with it."""
         async with self._api_lock:
             if self._api is None:
                 from kernel_queue.kube.api import KubernetesApi
 
                 if not self.trait_has_value("namespace"):
                     self.namespace = await asyncio.to_thread(_own_namespace)
-                self._api = await KubernetesApi.connect(self.kubeconfig, self.context)
+                self._api = await KubernetesApi.connect(
+                    self.kubeconfig, self.context, retry=self._retry
+                )
+                if self.reap_interval > 0 and not self._tasks.closed:
+                    self._tasks.spawn(
+                        self.reaper.run(self._client, self._swept, self.reap_interval), "reaper"
+                    )
             return self._api
 
-    async def _check_queue(self, api: KubeApi, spec: GroupSpec) -> None:
-        """Kueue installed, the LocalQueue there, the priority class and the checkpoint claim
-        known: else say which."""
-        from kernel_queue.kube.api import NotFound  # loaded with the client
+    def _swept(self) -> set[str]:
+        """The namespaces the reaper sweeps: the default one and every one kernels used."""
+        return {self.namespace, *self._namespaces, *self._kernels.values()}
 
-        who, namespace = f"kernel {short_id(spec.kernel_id)}", spec.namespace
-        try:
-            await api.get(kueue.LOCAL_QUEUES, namespace, spec.queue)
-        except errors.ClusterNotFound as exc:
-            # A missing LocalQueue is named in the Status; a path not served names nothing.
-            if not (isinstance(exc, NotFound) and exc.details.get("name")):
-                raise errors.KueueNotInstalled(
-                    f"{who}: the cluster serves no Kueue API ({exc.message}); install Kueue "
-                    "(its CRDs and controller) or use backend 'local'"
-                ) from exc
-            known, _ = await api.list(kueue.LOCAL_QUEUES, namespace)
-            listed = ", ".join(sorted(q["metadata"]["name"] for q in known)) or "none"
-            raise errors.QueueNotFound(
-                f"{who}: LocalQueue {spec.queue!r} does not exist in namespace {namespace!r}; "
-                f"LocalQueues there: {listed}. Set `queue` in the kernelspec to one of them, or "
-                "create it (see etc/kubernetes/queues.yaml)."
-            ) from exc
-        if spec.priority_class:
-            try:
-                await api.get(kueue.WORKLOAD_PRIORITY_CLASSES, None, spec.priority_class)
-            except errors.ClusterNotFound as exc:
-                raise errors.PriorityClassNotFound(
-                    f"{who}: WorkloadPriorityClass {spec.priority_class!r} does not exist, so "
-                    "Kueue would never queue the kernel; fix `priority_class` in the "
-                    "kernelspec or create the class."
-                ) from exc
-        claim = _claim(spec)
-        if claim:
-            try:
-                await api.get(kueue.CLAIMS, namespace, claim)
-            except errors.ClusterNotFound as exc:
-                raise errors.ConfigError(
-                    f"{who}: checkpoint claim {claim!r} does not exist in namespace "
-                    f"{namespace!r}, so the kernel's pod could never start; create the "
-                    "PersistentVolumeClaim (ReadWriteMany, so a requeued kernel can mount it on "
-                    "any node) or fix `checkpoint.claim` in the kernelspec."
-                ) from exc
+    async def _create(
+        self, api: KubeApi, kind: kueue.Kind, namespace: str, body: Obj, who: str
+    ) -> Obj:
+        return await ownership.create_owned(api, kind, namespace, body, who=who, policy=self._retry)
 
-    async def _ensure_address(
+    async def _undo(
         self, api: KubeApi, spec: GroupSpec, created: list[tuple[kueue.Kind, str]]
     ) -> str:
-        """The Secret and the Service (made once per kernel); the address clients connect to."""
-        namespace = spec.namespace
+        """Delete what a failed submit created; the end of the user's sentence says how it went."""
+        namespace = spec.namespace or self.namespace
+
+        async def undo(api: KubeApi) -> list[str]:
+            deleted = []
+            for kind, name in reversed(created):
+                if await api.delete(kind, namespace, name, grace_seconds=0):
+                    deleted.append(f"{ownership.WORDS.get(kind.plural, kind.plural)} {name}")
+            return deleted
+
+        if not created:
+            return "; nothing was left behind"
+        done = await self._delete_or_hand_over(
+            namespace, spec.kernel_id, "the clean-up of its failed start", undo
+        )
+        return "; nothing was left behind" if done else "; what it had created will be deleted"
+
+    async def _delete_or_hand_over(
+        self, namespace: str, kernel: str, what: str, work: Callable[[KubeApi], Awaitable[Any]]
+    ) -> bool:
+        """Run `work`; if the API keeps failing, give it to the reaper (one warning per kernel)
+        and return False."""
+        api = await self._client()
         try:
-            await api.create(kueue.SECRETS, namespace, manifests.secret(spec))
-            created.append((kueue.SECRETS, names.secret_name(spec.kernel_id)))
-        except errors.ClusterConflict:
-            pass  # a relaunch of the same kernel keeps its key
-        try:
-            service = await api.create(kueue.SERVICES, namespace, manifests.service(spec))
-            created.append((kueue.SERVICES, names.service_name(spec.kernel_id)))
-        except errors.ClusterConflict:
-            service = await api.get(kueue.SERVICES, namespace, names.service_name(spec.kernel_id))
-        if spec.connect == "pod-ip":
-            return ""  # known once the head pod runs
-        address = (service.get("spec") or {}).get("clusterIP")
-        if not address or address == "None":
-            raise errors.LaunchFailed(
-                f"kernel {short_id(spec.kernel_id)}: Service {service['metadata']['name']} got "
-                'no cluster IP; check the cluster\'s Service CIDR, or set "connect": "pod-ip"'
+            await work(api)
+            return True
+        except errors.ClusterApiError as exc:
+            self.reaper.hand_over(namespace, kernel, what, work)
+            if kernel not in self._handed:
+                self._handed.add(kernel)
+                then = (
+                    f"the reaper deletes what is left within {self.reap_interval:g} s"
+                    if self.reap_interval > 0
+                    else "the reaper is off (reap_interval = 0): delete its objects by hand "
+                    f"(kubectl delete pods,services,secrets -l {cleanup.kernel_selector(kernel)})"
+                )
+                self.log.warning("kernel %s: %s failed (%s); %s", short_id(kernel), what, exc, then)
+            return False
+
+    async def _end_group(self, group: _Group, *, grace: float | None = None) -> None:
+        """Delete the group's Workload and pods, once: later callers wait for the same deletion,
+        which runs to its end even if they are cancelled; then forget the group."""
+        if group.ended is None:
+            group.ending = True
+            seconds = None if grace is None else int(grace)
+            group.ended = self._tasks.spawn(
+                self._delete_group(group, seconds), f"end {group.ref.name}"
             )
-        return str(address)
+        await asyncio.shield(group.ended)
+
+    async def _delete_group(self, group: _Group, grace: int | None) -> None:
+        namespace, kernel = group.ref.namespace or self.namespace, group.ref.kernel_id
+
+        async def delete(api: KubeApi) -> list[str]:
+            return await cleanup.delete_group(api, namespace, kernel, group.ref.name, grace=grace)
+
+        try:
+            await self._delete_or_hand_over(namespace, kernel, "ending its pod group", delete)
+        finally:
+            self._groups.pop(group.ref.name, None)
+            final = GroupStatus(
+                GroupPhase.FINISHED, message="the pod group was deleted", exit_code=0
+            )
+            feed.publish(group, final)
 
     async def _watch_namespace(self, namespace: str) -> None:
-        """One pod informer and one Workload informer per namespace, for every kernel."""
+        """One pod informer and one Workload informer per namespace, for every kernel; their
+        first lists retry within `api_retry_seconds`, then this gives up (they keep trying)."""
         if namespace in self._namespaces:
             return
         api = await self._client()
-        pods = await self._informers.get(api, kueue.PODS, namespace, _POD_SELECTOR)
-        workloads = await self._informers.get(api, kueue.WORKLOADS, namespace)
+        try:
+            async with asyncio.timeout(self.api_retry_seconds + 30):
+                pods = await self._informers.get(api, kueue.PODS, namespace, _POD_SELECTOR)
+                workloads = await self._informers.get(api, kueue.WORKLOADS, namespace)
+        except TimeoutError:
+            from kernel_queue.kube.api import Unavailable
+
+            message = f'list pods in namespace "{namespace}": the API server did not answer'
+            raise Unavailable(0, "Timeout", message) from None
         if namespace not in self._namespaces:
             self._namespaces[namespace] = (pods, workloads)
             for pod in pods.items():
@@ -314,9 +440,10 @@ class KubernetesBackend(LoggingConfigurable):
     async def _adopt(self, ref: GroupRef) -> _Group:
         await self._client()  # resolves `namespace`
         namespace = ref.namespace or self.namespace
-        await self._watch_namespace(namespace)
         group = _Group(ref=ref, queue="", was_running=True, had_workload=True)
-        self._groups[ref.name] = group
+        self._groups[ref.name] = group  # known to the reaper from now on
+        self._kernels[ref.kernel_id] = namespace
+        await self._watch_namespace(namespace)
         pods = self._group_pods(namespace, ref.name)
         if pods:
             labels = pods[0]["metadata"].get("labels", {})
@@ -355,7 +482,7 @@ class KubernetesBackend(LoggingConfigurable):
     def _refresh(self, name: str) -> None:
         """Recompute one group's status from the informers' caches and act on it."""
         group = self._groups.get(name)
-        if group is None or group.released:
+        if group is None or group.ending:
             return
         namespace = group.ref.namespace or self.namespace
         informers = self._namespaces.get(namespace)
@@ -377,14 +504,14 @@ class KubernetesBackend(LoggingConfigurable):
             group.was_running, group.saved = True, ""
         if group_status.needs_replacement(workload, pods) and not group.replacing:
             group.replacing = True
-            asyncio.get_running_loop().create_task(self._replace(group, pods))
+            self._tasks.spawn(self._replace(group, pods), f"replace {name}")
         if status.phase is GroupPhase.QUEUED:
             self._follow_positions(namespace, group.queue)
         if status.phase is GroupPhase.FAILED:
             # Published once, by the task that adds the pod's last log lines to the message.
             if not group.failure_logged:
                 group.failure_logged = True
-                asyncio.get_running_loop().create_task(self._fail_with_logs(group, pods, status))
+                self._tasks.spawn(self._fail_with_logs(group, pods, status), f"fail {name}")
             return
         feed.publish(group, status)
 
@@ -394,23 +521,28 @@ class KubernetesBackend(LoggingConfigurable):
         tail = ""
         if lead is not None:
             api = await self._client()
-            with contextlib.suppress(errors.ClusterApiError):
-                text = await api.read_log(
-                    lead["metadata"]["namespace"],
-                    lead["metadata"]["name"],
-                    container="kernel",
-                    tail_lines=_LOG_LINES,
-                )
+            try:
+                async with asyncio.timeout(_LOG_SECONDS):
+                    text = await api.read_log(
+                        lead["metadata"]["namespace"],
+                        lead["metadata"]["name"],
+                        container="kernel",
+                        tail_lines=_LOG_LINES,
+                    )
                 if text.strip():
                     tail = f"; its last log lines:\n{text.rstrip()}"
+            except (errors.ClusterApiError, TimeoutError) as exc:
+                self.log.debug("no log lines of %s: %s", lead["metadata"]["name"], exc)
         feed.publish(group, status.evolve(message=status.message + tail))
 
     async def _replace(self, group: _Group, pods: list[Obj]) -> None:
-        """Replacement pods after an eviction: the same shape, so Kueue keeps the Workload."""
+        """Replacement pods after an eviction: the same shape, so Kueue keeps the Workload.
+        Transient create failures are retried; a lasting one fails the kernel with a sentence."""
+        who = f"kernel {short_id(group.ref.kernel_id)}"
+        namespace = group.ref.namespace or self.namespace
         try:
             api = await self._client()
             group.attempt += 1
-            namespace = group.ref.namespace or self.namespace
             if group.spec is not None:
                 spec = group.spec
                 fresh = manifests.pods(
@@ -418,29 +550,32 @@ class KubernetesBackend(LoggingConfigurable):
                     group.ref.name,
                     group.attempt,
                     kernel_env=spec.env,
-                    checkpoint_claim=_claim(spec),
+                    checkpoint_claim=preflight.claim(spec),
+                    owner=self.owner_id,
                 )
             else:  # adopted after a server restart: copy the pods Kueue last saw
-                fresh = [_replacement(old, group.attempt) for old in _latest_round(pods)]
+                fresh = replacements.copies(pods, group.attempt)
             for pod in fresh:
-                if group.released:
+                if group.ending:
                     return  # released meanwhile (a failed kernel, a shutdown): make nothing
-                with contextlib.suppress(errors.ClusterConflict):
-                    await api.create(kueue.PODS, namespace, pod)
-                if group.released:  # released while this one was created: it is not listed
+                await self._create(api, kueue.PODS, namespace, pod, who)
+                if group.ending:  # released while this one was created: it may not be listed
                     await api.delete(
                         kueue.PODS, namespace, pod["metadata"]["name"], grace_seconds=0
                     )
                     return
             self.log.info(
-                "kernel %s: replacement pods created for group %s (round %d)",
-                short_id(group.ref.kernel_id),
+                "%s: replacement pods created for group %s (round %d)",
+                who,
                 group.ref.name,
                 group.attempt,
             )
         except errors.ClusterApiError as exc:
-            self.log.error("kernel %s: replacement pods failed: %s", group.ref.kernel_id, exc)
-            feed.publish(group, GroupStatus(GroupPhase.FAILED, message=str(exc)))
+            if group.ending:
+                return
+            text = str(explain.failure(exc, who=who, doing="create its replacement pod"))
+            self.log.warning("%s", text)
+            feed.publish(group, GroupStatus(GroupPhase.FAILED, message=_without(who, text)))
         finally:
             group.replacing = False
 
@@ -449,22 +584,14 @@ class KubernetesBackend(LoggingConfigurable):
     def _follow_positions(self, namespace: str, queue: str) -> None:
         key = (namespace, queue)
         task = self._positions.get(key)
-        if queue and (task is None or task.done()):
-            self._positions[key] = asyncio.get_running_loop().create_task(
-                self._read_positions(namespace, queue)
+        if queue and (task is None or task.done()) and not self._tasks.closed:
+            self._positions[key] = self._tasks.spawn(
+                self._position_loop(namespace, queue), f"positions {namespace}/{queue}"
             )
 
-    async def _read_positions(self, namespace: str, queue: str) -> None:
-        """Read the LocalQueue's pending Workloads while any of our kernels waits there."""
-        try:
-            await self._position_loop(namespace, queue)
-        except Exception:
-            self.log.exception("reading queue positions of %s/%s failed", namespace, queue)
-            raise
-
     async def _position_loop(self, namespace: str, queue: str) -> None:
+        """Read the LocalQueue's pending Workloads while any of our kernels waits there."""
         api = await self._client()
-        path = kueue.pending_workloads_path(namespace, queue)
         while True:
             waiting = [
                 g
@@ -472,91 +599,35 @@ class KubernetesBackend(LoggingConfigurable):
                 if g.queue == queue
                 and (g.ref.namespace or self.namespace) == namespace
                 and g.status.phase in (GroupPhase.QUEUED, GroupPhase.PENDING)
-                and not g.released
+                and not g.ending
             ]
             if not waiting:
                 return
-            places = await self._places(api, path, namespace, queue)
+            places = await positions.read_places(
+                api, namespace, queue, warned=self._warned, log=self.log
+            )
             for group in waiting:
                 group.place = places.get(group.ref.name, places.get(""))
                 self._refresh(group.ref.name)
             await asyncio.sleep(self.position_interval)
 
-    async def _places(
-        self, api: KubeApi, path: str, namespace: str, queue: str
-    ) -> dict[str, QueuePlace]:
-        """Workload name -> place, from the visibility API; if that is unavailable, the
-        LocalQueue's pending count for every kernel (key "")."""
-        try:
-            summary = await api.get_path(path)
-        except errors.ClusterApiError as exc:
-            self.log.warning("queue positions of %s/%s unavailable: %s", namespace, queue, exc)
-            try:
-                local_queue = await api.get(kueue.LOCAL_QUEUES, namespace, queue)
-            except errors.ClusterApiError:
-                return {}
-            count = int((local_queue.get("status") or {}).get("pendingWorkloads") or 0)
-            return {"": QueuePlace(queue, 0, count)} if count else {}
-        items = summary.get("items") or []
-        return {
-            item["metadata"]["name"]: QueuePlace(
-                queue, int(item.get("positionInLocalQueue", index)) + 1, len(items)
-            )
-            for index, item in enumerate(items)
-        }
 
-    # -- release ---------------------------------------------------------------------------
-
-    async def _release_group(self, group: _Group, *, grace: float | None = None) -> None:
-        """Delete the Workload and any pods of the group; forget it."""
-        if group.released:
-            return
-        group.released = True
-        api = await self._client()
-        namespace = group.ref.namespace or self.namespace
-        await api.delete(kueue.WORKLOADS, namespace, group.ref.name)
-        for pod in self._group_pods(namespace, group.ref.name):
-            seconds = None if grace is None else int(grace)
-            await api.delete(kueue.PODS, namespace, pod["metadata"]["name"], grace_seconds=seconds)
-        self._groups.pop(group.ref.name, None)
-        final = GroupStatus(GroupPhase.FINISHED, message="the pod group was deleted", exit_code=0)
-        feed.publish(group, final)
+def _address(spec: GroupSpec, service: Obj, who: str) -> str:
+    """The address clients connect to: the Service's cluster IP ("" for "connect": "pod-ip")."""
+    if spec.connect == "pod-ip":
+        return ""  # known once the head pod runs
+    address = (service.get("spec") or {}).get("clusterIP")
+    if not address or address == "None":
+        raise errors.LaunchFailed(
+            f"{who}: Service {service['metadata']['name']} got no cluster IP; check the "
+            'cluster\'s Service CIDR, or set "connect": "pod-ip"'
+        )
+    return str(address)
 
 
-def _claim(spec: GroupSpec) -> str | None:
-    return spec.checkpoint.claim if spec.checkpoint.enabled else None
-
-
-def _latest_round(pods: list[Obj]) -> list[Obj]:
-    """The pods of the newest replacement round (one per role and index)."""
-    newest: dict[str, Obj] = {}
-    for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp", "")):
-        role = pod["metadata"]["name"].rsplit("-", 1)[0]
-        newest[role] = pod
-    return list(newest.values())
-
-
-def _replacement(old: Obj, attempt: int) -> Obj:
-    """A new pod with `old`'s spec and labels (Kueue's role hash is unchanged), a new name, and
-    none of what the API server, Kueue or the kubelet added."""
-    meta = old["metadata"]
-    labels = {
-        k: v
-        for k, v in (meta.get("labels") or {}).items()
-        if k not in (kueue.PODSET_LABEL, kueue.LOCAL_QUEUE_LABEL, kueue.CLUSTER_QUEUE_LABEL)
-        and k != kueue.MANAGED_LABEL
-    }
-    annotations = {
-        k: v for k, v in (meta.get("annotations") or {}).items() if k != kueue.ROLE_HASH_ANNOTATION
-    }
-    spec = {k: v for k, v in old["spec"].items() if k not in ("nodeName", "schedulingGates")}
-    base = meta["name"].rsplit("-", 1)[0]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"{base}-{attempt}", "labels": labels, "annotations": annotations},
-        "spec": spec,
-    }
+def _without(who: str, text: str) -> str:
+    """`text` without its leading "kernel 1a2b3c4d: " (the lifecycle names the kernel itself)."""
+    return text.removeprefix(f"{who}: ")
 
 
 def _own_namespace() -> str:

@@ -109,8 +109,9 @@ class KubeApi(Protocol):
 
     async def delete(
         self, kind: Resource, namespace: str | None, name: str, *, grace_seconds: int | None = None
-    ) -> None:
-        """Delete one object; one that is already gone is fine."""
+    ) -> bool:
+        """Delete one object: True when the server took the delete (the object is gone or
+        going), False when it was already gone (404)."""
         ...
 
     async def read_log(
@@ -426,13 +427,15 @@ class KubernetesApi:
 
     async def delete(
         self, kind: Resource, namespace: str | None, name: str, *, grace_seconds: int | None = None
-    ) -> None:
+    ) -> bool:
         query = {} if grace_seconds is None else {"gracePeriodSeconds": str(grace_seconds)}
         call, path = _Call("delete", kind, namespace, name), kind.path(namespace, name)
         try:
             await self._retried(lambda: self._json("DELETE", path, call, query=query))
         except errors.ClusterNotFound:
             log.debug("%s %s/%s was already gone", kind.qualified, namespace, name)
+            return False
+        return True
 
     async def read_log(
         self,

@@ -139,6 +139,12 @@ def is_gated(pod: Mapping[str, Any]) -> bool:
     )
 
 
+def is_managed(pod: Mapping[str, Any]) -> bool:
+    """True when Kueue's webhook took the pod in (label ``kueue.x-k8s.io/managed: "true"``);
+    it stays after admission removed the gates."""
+    return bool(_get(pod, "metadata", "labels", MANAGED_LABEL) == "true")
+
+
 def condition(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
     """The ``status.conditions`` entry of ``type_``, or None."""
     for entry in _items(obj, "status", "conditions"):

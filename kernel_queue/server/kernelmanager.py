@@ -2,8 +2,9 @@
 
 jupyter_server waits for a pending kernel's launch before shutting it down, so deleting a kernel
 that waits in a queue would wait for its admission. This subclass first asks the provisioner to
-cancel the wait (the launch then fails at once), never culls a kernel that is waiting, and marks
-a kernel whose launch failed as dead with the error as its `reason`.
+cancel the wait (the launch then fails at once), never culls a kernel that is waiting, answers an
+interrupt or a restart of a waiting kernel by leaving it queued, and marks a kernel whose launch
+failed as dead with the error as its `reason`.
 """
 
 from __future__ import annotations
@@ -76,6 +77,26 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
         if ready.done() and not ready.cancelled() and ready.exception() is not None:
             km.execution_state = "dead"
             km.reason = str(ready.exception())
+
+    def _waiting(self, kernel_id: str) -> bool:
+        km = self._kernels.get(kernel_id)
+        return km is not None and bool(getattr(km.provisioner, "waiting_in_queue", False))
+
+    def interrupt_kernel(self, kernel_id: str) -> Any:
+        # A kernel waiting in its queue runs no code: there is nothing to interrupt (jupyter
+        # would refuse a pending kernel with an HTTP 500).
+        if self._waiting(kernel_id):
+            self.log.info("kernel %s waits in its queue: nothing to interrupt", kernel_id)
+            return None
+        return super().interrupt_kernel(kernel_id)
+
+    async def restart_kernel(self, kernel_id: str, now: bool = False) -> Any:  # type: ignore[override]
+        # A kernel waiting in its queue keeps its place: it starts afresh once admitted (jupyter
+        # would refuse a pending kernel with an HTTP 500, or wait for the admission).
+        if self._waiting(kernel_id):
+            self.log.info("kernel %s waits in its queue: it stays queued", kernel_id)
+            return None
+        return await super().restart_kernel(kernel_id, now=now)
 
     async def cull_kernel_if_idle(self, kernel_id: str) -> Any:
         km = self._kernels.get(kernel_id)

@@ -14,7 +14,7 @@ from jupyter_server.serverapp import ServerApp
 from kernel_queue.testing import rbac, resources
 from kernel_queue.testing.cluster import FakeCluster
 from tests.conftest import skip_unless_ci
-from tests.kube.support import ADMIN_TOKEN, GPU_QUOTA, QUEUES, RBAC, SERVER_TOKEN
+from tests.kube.support import ADMIN_TOKEN, GPU_QUOTA, OWNER, QUEUES, RBAC, SERVER_TOKEN
 
 
 @pytest.fixture
@@ -56,11 +56,22 @@ def local_backend_config() -> dict[str, Any]:
 
 
 @pytest.fixture
-def jp_server_config(jp_server_config: dict[str, Any], cluster: FakeCluster) -> dict[str, Any]:
+def backend_config() -> dict[str, Any]:
+    """Extra `c.KubernetesBackend` settings; override in a test module or with parametrize."""
+    return {}
+
+
+@pytest.fixture
+def jp_server_config(
+    jp_server_config: dict[str, Any], cluster: FakeCluster, backend_config: dict[str, Any]
+) -> dict[str, Any]:
     kubeconfig = cluster.kubeconfig_for(SERVER_TOKEN, name="server-kubeconfig")
     jp_server_config["KubernetesBackend"] = {
         "kubeconfig": str(kubeconfig),
         "namespace": "default",
         "position_interval": 0.2,
+        "owner_id": OWNER,
+        "reap_interval": 1.0,
+        **backend_config,
     }
     return jp_server_config

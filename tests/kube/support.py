@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ SERVER_TOKEN = "kernel-queue-server-token"
 ADMIN_TOKEN = "admin-token"
 GPU_QUOTA = {"cpu": 8, "memory": "32Gi", "nvidia.com/gpu": 1}
 OURS = "app.kubernetes.io/managed-by=kernel-queue"
+OWNER = "test-server"
+"""The test server's `c.KubernetesBackend.owner_id`."""
 
 
 def kube_spec(kernelspec: KernelspecFactory, name: str = "kube", **config: Any) -> str:
@@ -66,3 +69,52 @@ async def wait_clean(
         await server.wait_for(clean, within=within)
     except TimeoutError:
         pytest.fail(f"objects left behind: {[labelled(cluster, k) for k in kernel_ids]}")
+
+
+LIVE_STATES = ("running", "resumed")
+
+
+async def queue_entry(server: Server, kernel_id: str) -> dict[str, Any]:
+    """The kernel's entry of `/api/kernel-queue/kernels` (its Jupyter model plus `queue`)."""
+    response = await server.fetch("api", "kernel-queue", "kernels", method="GET")
+    for entry in json.loads(response.body):
+        if entry["id"] == kernel_id:
+            return dict(entry)
+    return {}
+
+
+async def settled(server: Server, kernel_id: str, within: float = 60) -> dict[str, Any]:
+    """Wait until the kernel runs or is dead; return its listing entry with `live` (bool)."""
+    seen: dict[str, Any] = {}
+
+    async def check() -> bool:
+        seen.clear()
+        seen.update(await queue_entry(server, kernel_id))
+        state = (seen.get("queue") or {}).get("state")
+        seen["live"] = state in LIVE_STATES
+        return seen["live"] or seen.get("execution_state") == "dead"
+
+    try:
+        await server.wait_for(check, within=within)
+    except TimeoutError:
+        pytest.fail(f"kernel {kernel_id} neither started nor failed; last entry: {seen}")
+    return seen
+
+
+async def gone(server: Server, *kernel_ids: str, within: float = 60) -> None:
+    """Wait until the kernels have left `/api/kernels`."""
+
+    async def check() -> bool:
+        return not (await server.kernel_ids()) & set(kernel_ids)
+
+    try:
+        await server.wait_for(check, within=within)
+    except TimeoutError:
+        pytest.fail(
+            f"still listed after their DELETE: {(await server.kernel_ids()) & set(kernel_ids)}"
+        )
+
+
+def a_sentence(reason: str, kernel_id: str) -> bool:
+    """A failure the user can act on: it names the kernel and is not the API server's raw text."""
+    return f"kernel {kernel_id[:8]}" in reason and "injected fault" not in reason

@@ -134,3 +134,29 @@ async def test_a_missing_checkpoint_claim_is_refused_before_anything_is_created(
     assert f"checkpoint claim {CLAIM!r} does not exist in namespace 'default'" in reason
     assert "create the PersistentVolumeClaim" in reason
     assert ours(cluster) == {}
+
+
+PEEK = """
+import os
+mine = os.environ.get("KUBE_FAKE_MOUNT_CHECKPOINTS") or "/checkpoints"
+open(os.path.join(mine, "planted-by-" + os.environ["KERNEL_ID"][:8]), "w").write("x")
+sorted(os.listdir(mine))
+"""
+
+
+async def test_kernels_sharing_a_claim_see_only_their_own_directory(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    cluster.apply(PVC)
+    name = kube_spec(kernelspec, gpus=0, checkpoint=CHECKPOINT)
+    first, second = await server.start(name), await server.start(name)
+    seen = {k: (await server.execute(k, PEEK))["data"] for k in (first, second)}
+    for kernel in (first, second):
+        assert seen[kernel] == repr([f"planted-by-{kernel[:8]}"])  # nothing of the other's
+    assert cluster.kubelet is not None
+    claim = cluster.kubelet.claim_dir("default", CLAIM)
+    assert sorted(p.name for p in claim.iterdir()) == sorted([first, second])
+    assert [p.name for p in (claim / first).iterdir()] == [f"planted-by-{first[:8]}"]
+    await server.shutdown(first)
+    await server.shutdown(second)
+    await wait_clean(server, cluster, first, second)

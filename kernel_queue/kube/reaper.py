@@ -1,0 +1,163 @@
+"""The reaper: deletes what this server made and no kernel of it still owns, never another's.
+
+Every object we create carries this server's owner id (`kueue.OWNER_LABEL`). A sweep lists pods,
+Services and Secrets by that one label in each namespace the server uses (three cheap lists,
+never a request per kernel); a kernel id that no kernel of this server knows, at two sweeps in a
+row, has its objects deleted with their Workloads, one INFO line each. Releases that failed are
+handed over (`hand_over`) and retried at each sweep until done. Objects of another owner are
+never listed, so never touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kernel_queue import errors
+from kernel_queue.kube import cleanup, explain, kueue, names
+from kernel_queue.model import short_id
+
+if TYPE_CHECKING:
+    from kernel_queue.kube.api import KubeApi
+
+Work = Callable[["KubeApi"], Awaitable[list[str]]]
+Key = tuple[str, str]  # (namespace, kernel id label value)
+
+
+@dataclass
+class _Found:
+    """What one sweep found of one kernel."""
+
+    groups: set[str] = field(default_factory=set)
+    services: set[str] = field(default_factory=set)
+    secrets: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Job:
+    key: Key
+    what: str
+    work: Work
+
+
+class Reaper:
+    """Sweeps for `owner`'s objects whose kernel `known()` (kernel ids) does not name."""
+
+    def __init__(
+        self,
+        *,
+        owner: str,
+        known: Callable[[], Iterable[str]],
+        log: logging.Logger | logging.LoggerAdapter[Any],
+    ) -> None:
+        self.owner = names.label_value(owner)
+        self._known = known
+        self.log = log
+        self._suspects: set[Key] = set()
+        self._jobs: list[_Job] = []
+        self._reported = ""  # the last sweep failure logged (each is logged once)
+        self.sweeps = 0
+
+    @property
+    def selector(self) -> str:
+        """The label selector of this owner's objects."""
+        return f"{kueue.OWNER_LABEL}={self.owner}"
+
+    def hand_over(self, namespace: str, kernel_id: str, what: str, work: Work) -> None:
+        """Retry `work` (a failed release of `what`) at each sweep until it succeeds."""
+        self._jobs.append(_Job((namespace, names.label_value(kernel_id)), what, work))
+
+    @property
+    def pending(self) -> int:
+        """Handed-over releases not yet done."""
+        return len(self._jobs)
+
+    async def sweep(self, api: KubeApi, namespaces: Iterable[str]) -> list[str]:
+        """One sweep; returns what it deleted. API errors raise (after the API's retries)."""
+        self.sweeps += 1
+        deleted = []
+        for job in list(self._jobs):
+            try:
+                done = await job.work(api)
+            except errors.ClusterApiError as exc:  # logged when it was handed over
+                self.log.debug("reaper: %s still fails: %s", job.what, exc)
+                continue
+            self._jobs.remove(job)
+            deleted += self._report(job.key, done, f"handed over when {job.what} failed")
+        found: dict[Key, _Found] = {}
+        for namespace in sorted(set(namespaces)):
+            for kind in (kueue.PODS, kueue.SERVICES, kueue.SECRETS):
+                items, _ = await api.list(kind, namespace, label_selector=self.selector)
+                for obj in items:
+                    meta = obj.get("metadata") or {}
+                    labels = meta.get("labels") or {}
+                    kernel = labels.get(kueue.KERNEL_ID_LABEL)
+                    if not kernel or labels.get(kueue.OWNER_LABEL) != self.owner:
+                        continue
+                    entry = found.setdefault((namespace, str(kernel)), _Found())
+                    if kind is kueue.PODS:
+                        entry.groups.add(str(labels.get(kueue.POD_GROUP_NAME_LABEL, "")))
+                    elif kind is kueue.SERVICES:
+                        entry.services.add(str(meta["name"]))
+                    else:
+                        entry.secrets.add(str(meta["name"]))
+        known = {names.label_value(k) for k in self._known()}  # read after the lists
+        suspects = {key for key in found if key[1] not in known}
+        ripe, self._suspects = suspects & self._suspects, suspects - self._suspects
+        for key in sorted(ripe):
+            try:
+                done = await _delete(api, key, found[key])
+            except errors.ClusterApiError as exc:  # still there at the next sweep: try again
+                self.log.debug("reaper: kernel %s: %s", short_id(key[1]), exc)
+                self._suspects.add(key)
+                continue
+            deleted += self._report(key, done, "unknown to this server")
+        return deleted
+
+    def _report(self, key: Key, done: list[str], why: str) -> list[str]:
+        namespace, kernel = key
+        for what in done:
+            self.log.info(
+                "reaper: deleted %s in %s (kernel %s, %s)", what, namespace, short_id(kernel), why
+            )
+        return done
+
+    async def run(
+        self,
+        client: Callable[[], Awaitable[KubeApi]],
+        namespaces: Callable[[], Iterable[str]],
+        interval: float,
+    ) -> None:
+        """Sweep now, then every `interval` seconds, until cancelled; a failed sweep is logged
+        (once for the same failure) and the next one tries again."""
+        while True:
+            try:
+                await self.sweep(await client(), namespaces())
+                if self._reported:
+                    self.log.info("reaper: sweeping again")
+                    self._reported = ""
+            except errors.ClusterApiError as exc:
+                if isinstance(exc, errors.ClusterForbidden):
+                    text = explain.forbidden(exc, "the reaper")
+                else:
+                    text = f"the reaper cannot list this server's objects ({exc})"
+                if text != self._reported:
+                    self._reported = text
+                    self.log.warning("%s; it tries again in %g s", text, interval)
+            await asyncio.sleep(interval)
+
+
+async def _delete(api: KubeApi, key: Key, found: _Found) -> list[str]:
+    namespace, kernel = key
+    groups = found.groups - {""}
+    deleted = await cleanup.delete_kernel(api, namespace, kernel, groups, service="", secret="")
+    for service in sorted(found.services):
+        if await api.delete(kueue.SERVICES, namespace, service):
+            deleted.append(f"Service {service}")
+    for secret in sorted(found.secrets):
+        if await api.delete(kueue.SECRETS, namespace, secret):
+            deleted.append(f"Secret {secret}")
+    return deleted
