@@ -25,10 +25,8 @@ class Tasks:
         self.closed = False
 
     def spawn(self, work: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
-        """Run `work` in a task named `kernel-queue: <name>`, owned until it ends."""
-        if self.closed:
-            work.close()
-            raise RuntimeError(f"{name}: the backend is closed")
+        """Run `work` in a task named `kernel-queue: <name>`, owned until it ends (also after
+        `aclose`: a closed backend may still end its groups)."""
         task = asyncio.get_running_loop().create_task(work, name=PREFIX + name)
         self._running.add(task)
         task.add_done_callback(self._done)
@@ -43,7 +41,7 @@ class Tasks:
         return len(self._running)
 
     async def aclose(self) -> None:
-        """Cancel every task and wait until each has ended."""
+        """Cancel every task and wait until each has ended; `closed` is True from now on."""
         self.closed = True
         while self._running:
             running = list(self._running)

@@ -3,20 +3,22 @@
 jupyter_server waits for a pending kernel's launch before shutting it down, so deleting a kernel
 that waits in a queue would wait for its admission. This subclass first asks the provisioner to
 cancel the wait (the launch then fails at once), never culls a kernel that is waiting, answers an
-interrupt or a restart of a waiting kernel by leaving it queued, and marks a kernel whose launch
-failed as dead with the error as its `reason`.
+interrupt or a restart of a waiting kernel by leaving it queued, marks a kernel whose launch
+failed as dead with the error as its `reason`, and logs a failed start once (`OnceFilter`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime
+import logging
 from typing import Any
 
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
 from tornado import web
 
-from kernel_queue import backends
+from kernel_queue import backends, errors
 
 # How long shutdown waits for a cancelled launch to end before going on regardless.
 _CANCEL_WAIT_SECONDS = 5.0
@@ -24,8 +26,39 @@ _CANCEL_WAIT_SECONDS = 5.0
 _SHUTDOWN_ALL_WAIT_SECONDS = 30.0
 
 
+class OnceFilter(logging.Filter):
+    """jupyter_client and jupyter_server log a failed start three times, each with a traceback.
+    For our own errors (already a sentence) the first record is kept, without the traceback:
+    INFO for a cancelled launch (an ordinary shutdown of a queued kernel), else ERROR; the
+    others are dropped. Records of any other error pass unchanged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: collections.deque[BaseException] = collections.deque(maxlen=256)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if not isinstance(error, errors.KernelQueueError):
+            return True
+        if any(error is seen for seen in self._seen):
+            return False
+        self._seen.append(error)
+        cancelled = isinstance(error, errors.LaunchCancelled)
+        record.levelno = logging.INFO if cancelled else logging.ERROR
+        record.levelname = logging.getLevelName(record.levelno)
+        record.msg, record.args = ("%s" if cancelled else "kernel start failed: %s"), (error,)
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
 class QueuedMappingKernelManager(AsyncMappingKernelManager):
     """Cancels queued launches on shutdown and keeps the culler away from waiting kernels."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        logger = getattr(self.log, "logger", self.log)  # a LoggerAdapter's logger
+        if not any(isinstance(f, OnceFilter) for f in logger.filters):
+            logger.addFilter(OnceFilter())
 
     async def _async_shutdown_kernel(
         self, kernel_id: str, now: bool | None = False, restart: bool | None = False

@@ -188,3 +188,51 @@ async def test_interrupt_and_restart_of_a_queued_kernel_answer_and_keep_it_queue
     await gone(server, holder, waiting)
     await wait_clean(server, cluster, holder, waiting)
     assert ours(cluster) == {}
+
+
+async def test_a_cancel_is_one_info_line_and_a_failed_start_one_error_without_traceback(
+    server: Server,
+    kernelspec: KernelspecFactory,
+    cluster: FakeCluster,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    name = kube_spec(kernelspec)
+    holder, waiting = await queued_behind(server, name)
+    with caplog.at_level(logging.INFO):
+        await server.shutdown(waiting)
+        await gone(server, waiting)
+        cluster.plant_next("secrets", {"app": "not-a-kernel"})
+        failed = await server.start(name)
+        assert not (await settled(server, failed))["live"]
+    about = {k: [r for r in caplog.records if k[:8] in r.getMessage()] for k in (waiting, failed)}
+    assert [r for r in about[waiting] if r.exc_info or r.levelno >= logging.WARNING] == []
+    assert any("shut down while waiting" in r.getMessage() for r in about[waiting])
+    errors = [r for r in about[failed] if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and errors[0].exc_info is None, [r.getMessage() for r in errors]
+    assert "is not this kernel's" in errors[0].getMessage()
+    await server.shutdown(failed)
+    await server.shutdown(holder)
+    await gone(server, holder, failed)
+    await wait_clean(server, cluster, holder, waiting, failed)
+
+
+async def test_aclose_leaves_no_task_of_the_backend_running(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    import asyncio
+
+    from kernel_queue import backends
+    from kernel_queue.kube import tasks
+
+    holder, waiting = await queued_behind(server, kube_spec(kernelspec))  # a position reader
+    await server.shutdown(waiting)
+    await server.shutdown(holder)
+    await gone(server, holder, waiting)
+
+    def ours_running() -> list[str]:
+        return [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith(tasks.PREFIX)]
+
+    assert "kernel-queue: reaper" in ours_running()
+    await backends.aclose_all(server.app.kernel_manager)
+    assert ours_running() == []
+    await wait_clean(server, cluster, holder, waiting)
