@@ -1,0 +1,66 @@
+"""The reaper on the fake cluster: what this server's owner id labels and no kernel of the server
+knows is deleted, one INFO line each; another server's objects are never touched."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import pytest
+
+from kernel_queue.kube import manifests
+from kernel_queue.model import ConnectionInfo, GroupSpec
+from kernel_queue.testing.cluster import FakeCluster
+from tests.conftest import KernelspecFactory, Server
+from tests.kube.support import OWNER, gone, kube_spec, labelled, settled, wait_clean
+
+
+def leave_behind(cluster: FakeCluster, owner: str) -> str:
+    """The Secret, Service and pod a crashed server of `owner` left; return their kernel id."""
+    kernel_id = str(uuid.uuid4())
+    spec = GroupSpec(
+        kernel_id=kernel_id,
+        name="left",
+        queue="user-queue",
+        argv=("python", "-c", "pass"),
+        connection=ConnectionInfo("", 0, 0, 0, 0, 0, key="k"),
+        gpus=1,
+        namespace="default",
+        image="kernel-queue/test-kernel",
+    )
+    group = f"kq-{kernel_id[:8]}"
+    cluster.store.create("", "secrets", "default", manifests.secret(spec, owner=owner))
+    cluster.store.create("", "services", "default", manifests.service(spec, owner=owner))
+    for pod in manifests.pods(spec, group, 0, owner=owner):
+        cluster.store.create("", "pods", "default", pod)
+    return kernel_id
+
+
+async def test_the_reaper_deletes_this_servers_leftovers_and_never_another_servers(
+    server: Server,
+    kernelspec: KernelspecFactory,
+    cluster: FakeCluster,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    mine = leave_behind(cluster, OWNER)
+    theirs = leave_behind(cluster, "another-server")
+    everything = {"pods", "services", "secrets", "workloads"}
+
+    async def made() -> bool:  # Kueue makes the Workloads
+        return all(set(labelled(cluster, k)) == everything for k in (mine, theirs))
+
+    await server.wait_for(made, within=30)
+    with caplog.at_level(logging.INFO):
+        running = await server.start(kube_spec(kernelspec, gpus=0))  # the backend starts
+        assert (await settled(server, running))["live"]
+        await wait_clean(server, cluster, mine, within=30)
+    assert set(labelled(cluster, theirs)) == everything
+    assert labelled(cluster, running)["pods"]  # a kernel the server knows is left alone
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("reaper:")]
+    short = mine[:8]
+    for what in (f"Workload kq-{short}", f"pod kq-{short}-head-0", f"Service kq-{short}"):
+        assert any(what in line and "unknown to this server" in line for line in lines), lines
+    assert not any(theirs[:8] in line for line in lines)
+    await server.shutdown(running)
+    await gone(server, running)
+    await wait_clean(server, cluster, running)
