@@ -24,7 +24,7 @@ from traitlets import Dict, Float, Int, List, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
 from kernel_queue import admission, errors, ids, launcher, quantities
-from kernel_queue.backends import feed, launchers, records
+from kernel_queue.backends import feed, launchers, quota, records
 from kernel_queue.backends import gpus as gpu_detection
 from kernel_queue.backends import ports as held_ports
 from kernel_queue.model import (
@@ -38,7 +38,6 @@ from kernel_queue.model import (
     short_id,
 )
 
-FLAVOR = "local"
 _TERMINAL = feed.TERMINAL
 
 
@@ -211,19 +210,16 @@ class LocalBackend(LoggingConfigurable):
         self._pretend = self.pretend_gpus > 0
         return tuple(str(i) for i in range(self.pretend_gpus))
 
-    def _cluster_queue(self, gpus: int) -> admission.ClusterQueue:
-        quota = {
-            "gpu": gpus,
-            "cpu": quantities.millicores(self.cpu),
-            "memory": quantities.bytes_(self.memory),
-        }
-        return admission.ClusterQueue(
-            name=FLAVOR,
-            resource_groups=(
-                admission.ResourceGroup(frozenset(quota), (admission.Flavor(FLAVOR, quota),)),
-            ),
-            strategy=admission.QueueingStrategy(self.queueing_strategy),
-            preemption=admission.PreemptionPolicy(self.preemption),
+    def _quota(self) -> quota.LocalQuota:
+        return quota.LocalQuota(
+            gpus=len(self._inventory or ()),
+            cpu=self.cpu,
+            memory=self.memory,
+            queues=tuple(self.queues),
+            priority_classes=dict(self.priority_classes),
+            strategy=self.queueing_strategy,
+            preemption=self.preemption,
+            pretend=self._pretend,
         )
 
     # -- ClusterBackend --------------------------------------------------------------------
@@ -242,9 +238,10 @@ class LocalBackend(LoggingConfigurable):
             return existing.ref
         self._check_open(who)
         spec = replace(spec, name=group_name(kernel_id))
-        inventory = await self.inventory()
-        request = self._request(spec)
-        self._check_fits(spec, request, len(inventory))
+        await self.inventory()
+        limits = self._quota()
+        request = limits.request(spec, created=float(next(self._arrivals)))
+        limits.check_fits(spec, request)
         checkpoints = self._checkpoint_dir(spec)
         owned = None if checkpoints is None or spec.checkpoint.keep else checkpoints
         log_path = self._log_path(spec.name)
@@ -329,6 +326,8 @@ class LocalBackend(LoggingConfigurable):
 
         Whatever the group is doing (queued, starting, running, being preempted), it ends here
         and never starts again."""
+        if not ids.is_valid(ref.kernel_id):
+            return  # never submitted here: nothing of ours is named after it
         group = self._find(ref)
         if group is not None:
             group.stopping = StopCause.SHUTDOWN
@@ -341,7 +340,7 @@ class LocalBackend(LoggingConfigurable):
         checkpoints, root = self._checkpoints.pop(ref.kernel_id, (None, None))
         await self._ledger.forget(
             ref.kernel_id,
-            log_path=self._log_path(group_name(ids.check(ref.kernel_id))),
+            log_path=self._log_path(group_name(ref.kernel_id)),
             checkpoints=checkpoints,
             root=root,
         )
@@ -376,71 +375,17 @@ class LocalBackend(LoggingConfigurable):
 
     # -- scheduling ------------------------------------------------------------------------
 
-    def _request(self, spec: GroupSpec) -> admission.Request:
-        if spec.queue not in self.queues:
-            raise errors.QueueNotFound(
-                f"kernel {short_id(spec.kernel_id)}: queue {spec.queue!r} does not exist on the "
-                f"local backend; known queues: {', '.join(self.queues)}. Set `queue` in the "
-                "kernelspec to one of them, or add it to c.LocalBackend.queues."
-            )
-        priority = 0
-        if spec.priority_class is not None:
-            if spec.priority_class not in self.priority_classes:
-                known = ", ".join(sorted(self.priority_classes)) or "none"
-                raise errors.PriorityClassNotFound(
-                    f"kernel {short_id(spec.kernel_id)}: priority class {spec.priority_class!r} "
-                    f"does not exist; known classes: {known}. Fix `priority_class` in the "
-                    "kernelspec or add it to c.LocalBackend.priority_classes."
-                )
-            priority = self.priority_classes[spec.priority_class]
-        resources = {"gpu": spec.gpus}
-        if spec.cpu:
-            resources["cpu"] = quantities.millicores(spec.cpu)
-        if spec.memory:
-            resources["memory"] = quantities.bytes_(spec.memory)
-        return admission.Request(
-            name=spec.kernel_id,  # the key of `_groups`
-            queue=spec.queue,
-            resources=resources,
-            priority=priority,
-            created=float(next(self._arrivals)),
-        )
-
-    def _check_fits(self, spec: GroupSpec, request: admission.Request, gpus: int) -> None:
-        unfit = admission.check_fits_ever(self._cluster_queue(gpus), request)
-        if unfit is None:
-            return
-        who = f"kernel {short_id(spec.kernel_id)}"
-        if unfit.resource == "gpu":
-            have = f"{gpus} pretend GPU(s)" if self._pretend else f"{gpus} GPU(s)"
-            raise errors.NeverFits(
-                f"{who} asks for {spec.gpus} GPU(s) but this machine has {have} in all, so it "
-                "could never start. Ask for fewer `gpus` in the kernelspec, or list more with "
-                "c.LocalBackend.gpus."
-            )
-        if unfit.resource == "cpu":
-            raise errors.NeverFits(
-                f"{who} asks for {spec.cpu} CPU but the local quota is {self.cpu}, so it could "
-                "never start. Lower `cpu` in the kernelspec or raise c.LocalBackend.cpu."
-            )
-        raise errors.NeverFits(
-            f"{who} asks for {spec.memory} memory but the local quota is "
-            f"{quantities.format_bytes(quantities.bytes_(self.memory))}, so it could never "
-            "start. Lower `memory` in the kernelspec or raise c.LocalBackend.memory."
-        )
-
     def _schedule(self) -> None:
         """Run the admission engine over every group and carry out its decision."""
         if self._closed:
             return  # closing: nothing new starts while the groups are released
-        inventory = self._inventory or ()
         pending = [g.request for g in self._groups.values() if self._is_waiting(g)]
         admitted = [
             replace(g.admitted, evicting=bool(g.evicting))
             for g in self._groups.values()
             if g.admitted is not None
         ]
-        decision = admission.schedule(self._cluster_queue(len(inventory)), pending, admitted)
+        decision = admission.schedule(self._quota().cluster_queue(), pending, admitted)
         for preemption in decision.preempt:
             self._evict(self._groups[preemption.victim], self._groups[preemption.preemptor])
         for grant in decision.admit:
@@ -470,7 +415,7 @@ class LocalBackend(LoggingConfigurable):
         free = [d for d in self._inventory or () if d not in busy]
         devices = tuple(free[: group.spec.gpus])
         group.admitted = admission.Admitted(group.request, grant.flavors, time.monotonic())
-        feed.publish(group, GroupStatus(GroupPhase.ADMITTED, flavor=FLAVOR, devices=devices))
+        feed.publish(group, GroupStatus(GroupPhase.ADMITTED, flavor=quota.FLAVOR, devices=devices))
         self.log.info("kernel %s admitted with GPUs %s", short_id(group.spec.kernel_id), devices)
         group.task = asyncio.get_running_loop().create_task(self._run(group))
 

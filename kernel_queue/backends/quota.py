@@ -1,0 +1,101 @@
+"""The local backend's quota in `admission.py`'s terms: one ClusterQueue with one flavor, the
+request a kernel makes of it, and the sentence when a request could never fit.
+
+Pure: built from the backend's settings and inventory, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kernel_queue import admission, errors, quantities
+from kernel_queue.model import GroupSpec, short_id
+
+FLAVOR = "local"
+
+
+@dataclass(frozen=True)
+class LocalQuota:
+    """What this machine offers kernels, as `c.LocalBackend` and the GPU inventory say."""
+
+    gpus: int
+    cpu: str
+    memory: str
+    queues: tuple[str, ...]
+    priority_classes: Mapping[str, int]
+    strategy: str
+    preemption: str
+    pretend: bool = False  # the GPUs are pretend ones (no GPU found)
+
+    def cluster_queue(self) -> admission.ClusterQueue:
+        """The one ClusterQueue every local queue shares."""
+        quota = {
+            "gpu": self.gpus,
+            "cpu": quantities.millicores(self.cpu),
+            "memory": quantities.bytes_(self.memory),
+        }
+        return admission.ClusterQueue(
+            name=FLAVOR,
+            resource_groups=(
+                admission.ResourceGroup(frozenset(quota), (admission.Flavor(FLAVOR, quota),)),
+            ),
+            strategy=admission.QueueingStrategy(self.strategy),
+            preemption=admission.PreemptionPolicy(self.preemption),
+        )
+
+    def request(self, spec: GroupSpec, created: float) -> admission.Request:
+        """The kernel's request, named by its kernel id; QueueNotFound or
+        PriorityClassNotFound naming the fix."""
+        if spec.queue not in self.queues:
+            raise errors.QueueNotFound(
+                f"kernel {short_id(spec.kernel_id)}: queue {spec.queue!r} does not exist on the "
+                f"local backend; known queues: {', '.join(self.queues)}. Set `queue` in the "
+                "kernelspec to one of them, or add it to c.LocalBackend.queues."
+            )
+        priority = 0
+        if spec.priority_class is not None:
+            if spec.priority_class not in self.priority_classes:
+                known = ", ".join(sorted(self.priority_classes)) or "none"
+                raise errors.PriorityClassNotFound(
+                    f"kernel {short_id(spec.kernel_id)}: priority class {spec.priority_class!r} "
+                    f"does not exist; known classes: {known}. Fix `priority_class` in the "
+                    "kernelspec or add it to c.LocalBackend.priority_classes."
+                )
+            priority = self.priority_classes[spec.priority_class]
+        resources = {"gpu": spec.gpus}
+        if spec.cpu:
+            resources["cpu"] = quantities.millicores(spec.cpu)
+        if spec.memory:
+            resources["memory"] = quantities.bytes_(spec.memory)
+        return admission.Request(
+            name=spec.kernel_id,
+            queue=spec.queue,
+            resources=resources,
+            priority=priority,
+            created=created,
+        )
+
+    def check_fits(self, spec: GroupSpec, request: admission.Request) -> None:
+        """NeverFits, naming the resource and the fix, if the whole quota is too small."""
+        unfit = admission.check_fits_ever(self.cluster_queue(), request)
+        if unfit is None:
+            return
+        who = f"kernel {short_id(spec.kernel_id)}"
+        if unfit.resource == "gpu":
+            have = f"{self.gpus} pretend GPU(s)" if self.pretend else f"{self.gpus} GPU(s)"
+            raise errors.NeverFits(
+                f"{who} asks for {spec.gpus} GPU(s) but this machine has {have} in all, so it "
+                "could never start. Ask for fewer `gpus` in the kernelspec, or list more with "
+                "c.LocalBackend.gpus."
+            )
+        if unfit.resource == "cpu":
+            raise errors.NeverFits(
+                f"{who} asks for {spec.cpu} CPU but the local quota is {self.cpu}, so it could "
+                "never start. Lower `cpu` in the kernelspec or raise c.LocalBackend.cpu."
+            )
+        raise errors.NeverFits(
+            f"{who} asks for {spec.memory} memory but the local quota is "
+            f"{quantities.format_bytes(quantities.bytes_(self.memory))}, so it could never "
+            "start. Lower `memory` in the kernelspec or raise c.LocalBackend.memory."
+        )
