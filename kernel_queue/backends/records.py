@@ -263,5 +263,5 @@ class Ledger:
                 self.log.warning("kernel-queue: cannot update %s (%s)", self.state_dir, exc)
                 return None
 
-        self._last = asyncio.get_running_loop().create_task(run())
+        self._last = asyncio.get_running_loop().create_task(run(), name="kernel-queue records")
         return self._last
