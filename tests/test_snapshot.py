@@ -593,3 +593,44 @@ def test_a_module_held_inside_a_value_comes_back_as_the_live_module_not_an_old_c
     assert fresh.holder["mod"] is live
     assert live.counter == 5  # dill's by-value copy of the module used to set it back to 1
     monkeypatch.delitem(sys.modules, "kq_live_mod")
+
+
+class MutatingStore(DelegatingStore):
+    """A DirectoryStore whose payload files let `change()` run right after each big write, as a
+    thread changing an array during a concurrent save would."""
+
+    def __init__(self, store: kc.DirectoryStore, change: Any) -> None:
+        super().__init__(store)
+        self.change = change
+
+    def open(self, name: str) -> BinaryIO:
+        file = super().open(name)
+        write = file.write
+
+        def write_then_change(data: Any) -> int:
+            written = write(data)
+            if memoryview(data).nbytes >= 2**20:
+                self.change()
+            return written
+
+        file.write = write_then_change  # type: ignore[method-assign]
+        return file
+
+
+def test_an_array_changed_while_it_is_written_leaves_a_checkpoint_that_restores(
+    tmp_path: Path,
+) -> None:
+    module = make_module("import numpy as np\nbig = np.zeros(48 * 2**20, dtype=np.uint8)")
+
+    def change() -> None:
+        module.big[-(2**24) :] += 1  # its last 16 MiB, right after the write reached the file
+
+    store = kc.DirectoryStore(tmp_path)
+    report = kc.save(module, MutatingStore(store, change), consistency="concurrent")
+    assert report.checkpoint is not None, report.error
+
+    fresh = types.ModuleType("kernelns")
+    recovery = kc.recover(fresh, store)
+
+    assert recovery.problems == () and recovery.report is not None
+    assert int(fresh.big[0]) == 0 and int(fresh.big[-1]) == 0  # as written: one 48 MiB chunk

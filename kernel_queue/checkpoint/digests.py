@@ -9,6 +9,7 @@ pieces of a big file hash on several cores at once, alongside the write or read 
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ ALGORITHM = "sha256-tree-16MiB"
 """The manifest's name for this digest: sha256 over the sha256 of each 16 MiB piece."""
 PIECE = 16 << 20
 PARALLEL = 4 << 20  # smaller writes and reads hash inline: a thread hand-off costs more
+STEP = 1 << 20  # read and hash a piece this much at a time, while it is in the core's cache
 WORKERS = max(2, min(4, os.cpu_count() or 2))
 
 T = TypeVar("T")
@@ -39,12 +41,17 @@ class Digest:
         self._closed: list[Any] = []  # the hashers of the full pieces, in order
         self._piece = hashlib.sha256()
         self._filled = 0
+        self._pending: list[Future[None]] = []
+        self._mapped: list[Any] = []  # what the pending hashes read; dropped once they end
 
     def update(self, data: Any, alongside: Callable[[], T] | None = None) -> T | None:
         """Hash `data` (bytes-like); run `alongside()` (e.g. the write of `data`) meanwhile.
 
-        `data` must not change until this returns: the hash and `alongside` read it at once.
+        A big `data` is hashed by the pool's threads, still running when this returns: it must
+        not change until the next `update` or `hexdigest` returns (which wait for it). Bytes
+        written from a buffer someone else may change go through `update_from_file` instead.
         """
+        self._wait()
         view = memoryview(data).cast("B")
         jobs = []
         start = 0
@@ -60,19 +67,35 @@ class Digest:
         if len(view) < PARALLEL:
             for hasher, part in jobs:
                 hasher.update(part)
-            return alongside() if alongside is not None else None
-        futures = [pool().submit(hasher.update, part) for hasher, part in jobs]
-        try:
-            return alongside() if alongside is not None else None
-        finally:
-            for future in futures:
-                future.result()
+        else:
+            self._pending = [pool().submit(_hash, hasher, part) for hasher, part in jobs]
+        return alongside() if alongside is not None else None
+
+    def update_from_file(self, fd: int, start: int, length: int) -> None:
+        """Hash bytes [start, start + length) of the file `fd` (open for reading) as the page
+        cache holds them: bytes just written are hashed as the file has them, whatever happens
+        to the buffer they came from. The hash runs on after this returns, like `update`'s."""
+        if length <= 0:
+            return
+        base = start - start % mmap.ALLOCATIONGRANULARITY
+        mapping = mmap.mmap(fd, start + length - base, prot=mmap.PROT_READ, offset=base)
+        self.update(memoryview(mapping)[start - base :])
+        self._mapped.append(mapping)
 
     def hexdigest(self) -> str:
+        self._wait()
         tops = [hasher.digest() for hasher in self._closed]
         if self._filled:
             tops.append(self._piece.digest())
         return hashlib.sha256(b"".join(tops)).hexdigest()
+
+    def _wait(self) -> None:
+        pending, self._pending = self._pending, []
+        try:
+            for future in pending:
+                future.result()
+        finally:
+            self._mapped.clear()  # unmapped as the last view of each goes
 
 
 def of_bytes(data: Any) -> str:
@@ -143,20 +166,25 @@ def _segments(views: Sequence[memoryview], start: int, end: int) -> list[memoryv
     return found
 
 
+def _hash(hasher: Any, data: memoryview) -> None:
+    """Hash `data` in steps that fit the core's cache (the pool's task)."""
+    for start in range(0, len(data), STEP):
+        hasher.update(data[start : start + STEP])
+
+
 def _read_piece(fd: int, start: int, segments: list[memoryview]) -> bytes:
-    """Read one piece at file offset `start` into `segments`, then return its sha256."""
-    position, pending = start, list(segments)
-    while pending:
-        count = os.preadv(fd, pending, position)
-        if count == 0:
-            raise Mismatch("a file ended early")
-        position += count
-        while pending and count >= len(pending[0]):
-            count -= len(pending[0])
-            pending.pop(0)
-        if pending and count:
-            pending[0] = pending[0][count:]
-    hasher = hashlib.sha256()
+    """Read one piece at file offset `start` into `segments` and return its sha256, a step at
+    a time, so each step is hashed while the read left it in the core's cache."""
+    hasher, position = hashlib.sha256(), start
     for segment in segments:
-        hasher.update(segment)
+        for low in range(0, len(segment), STEP):
+            step = segment[low : low + STEP]
+            done = 0
+            while done < len(step):
+                count = os.preadv(fd, [step[done:]], position + done)
+                if count == 0:
+                    raise Mismatch("a file ended early")
+                done += count
+            position += len(step)
+            hasher.update(step)
     return hasher.digest()

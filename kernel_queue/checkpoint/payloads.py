@@ -3,9 +3,9 @@
 The session pickler's `persistent_id` (`OutOfBand`) writes each such object once, to its own
 `.npy` or `.pt` file, and leaves a reference in the pickle; `read` reads a file back with its
 digest checked (an array straight into its own memory), `build` makes the object. Arrays are
-written in chunks, each copied first so the bytes hashed are the bytes written even if a thread
-changes the array meanwhile, and a deadline stops even a huge one; torch is imported only if the
-user imported it.
+written in chunks (the store hashes each as the file holds it, so a thread changing the array
+meanwhile cannot make the digest wrong), and a deadline stops even a huge one; torch is imported
+only if the user imported it.
 """
 
 from __future__ import annotations
@@ -182,12 +182,9 @@ def _write_array(file: IO[bytes], array: np.ndarray[Any, Any], deadline: float |
         npy.write_array_header_2_0(file, header)
     if array.flags.c_contiguous or array.flags.f_contiguous:
         flat = (array if array.flags.c_contiguous else array.T).reshape(-1).view(np.uint8)
-        stage = np.empty(min(CHUNK, flat.size), np.uint8)  # a private copy of each chunk
         for start in range(0, flat.size, CHUNK):
             check(deadline)
-            chunk = stage[: min(CHUNK, flat.size - start)]
-            np.copyto(chunk, flat[start : start + CHUNK])
-            _write_through(file, chunk.data)
+            _write_through(file, flat[start : start + CHUNK].data)
         return
     rows = max(1, CHUNK // max(1, array[:1].nbytes))
     for start in range(0, array.shape[0], rows):

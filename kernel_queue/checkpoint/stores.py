@@ -176,7 +176,8 @@ class DirectoryWriter:
         self._check_open()
         if name in self._files or name in _RESERVED or not _plain_name(name):
             raise ValueError(f"cannot create payload file {name!r} in checkpoint {self.id}")
-        fd = os.open(self.path / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+        # read access too: big writes are hashed from the page cache (`_SyncedFile.write`)
+        fd = os.open(self.path / name, os.O_RDWR | os.O_CREAT | os.O_EXCL, _FILE_MODE)
         os.fchmod(fd, _FILE_MODE)
         file = _SyncedFile(io.FileIO(fd, "wb"), buffer_size=1 << 20)
         file.digest = digests.Digest()
@@ -237,16 +238,29 @@ class DirectoryWriter:
 
 
 class _SyncedFile(io.BufferedWriter):
-    """A payload file: every write is hashed (big ones while they are written); `close()`
-    flushes and fsyncs before closing, and records the size and digest."""
+    """A payload file: every write is hashed; `close()` flushes and fsyncs before closing, and
+    records the size and digest.
+
+    A big write is hashed from the file itself once written (the page cache, mapped), by the
+    digest threads while the caller goes on: the digest is of the bytes the file holds even if
+    another thread changes the caller's buffer (a cell still running), and costs no copy.
+    """
 
     size = 0
     hexdigest = ""
     digest: digests.Digest
 
     def write(self, data: Any) -> int:
-        written = self.digest.update(data, alongside=lambda: super(_SyncedFile, self).write(data))
-        return written or 0
+        view = memoryview(data)
+        if view.nbytes < digests.PARALLEL:
+            self.digest.update(view)
+            return super().write(view)
+        self.flush()
+        start = self.tell()  # exact: nothing is buffered after the flush
+        written = super().write(view)
+        self.flush()
+        self.digest.update_from_file(self.fileno(), start, written)
+        return written
 
     def close(self) -> None:
         if self.closed:
