@@ -209,3 +209,24 @@ async def test_admission_timeout_ends_the_wait_and_frees_the_place(
     backend = server.backend()
     assert [g.spec.kernelspec for g in backend._groups.values()] == ["busy"]
     await server.shutdown_and_wait(holder)
+
+
+class TestAnUnwritableCheckpointRoot:
+    """`c.LocalBackend.checkpoint_root` (where checkpoints go without `checkpoint.path`) is
+    checked at launch too, and the sentence names the server setting, not a kernelspec key."""
+
+    @pytest.fixture
+    def local_backend_config(self, tmp_path: Path) -> dict[str, Any]:
+        blocker = tmp_path / "a-file"
+        blocker.write_text("not a directory")
+        return {"gpus": ["0"], "checkpoint_root": str(blocker / "checkpoints")}
+
+    async def test_is_refused_at_launch_naming_the_setting(
+        self, server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+    ) -> None:
+        model = await _failure(server, kernelspec(checkpoint={"enabled": True}))
+        blocker = tmp_path / "a-file"
+        assert (
+            f"c.LocalBackend.checkpoint_root is '{blocker / 'checkpoints'}', but {blocker} is "
+            "not a directory" in model["reason"]
+        ), model["reason"]

@@ -24,6 +24,7 @@ from traitlets import Dict, Float, Int, List, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
 from kernel_queue import admission, errors, ids, launcher, quantities
+from kernel_queue import spec as kernelspecs
 from kernel_queue.backends import feed, launchers, quota, records
 from kernel_queue.backends import gpus as gpu_detection
 from kernel_queue.backends import ports as held_ports
@@ -243,6 +244,8 @@ class LocalBackend(LoggingConfigurable):
         request = limits.request(spec, created=float(next(self._arrivals)))
         limits.check_fits(spec, request)
         checkpoints = self._checkpoint_dir(spec)
+        if checkpoints is not None and not spec.checkpoint.path:
+            await self._check_checkpoint_root(who)
         owned = None if checkpoints is None or spec.checkpoint.keep else checkpoints
         log_path = self._log_path(spec.name)
         self._ledger.reap_soon(self.reap_interval)
@@ -481,6 +484,22 @@ class LocalBackend(LoggingConfigurable):
             f"{who} cannot start: {ports} {verb} taken by another process; start the kernel "
             "again and it gets new ports"
         )
+
+    async def _check_checkpoint_root(self, who: str) -> None:
+        """The server-wide checkpoint directory must be usable before a kernel relies on it
+        (the kernelspec's own `checkpoint.path` was checked by `spec.build`)."""
+        root = Path(self.checkpoint_root)
+        problem = (
+            f"{root} is not an absolute path"
+            if not root.is_absolute()
+            else await asyncio.to_thread(kernelspecs.directory_problem, root)
+        )
+        if problem is not None:
+            raise errors.ConfigError(
+                f"{who}: c.LocalBackend.checkpoint_root is '{root}', but {problem}; set it to an "
+                "absolute directory this server can write, or give the kernelspec a "
+                "`checkpoint.path`."
+            )
 
     def _checkpoint_dir(self, spec: GroupSpec) -> Path | None:
         if not spec.checkpoint.enabled:
