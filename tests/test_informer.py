@@ -272,3 +272,28 @@ async def test_aclose_leaves_no_watch_open_on_the_server(tmp_path: Path) -> None
         watched = informer.watches
         await asyncio.sleep(0.2)
         assert informer.watches == watched  # nothing runs any more
+
+
+async def test_an_outage_is_one_warning_and_its_end_one_info_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from kernel_queue.kube import retries
+
+    async with connected(tmp_path) as (fake, api):
+        api.retry = retries.NEVER  # each failed request reaches the informer
+        informer = Informer(api, PODS, NS, backoff=(0.01, 0.02))
+        try:
+            await informer.start()
+            with caplog.at_level(logging.DEBUG, logger="kernel_queue.kube.informer"):
+                fake.fail_next("watch", "pods", 500, 5)
+                fake.drop_watches()
+                await eventually(lambda: fake.faults_pending == 0)
+                await api.create(PODS, NS, pod("after"))
+                await eventually(lambda: informer.get("after") is not None)
+            warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+            assert len(warned) == 1, [r.getMessage() for r in warned]
+            assert any("answers again" in r.getMessage() for r in caplog.records)
+        finally:
+            await informer.aclose()

@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
-
-from traitlets import Float, Unicode, default
-from traitlets.config import LoggingConfigurable
 
 from kernel_queue import errors
 from kernel_queue.backends import feed
@@ -33,7 +29,8 @@ from kernel_queue.kube import (
     positions,
     preflight,
     replacements,
-    retries,
+    settings,
+    submission,
     tasks,
 )
 from kernel_queue.kube import owner as owners
@@ -58,7 +55,6 @@ _TERMINAL = feed.TERMINAL
 _LOG_LINES = 20
 _LOG_SECONDS = 5.0
 _POD_SELECTOR = f"{kueue.MANAGED_BY_LABEL}={kueue.MANAGED_BY}"
-_SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 @dataclass(eq=False)
@@ -81,59 +77,11 @@ class _Group:
     saved: str = ""  # what the last preempted pod's checkpoint saved; kept after it is deleted
 
 
-class KubernetesBackend(LoggingConfigurable):
+class KubernetesBackend(settings.BackendSettings):
     """Queues kernels as Kueue pod groups. Configure it as `c.KubernetesBackend.<trait>`."""
 
     name = "kubernetes"
     tracks_kernel_restarts = False  # a pod's launcher restarts its kernel unseen by the API
-
-    kubeconfig = Unicode(
-        None,
-        allow_none=True,
-        config=True,
-        help="""Kubeconfig file to use; default: in-cluster credentials, else $KUBECONFIG or
-        ~/.kube/config.""",
-    )
-    context = Unicode(None, allow_none=True, config=True, help="Kubeconfig context to use.")
-    namespace = Unicode(
-        config=True,
-        help="""Namespace of kernels whose kernelspec names none.
-        Env: KERNEL_QUEUE_NAMESPACE; default: the server's own namespace, else 'default'.""",
-    )
-    position_interval = Float(
-        2.0,
-        config=True,
-        help="""Seconds between reads of Kueue's visibility API for a LocalQueue, while kernels
-        wait in it (one read serves every kernel of that queue).""",
-    )
-    owner_id = Unicode(
-        config=True,
-        help="""This server's id, in the label kernel-queue.dev/owner of every object it
-        creates: a 409 is ours only with our kernel id and owner, and the reaper deletes only
-        this owner's objects. Default: the host's name and the Jupyter server's port (stable
-        when the same server restarts). Give each server sharing a namespace its own.""",
-    )
-    reap_interval = Float(
-        60.0,
-        config=True,
-        help="""Seconds between the reaper's sweeps (the first at start): objects of this
-        owner whose kernel this server does not know at two sweeps in a row are deleted, and
-        releases that failed are retried. 0 turns the reaper off.""",
-    )
-    api_retry_seconds = Float(
-        30.0,
-        config=True,
-        help="""Seconds of pauses a Kubernetes API call may spend retrying 429s, 5xx answers
-        and lost connections before it fails (reads, deletes, and creates checked by owner).""",
-    )
-
-    @default("namespace")
-    def _namespace_default(self) -> str:
-        return _own_namespace()  # `_client` reads it first, off the event loop
-
-    @default("owner_id")
-    def _owner_id_default(self) -> str:
-        return owners.default_owner()
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -160,10 +108,6 @@ class KubernetesBackend(LoggingConfigurable):
         """Kernel ids this backend holds objects or groups of, or is submitting or releasing."""
         groups = {g.ref.kernel_id for g in self._groups.values()}
         return groups | set(self._kernels) | {k for k, n in self._busy.items() if n > 0}
-
-    @property
-    def _retry(self) -> retries.Backoff:
-        return retries.Backoff(budget=self.api_retry_seconds)
 
     # -- ClusterBackend ----------------------------------------------------------------------
 
@@ -197,55 +141,22 @@ class KubernetesBackend(LoggingConfigurable):
         launch = self._launches.get(spec.kernel_id, 0)
         self._launches[spec.kernel_id] = launch + 1
         name = names.group_name(spec.kernel_id, launch)
-        created: list[tuple[kueue.Kind, str]] = []
-        doing = "create its Secret"
+        progress = submission.Progress()
+
+        async def create(kind: kueue.Kind, body: Obj) -> Obj:
+            return await self._create(api, kind, namespace, body, who)
+
         try:
-            owned = [
-                (kueue.SECRETS, manifests.secret(spec, owner=self.owner_id), "Secret"),
-                (kueue.SERVICES, manifests.service(spec, owner=self.owner_id), "Service"),
-            ]
-            service: Obj = {}
-            for kind, body, word in owned:
-                doing = f"create its {word} {body['metadata']['name']}"
-                service = await self._create(api, kind, namespace, body, who)
-                if launch == 0:  # a relaunch keeps the key and the address of the first
-                    created.append((kind, body["metadata"]["name"]))
-            address = _address(spec, service, who)
-            pods = manifests.pods(
-                spec,
-                name,
-                0,
-                kernel_env=dict(spec.env),
-                checkpoint_claim=preflight.claim(spec),
-                owner=self.owner_id,
+            address = await submission.create_launch(
+                spec, name, launch, owner=self.owner_id, create=create, progress=progress
             )
-            for pod in pods:
-                doing = f"create its pod {pod['metadata']['name']}"
-                made = await self._create(api, kueue.PODS, namespace, pod, who)
-                created.append((kueue.PODS, made["metadata"]["name"]))
-                if not kueue.is_gated(made) and not kueue.is_managed(made):
-                    raise errors.ConfigError(
-                        f"{who}: namespace {namespace!r} is not managed by Kueue (its pod was "
-                        "created without Kueue's admission gate, so it would run unqueued); "
-                        "nothing was left behind. Use a namespace Kueue manages "
-                        "(managedJobsNamespaceSelector) or set `namespace` in the kernelspec."
-                    )
         except BaseException as exc:
-            after = await self._undo(api, spec, created)  # the first cause is the one raised
+            after = await self._undo(api, spec, progress.created)  # the first cause is raised
             if isinstance(exc, errors.ClusterApiError):
-                raise explain.failure(exc, who=who, doing=doing, after=after) from exc
+                raise explain.failure(exc, who=who, doing=progress.doing, after=after) from exc
             raise
         self._kernels[spec.kernel_id] = namespace
-        ports = manifests.KERNEL_PORTS
-        connection = replace(
-            spec.connection,
-            ip=address,
-            shell_port=ports["shell"],
-            iopub_port=ports["iopub"],
-            stdin_port=ports["stdin"],
-            control_port=ports["control"],
-            hb_port=ports["hb"],
-        )
+        connection = submission.connection(spec, address)
         ref = GroupRef(self.name, name, spec.kernel_id, connection, namespace=namespace)
         self._groups[name] = _Group(ref=ref, queue=spec.queue, spec=spec)
         self.log.info(
@@ -328,9 +239,9 @@ class KubernetesBackend(LoggingConfigurable):
                 from kernel_queue.kube.api import KubernetesApi
 
                 if not self.trait_has_value("namespace"):
-                    self.namespace = await asyncio.to_thread(_own_namespace)
+                    self.namespace = await asyncio.to_thread(settings.own_namespace)
                 self._api = await KubernetesApi.connect(
-                    self.kubeconfig, self.context, retry=self._retry
+                    self.kubeconfig, self.context, retry=self.retry
                 )
                 if self.reap_interval > 0 and not self._tasks.closed:
                     self._tasks.spawn(
@@ -345,7 +256,7 @@ class KubernetesBackend(LoggingConfigurable):
     async def _create(
         self, api: KubeApi, kind: kueue.Kind, namespace: str, body: Obj, who: str
     ) -> Obj:
-        return await ownership.create_owned(api, kind, namespace, body, who=who, policy=self._retry)
+        return await ownership.create_owned(api, kind, namespace, body, who=who, policy=self.retry)
 
     async def _undo(
         self, api: KubeApi, spec: GroupSpec, created: list[tuple[kueue.Kind, str]]
@@ -612,30 +523,6 @@ class KubernetesBackend(LoggingConfigurable):
             await asyncio.sleep(self.position_interval)
 
 
-def _address(spec: GroupSpec, service: Obj, who: str) -> str:
-    """The address clients connect to: the Service's cluster IP ("" for "connect": "pod-ip")."""
-    if spec.connect == "pod-ip":
-        return ""  # known once the head pod runs
-    address = (service.get("spec") or {}).get("clusterIP")
-    if not address or address == "None":
-        raise errors.LaunchFailed(
-            f"{who}: Service {service['metadata']['name']} got no cluster IP; check the "
-            'cluster\'s Service CIDR, or set "connect": "pod-ip"'
-        )
-    return str(address)
-
-
 def _without(who: str, text: str) -> str:
     """`text` without its leading "kernel 1a2b3c4d: " (the lifecycle names the kernel itself)."""
     return text.removeprefix(f"{who}: ")
-
-
-def _own_namespace() -> str:
-    """$KERNEL_QUEUE_NAMESPACE, else the namespace of the pod the server runs in, else default."""
-    if os.environ.get("KERNEL_QUEUE_NAMESPACE"):
-        return os.environ["KERNEL_QUEUE_NAMESPACE"]
-    try:
-        with open(_SERVICE_ACCOUNT_NAMESPACE) as file:
-            return file.read().strip() or "default"
-    except OSError:
-        return "default"

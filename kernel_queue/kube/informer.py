@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from logging import DEBUG, WARNING
 from typing import TYPE_CHECKING, Any
 
 from kernel_queue import errors
@@ -62,6 +63,7 @@ class Informer:
         self._error: errors.ClusterApiError | None = None
         self._task: asyncio.Task[None] | None = None
         self._listed = False  # the cache is current as of `resource_version`
+        self._failing = False  # an outage is logged once when it starts, once when it ends
 
     def __repr__(self) -> str:
         where = self.namespace or "all namespaces"
@@ -126,6 +128,7 @@ class Informer:
                 if not self._listed:
                     await self._list()
                     just_listed = True
+                    self._recovered()
                 if await self._watch():
                     delay = first
                     continue
@@ -136,19 +139,29 @@ class Informer:
                 if not just_listed:
                     continue  # relist now; only a 410 right after a list waits (no busy loop)
             except errors.ClusterUnavailable as exc:
-                log.warning("%r: %s; retrying in %.1f s", self, exc, delay)
+                self._failed("%r: %s; retrying in %.1f s", exc, delay)
             except errors.ClusterApiError as exc:
                 if not self._synced.is_set():
                     self._error = exc
                     self._synced.set()
                     return
-                log.warning("%r: %s; relisting in %.1f s", self, exc, delay)
+                self._failed("%r: %s; relisting in %.1f s", exc, delay)
                 self._listed = False
             except Exception:
                 log.exception("%r: unexpected error; relisting in %.1f s", self, delay)
                 self._listed = False
             await asyncio.sleep(delay)
             delay = min(delay * 2, largest)
+
+    def _failed(self, message: str, exc: errors.ClusterApiError, delay: float) -> None:
+        """An outage is logged once, at WARNING, when it starts; then at DEBUG."""
+        log.log(DEBUG if self._failing else WARNING, message, self, exc, delay)
+        self._failing = True
+
+    def _recovered(self) -> None:
+        if self._failing:
+            self._failing = False
+            log.info("%r: the API server answers again", self)
 
     async def _list(self) -> None:
         items, version = await self.api.list(
@@ -188,6 +201,8 @@ class Informer:
         )
         async with contextlib.aclosing(events):
             async for event_type, obj in events:
+                if not delivered:
+                    self._recovered()
                 delivered = True
                 self._apply(event_type, obj)
         return delivered or loop.time() - started >= self.timeout_seconds / 2
