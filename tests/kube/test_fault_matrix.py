@@ -1,0 +1,252 @@
+"""The fault matrix: each fault kind at each call site, at start, cancel, preemption and shutdown,
+through a real jupyter_server and the real Kubernetes client against the fake cluster.
+
+For every case: the fault is met, no object of the kernel is left (by its own id label), the
+kernel leaves `/api/kernels` after its DELETE, and a kernel that failed says why in a sentence
+(a transient fault never fails it; someone else's object in the way always does). One server
+and cluster per phase run its cases one after the other; a case's problems are collected and
+reported together, so one run shows the whole matrix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from kernel_queue.testing.cluster import FakeCluster
+from tests.conftest import KernelspecFactory, Server
+from tests.kube.support import a_sentence, gone, kube_spec, labelled, settled
+
+pytestmark = pytest.mark.timeout(400)
+
+# Retries, not the reaper, must make every case clean: the reaper sweeps rarely here.
+BACKEND = {"reap_interval": 30.0}
+LATENCY = 0.2
+FOREIGN = {"app": "someone-else"}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One fault at one call site: `verb plural` (`watch` and `relist` drop the open streams
+    so the next request meets it), of `kind`: 500, 429 (Retry-After), lost (the change made,
+    the answer lost), foreign (someone else's object of the name), 410, drop, latency."""
+
+    verb: str
+    plural: str
+    kind: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} on {self.verb} {self.plural}".replace(" on latency ", " ")
+
+    @property
+    def fails(self) -> bool:
+        """Whether the kernel must fail (with a sentence) rather than go on."""
+        return self.kind == "foreign"
+
+    def inject(self, cluster: FakeCluster) -> None:
+        status = {"500": 500, "429": 429, "lost": 504}.get(self.kind, 500)
+        if self.kind == "latency":
+            cluster.latency = LATENCY
+        elif self.kind == "foreign":
+            cluster.plant_next(self.plural, FOREIGN)
+        elif self.verb == "watch":
+            if self.kind == "410":
+                cluster.expire_next_watch()
+            elif self.kind != "drop":
+                cluster.fail_next("watch", self.plural, status)
+            cluster.drop_watches()
+        elif self.verb == "relist":  # a watch that expired: the informer lists again
+            cluster.fail_next("list", self.plural, status)
+            cluster.expire_next_watch()
+            cluster.drop_watches()
+        else:
+            cluster.fail_next(self.verb, self.plural, status, after=self.kind == "lost")
+
+
+def cases(sites: list[tuple[str, str]], kinds: tuple[str, ...]) -> list[Case]:
+    return [Case(verb, plural, kind) for verb, plural in sites for kind in kinds]
+
+
+CREATES = [("create", "secrets"), ("create", "services"), ("create", "pods")]
+WATCHES = [("watch", "pods"), ("watch", "workloads")]
+DELETES = [("delete", p) for p in ("workloads", "services", "secrets")]
+LATENCY_CASE = [Case("latency", "all", "latency")]
+VISIBILITY = ("get", "localqueues/pendingworkloads")
+
+MATRIX = {
+    "start": [
+        *cases(CREATES, ("500", "429", "lost", "foreign")),
+        *cases([("get", "localqueues")], ("500", "429")),
+        *cases(WATCHES, ("500", "410", "drop")),
+        *cases([("relist", "pods")], ("500", "429")),
+        *LATENCY_CASE,
+    ],
+    "cancel": [
+        *cases(DELETES, ("500", "429")),
+        *cases([("list", "pods"), VISIBILITY], ("500", "429")),
+        *LATENCY_CASE,
+    ],
+    "shutdown": [
+        *cases([*DELETES, ("delete", "pods")], ("500", "429")),
+        *cases([("list", "pods")], ("500", "429")),
+        *LATENCY_CASE,
+    ],
+    "preemption": [
+        *cases([("create", "pods")], ("500", "429", "lost")),
+        *cases(WATCHES[:1], ("500", "410", "drop")),
+        *cases([VISIBILITY], ("500",)),
+        *LATENCY_CASE,
+    ],
+}
+
+
+class Run:
+    """One phase's cases on one server, and what went wrong in each."""
+
+    def __init__(self, server: Server, cluster: FakeCluster, name: str) -> None:
+        self.server, self.cluster, self.name = server, cluster, name
+        self.problems: list[str] = []
+        self.kernels: list[str] = []
+
+    async def start(self, spec: str | None = None) -> str:
+        kernel = await self.server.start(spec or self.name)
+        self.kernels.append(kernel)
+        return kernel
+
+    async def delete(self, case: Case, *kernels: str) -> None:
+        for kernel in kernels:
+            await self.server.shutdown(kernel)  # any answer but 2xx raises
+        try:
+            await gone(self.server, *kernels, within=60)
+        except BaseException:
+            self.problems.append(f"{case}: still listed after DELETE")
+            raise
+
+    async def clean(self, case: Case, *kernels: str) -> None:
+        async def clean() -> bool:
+            return not any(labelled(self.cluster, k) for k in kernels)
+
+        try:
+            await self.server.wait_for(clean, within=60)
+        except TimeoutError:
+            left = {k[:8]: labelled(self.cluster, k) for k in kernels}
+            self.problems.append(f"{case}: left behind {left}")
+
+    async def one(self, case: Case, drive: Callable[[Case], Awaitable[None]]) -> None:
+        try:
+            async with asyncio.timeout(120):
+                await drive(case)
+        except Exception as exc:
+            self.problems.append(f"{case}: {type(exc).__name__}: {exc}")
+        finally:
+            self.cluster.latency = 0.0
+            if self.cluster.faults_pending:
+                self.problems.append(f"{case}: the fault was never met")
+                self.cluster.clear_faults()
+
+
+async def run_start(run: Run, case: Case) -> None:
+    case.inject(run.cluster)
+    kernel = await run.start()
+    model = await settled(run.server, kernel)
+    if case.fails:
+        if model["live"]:
+            run.problems.append(f"{case}: the kernel ran on someone else's object")
+        elif not a_sentence(model["reason"], kernel):
+            run.problems.append(f"{case}: not a sentence: {model['reason']!r}")
+    elif not model["live"]:
+        run.problems.append(f"{case}: a transient fault failed the kernel: {model['reason']!r}")
+    await run.delete(case, kernel)
+    await run.clean(case, kernel)
+    if case.fails:
+        run.cluster.store.delete_collection("", case.plural, "default", labels="app=someone-else")
+
+
+async def run_shutdown(run: Run, case: Case) -> None:
+    kernel = await run.start()
+    if not (await settled(run.server, kernel))["live"]:
+        run.problems.append(f"{case}: the kernel did not start")
+    case.inject(run.cluster)
+    await run.delete(case, kernel)
+    await run.clean(case, kernel)
+
+
+def run_cancel(holder: str) -> Callable[[Run, Case], Awaitable[None]]:
+    async def cancel(run: Run, case: Case) -> None:
+        waiting = await run.start()
+        await run.server.wait_reason(waiting, "position 1 of 1")
+        case.inject(run.cluster)
+        if case.plural == VISIBILITY[1]:  # met while it waits, before the DELETE
+
+            async def met() -> bool:
+                return run.cluster.faults_pending == 0
+
+            await run.server.wait_for(met, within=30)
+        await run.delete(case, waiting)
+        await run.clean(case, waiting)
+        if not labelled(run.cluster, holder).get("pods"):
+            run.problems.append(f"{case}: the running kernel lost its pod")
+
+    return cancel
+
+
+def run_preemption(low_spec: str, high_spec: str) -> Callable[[Run, Case], Awaitable[None]]:
+    async def preempt(run: Run, case: Case) -> None:
+        low = await run.start(low_spec)
+        if not (await settled(run.server, low))["live"]:
+            run.problems.append(f"{case}: the low kernel did not start")
+        if case.plural != VISIBILITY[1]:
+            case.inject(run.cluster)
+        high = await run.start(high_spec)
+        await run.server.wait_reason(low, "requeued in 'user-queue', position")
+        if case.plural == VISIBILITY[1]:
+            case.inject(run.cluster)
+
+            async def met() -> bool:
+                return run.cluster.faults_pending == 0
+
+            await run.server.wait_for(met, within=30)
+        await run.delete(case, high)
+        model = await settled(run.server, low, within=90)
+        if not model["live"]:
+            run.problems.append(f"{case}: the preempted kernel did not come back: {model}")
+        await run.delete(case, low)
+        await run.clean(case, low, high)
+
+    return preempt
+
+
+@pytest.mark.parametrize("backend_config", [BACKEND])
+@pytest.mark.parametrize("phase", list(MATRIX))
+async def test_every_fault_at_every_site_leaves_nothing_and_fails_only_in_a_sentence(
+    server: Server,
+    kernelspec: KernelspecFactory,
+    cluster: FakeCluster,
+    phase: str,
+    backend_config: dict[str, Any],
+) -> None:
+    run = Run(server, cluster, kube_spec(kernelspec))
+    drive: Callable[[Run, Case], Awaitable[None]]
+    holder = ""
+    if phase == "start":
+        drive = run_start
+    elif phase == "shutdown":
+        drive = run_shutdown
+    elif phase == "cancel":
+        holder = await run.start()
+        assert (await settled(server, holder))["live"]
+        drive = run_cancel(holder)
+    else:
+        low = kube_spec(kernelspec, "low", priority_class="low")
+        drive = run_preemption(low, kube_spec(kernelspec, "high", priority_class="high"))
+    for case in MATRIX[phase]:
+        await run.one(case, lambda c: drive(run, c))
+    if holder:
+        await server.shutdown(holder)
+        await gone(server, holder)
+    assert not run.problems, "\n".join(run.problems)
+    assert not any(labelled(cluster, k) for k in run.kernels)
