@@ -72,7 +72,7 @@ class CheckpointWriter(Protocol):
     """One checkpoint being written; from `CheckpointStore.begin()`."""
 
     def open(self, name: str) -> BinaryIO:
-        """A new payload file in the checkpoint (binary, write); flushed and fsynced on close."""
+        """A new payload file in the checkpoint (binary, write); durable before `commit` returns."""
         ...
 
     def commit(self, manifest: Mapping[str, Any]) -> Checkpoint:

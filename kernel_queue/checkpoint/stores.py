@@ -20,6 +20,7 @@ import shutil
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -43,6 +44,7 @@ _SEQ = re.compile(r"^(\d{8,})-")
 _RESERVED = {MANIFEST, RESTORED}
 _STORE_FIELDS = {"files", "digest", signatures.CHECKSUM, signatures.SIGNATURE}
 _DIR_MODE, _FILE_MODE = 0o700, 0o600
+_SYNCERS_LOCK = threading.Lock()
 
 
 class DirectoryStore:
@@ -172,7 +174,7 @@ class DirectoryWriter:
         self._done = False
 
     def open(self, name: str) -> BinaryIO:
-        """Create payload file `name` (0600); it is flushed and fsynced when closed."""
+        """Create payload file `name` (0600); closing it starts its fsync, `commit` awaits it."""
         self._check_open()
         if name in self._files or name in _RESERVED or not _plain_name(name):
             raise ValueError(f"cannot create payload file {name!r} in checkpoint {self.id}")
@@ -181,6 +183,7 @@ class DirectoryWriter:
         os.fchmod(fd, _FILE_MODE)
         file = _SyncedFile(io.FileIO(fd, "wb"), buffer_size=1 << 20)
         file.digest = digests.Digest()
+        file.sync_fd = os.dup(fd)
         self._files[name] = file
         return file
 
@@ -199,6 +202,8 @@ class DirectoryWriter:
         clash = sorted(_STORE_FIELDS.intersection(manifest))
         if clash:
             raise ValueError(f"the manifest fields {clash} are written by the store")
+        for file in self._files.values():
+            file.durable()
         files = {name: {"bytes": f.size, "digest": f.hexdigest} for name, f in self._files.items()}
         record = {**manifest, "files": files, "digest": digests.ALGORITHM}
         try:
@@ -227,8 +232,10 @@ class DirectoryWriter:
             return
         self._done = True
         for file in self._files.values():
-            with contextlib.suppress(OSError, ValueError):
-                io.BufferedWriter.close(file)  # no fsync: the files are being thrown away
+            if not file.closed:
+                with contextlib.suppress(OSError, ValueError):
+                    io.BufferedWriter.close(file)  # no fsync: the files are being thrown away
+                _syncers().submit(os.close, file.sync_fd)
         shutil.rmtree(self.path, ignore_errors=True)
         self._store._active.discard(self.path.name)
 
@@ -238,8 +245,8 @@ class DirectoryWriter:
 
 
 class _SyncedFile(io.BufferedWriter):
-    """A payload file: every write is hashed; `close()` flushes and fsyncs before closing, and
-    records the size and digest.
+    """A payload file: every write is hashed; `close()` flushes, records the size and digest,
+    and starts the fsync that the commit waits for.
 
     A big write is hashed from the file itself once written (the page cache, mapped), by the
     digest threads while the caller goes on: the digest is of the bytes the file holds even if
@@ -262,6 +269,12 @@ class _SyncedFile(io.BufferedWriter):
         self.digest.update_from_file(self.fileno(), start, written)
         return written
 
+    sync_fd = -1
+    """A second descriptor of the file for the `_SYNCERS` thread, which closes it."""
+    synced: Future[None] | None = None
+    """The file's fsync, run by the `_SYNCERS` thread while the next file is written; the
+    commit waits for it (`durable`)."""
+
     def close(self) -> None:
         if self.closed:
             return
@@ -269,9 +282,14 @@ class _SyncedFile(io.BufferedWriter):
             self.flush()
             self.size = self.tell()
             self.hexdigest = self.digest.hexdigest()
-            os.fsync(self.fileno())
         finally:
             super().close()
+        self.synced = _syncers().submit(_fsync_and_close, self.sync_fd)
+
+    def durable(self) -> None:
+        """Wait for the fsync `close` started; raise what it raised."""
+        if self.synced is not None:
+            self.synced.result()
 
 
 def _examine(path: Path, secret: bytes | None) -> Candidate:
@@ -371,6 +389,25 @@ def _make_private(root: Path) -> None:
             os.chmod(path, _DIR_MODE)
     root.mkdir(mode=_DIR_MODE, exist_ok=True)
     os.chmod(root, _DIR_MODE)
+
+
+_syncers_pool: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _syncers() -> ThreadPoolExecutor:
+    """The thread that fsyncs closed payload files, in order (new after a fork)."""
+    global _syncers_pool
+    with _SYNCERS_LOCK:
+        if _syncers_pool is None or _syncers_pool[0] != os.getpid():
+            _syncers_pool = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="kq-fsync"))
+        return _syncers_pool[1]
+
+
+def _fsync_and_close(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
