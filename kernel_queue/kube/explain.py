@@ -69,6 +69,8 @@ def failure(
         text = exc.message  # already ours (a foreign object, say)
     else:
         text = f"{who}: could not {doing}: {exc.message}"
+    if after:
+        text = text.rstrip(".")
     made = type(exc).__new__(type(exc))
     errors.ClusterApiError.__init__(made, exc.status, exc.reason, text + after)
     made.__dict__.update({k: v for k, v in exc.__dict__.items() if k != "message"})
