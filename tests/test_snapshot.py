@@ -634,3 +634,23 @@ def test_an_array_changed_while_it_is_written_leaves_a_checkpoint_that_restores(
 
     assert recovery.problems == () and recovery.report is not None
     assert int(fresh.big[0]) == 0 and int(fresh.big[-1]) == 0  # as written: one 48 MiB chunk
+
+
+def test_plain_values_with_cycles_and_sharing_are_saved_and_keep_their_shape(
+    tmp_path: Path,
+) -> None:
+    module = make_module("""
+        history = [float(i) for i in range(10_000)]
+        loop = []
+        loop.append(loop)
+        shared = {"a": 1}
+        twice = [shared, shared, ("t", b"b", None, 1j)]
+    """)
+    report = kc.save(module, kc.DirectoryStore(tmp_path))
+    assert report.checkpoint is not None and report.skipped == ()
+    assert [name for name, _ in report.saved] == ["history", "loop", "shared", "twice"]
+
+    fresh = types.ModuleType("kernelns")
+    kc.restore(fresh, report.checkpoint)
+    assert fresh.history == module.history and fresh.loop[0] is fresh.loop
+    assert fresh.twice[0] is fresh.twice[1] is fresh.shared
