@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, BinaryIO, Self
 
 import kernel_queue.checkpoint as kc
@@ -35,6 +36,12 @@ class DelegatingStore:
 
     def mark_restored(self, checkpoint: kc.Checkpoint) -> None:
         self.store.mark_restored(checkpoint)
+
+    def candidates(self) -> list[kc.Candidate]:
+        return self.store.candidates()
+
+    def set_aside(self, candidate: kc.Candidate) -> Path:
+        return self.store.set_aside(candidate)
 
     def delete_all(self) -> None:
         self.store.delete_all()
