@@ -200,3 +200,19 @@ async def test_a_handed_over_release_is_retried_at_each_sweep_until_it_succeeds(
         assert reaper.pending == 1
         assert await reaper.sweep(api, [NS]) == ["Secret held"]
         assert reaper.pending == 0 and names(fake) == []
+
+
+def test_an_admission_refusal_keeps_the_servers_sentence() -> None:
+    refused = Forbidden(
+        403,
+        "Forbidden",
+        'pods "kq-1a2b3c4d-head-0" is forbidden: error looking up service account '
+        'default/kernels: serviceaccount "kernels" not found',
+        verb="create",
+        resource="pods",
+        namespace="default",
+    )
+    text = str(explain.failure(refused, who=WHO, doing="create its pod kq-1a2b3c4d-head-0"))
+    assert text == (
+        "kernel 1a2b3c4d: could not create its pod kq-1a2b3c4d-head-0: " + refused.message
+    )

@@ -434,6 +434,7 @@ def test_the_pod_template_is_merged_under_our_fields() -> None:
                     "name": "log-shipper",
                     "image": "registry.example/shipper:2",
                     "args": ["--follow", "/var/log/kernel"],
+                    "securityContext": CONTAINER_SECURITY,  # hardened as ours are
                 },
             ],
         },
@@ -753,3 +754,21 @@ def test_no_user_and_no_kernelspec_leave_their_keys_out() -> None:
 def test_service_host() -> None:
     assert manifests.service_host(SPEC) == "kq-1a2b3c4d.team-a.svc"
     assert manifests.service_host(replace(SPEC, namespace=None)) == "kq-1a2b3c4d"
+
+
+def test_sidecars_and_init_containers_of_the_template_are_hardened_too() -> None:
+    template = {
+        "spec": {
+            "initContainers": [{"name": "fetch", "image": "busybox", "securityContext": {}}],
+            "containers": [
+                {"name": "kernel"},
+                {"name": "side", "image": "busybox", "securityContext": {"runAsUser": 1000}},
+            ],
+        }
+    }
+
+    [pod] = manifests.pods(replace(SPEC, pod_template=template), GROUP, 0)
+
+    side = pod["spec"]["containers"][1]
+    assert side["securityContext"] == {"runAsUser": 1000, **CONTAINER_SECURITY}
+    assert pod["spec"]["initContainers"][0]["securityContext"] == CONTAINER_SECURITY

@@ -2,16 +2,20 @@
 
 `failure(exc, who=..., doing=...)` turns a `ClusterApiError` (after its retries) into an error of
 the same class whose message names the kernel, what failed and what to do: an RBAC refusal
-names the identity, the verb, the resource and the namespace; a server that kept failing is
-named by its status, never by its raw text (which the admin's log keeps). Pure.
+names the identity, the verb, the resource and the namespace (an admission refusal keeps the
+server's sentence); a server that kept failing is named by its status, never by its raw text
+(which the admin's log keeps). Pure.
 """
 
 from __future__ import annotations
+
+import re
 
 from kernel_queue import errors
 
 RBAC_FILE = "etc/kubernetes/rbac.yaml"
 SERVICE_ACCOUNT = "system:serviceaccount:"
+_RBAC = re.compile(r'User "[^"]*" cannot\b')
 
 
 def identity(user: str) -> str:
@@ -19,6 +23,12 @@ def identity(user: str) -> str:
     if user.startswith(SERVICE_ACCOUNT):
         return f"service account {user[len(SERVICE_ACCOUNT) :].replace(':', '/', 1)!r}"
     return f"user {user!r}" if user else "credentials"
+
+
+def is_rbac(exc: errors.ClusterForbidden) -> bool:
+    """A 401, or a 403 from authorization ("User … cannot create resource …"); a 403 from
+    admission (Pod Security, a ServiceAccount lookup, a webhook) is the server's own sentence."""
+    return exc.status == 401 or _RBAC.search(exc.message) is not None
 
 
 def forbidden(exc: errors.ClusterForbidden, who: str) -> str:
@@ -61,7 +71,7 @@ def failure(
 ) -> errors.ClusterApiError:
     """An error of `exc`'s class (status and reason kept) with the user's sentence; `after`
     (e.g. "; nothing was left behind") ends it. Chain it: `raise failure(...) from exc`."""
-    if isinstance(exc, errors.ClusterForbidden):
+    if isinstance(exc, errors.ClusterForbidden) and is_rbac(exc):
         text = forbidden(exc, who)
     elif isinstance(exc, errors.ClusterUnavailable):
         text = unavailable(exc, who, doing)

@@ -230,8 +230,12 @@ def _pod(
         ours = _head_container(spec, image, kernel_env, checkpoint_claim)
     else:
         ours = _worker_container(spec, image, index, kernel_env, worker_command)
-    sidecars = [c for c in containers if c["name"] not in (KERNEL_CONTAINER, WORKER_CONTAINER)]
+    sidecars = [
+        _hardened(c) for c in containers if c["name"] not in (KERNEL_CONTAINER, WORKER_CONTAINER)
+    ]
     pod_spec["containers"] = [_merge_container(ours, by_name.get(mine, {})), *sidecars]
+    if "initContainers" in pod_spec:
+        pod_spec["initContainers"] = [_hardened(c) for c in _dicts(pod_spec["initContainers"])]
 
     pod_spec["restartPolicy"] = "Never"
     pod_spec["terminationGracePeriodSeconds"] = grace_seconds(spec)
@@ -353,6 +357,12 @@ def _with_kernel_env(
         for name, value in kernel_env.items()
         if name not in taken and not name.startswith("KERNEL_QUEUE_LAUNCH_")
     ]
+
+
+def _hardened(container: dict[str, Any]) -> dict[str, Any]:
+    """A template's own container with our container securityContext over its own."""
+    context = {**_mapping(container.get("securityContext")), **copy.deepcopy(CONTAINER_SECURITY)}
+    return {**container, "securityContext": context}
 
 
 def _merge_container(ours: dict[str, Any], template: Mapping[str, Any]) -> dict[str, Any]:

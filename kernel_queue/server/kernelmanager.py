@@ -110,6 +110,15 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
         if ready.done() and not ready.cancelled() and ready.exception() is not None:
             km.execution_state = "dead"
             km.reason = str(ready.exception())
+            # A start can fail after launch_kernel returned (jupyter_client writing the
+            # connection file, say): jupyter then forgets the kernel without the provisioner's
+            # cleanup, so release its group here (a no-op when the launch released it).
+            provisioner = getattr(km, "provisioner", None)
+            if provisioner is not None and getattr(provisioner, "has_process", False):
+                try:
+                    await provisioner.cleanup(restart=False)
+                except Exception as exc:
+                    self.log.warning("kernel %s: release after a failed start: %s", kernel_id, exc)
 
     def _waiting(self, kernel_id: str) -> bool:
         km = self._kernels.get(kernel_id)

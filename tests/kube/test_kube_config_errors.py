@@ -189,11 +189,6 @@ async def test_a_kernel_with_a_sidecar_runs_in_a_namespace_enforcing_restricted(
         await wait_clean(server, cluster, kernel)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kube/explain.py words every 403 as an RBAC refusal; an admission refusal (Pod "
-    "Security, ServiceAccount lookup, a webhook) must keep the apiserver's sentence",
-)
 async def test_a_missing_service_account_is_the_clusters_refusal_and_leaves_nothing(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
 ) -> None:
@@ -228,11 +223,6 @@ async def test_an_exception_the_admin_allows_reaches_the_pod(
     await wait_clean(server, cluster, kernel)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kube/explain.py words every 403 as an RBAC refusal; an admission refusal (Pod "
-    "Security, ServiceAccount lookup, a webhook) must keep the apiserver's sentence",
-)
 async def test_an_allowed_exception_still_meets_a_restricted_namespace(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
 ) -> None:
