@@ -53,7 +53,11 @@ async def test_each_pod_sees_only_its_own_directory_of_a_shared_claim(tmp_path: 
             await until(lambda n=name: phase(store, n) == "Succeeded", what=f"{name} Succeeded")
             assert json.loads(kubelet.logs(NS, name)) == ["state"]
             assert (claim / f"kernel-{name}" / "state").read_text() == name
-    assert sorted(p.name for p in claim.iterdir()) == ["kernel-alpha", "kernel-beta", "other-kernel"]
+    assert sorted(p.name for p in claim.iterdir()) == [
+        "kernel-alpha",
+        "kernel-beta",
+        "other-kernel",
+    ]
     assert (claim / "other-kernel" / "secret").read_text() == "not yours"
 
 
