@@ -2,8 +2,9 @@
 is read, before anything in it is unpickled or used.
 
 A file's digest is the sha256 of the concatenated sha256 digests of its 16 MiB pieces, so the
-pieces of a big file hash on several cores at once, alongside the write or read of the same bytes
-(hashlib releases the GIL). Knows nothing about what the files contain.
+pieces of a big file hash on several cores at once while the next bytes are written or read
+(hashlib releases the GIL); bytes just written are hashed from the file itself. Knows nothing
+about what the files contain.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import hashlib
 import mmap
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 ALGORITHM = "sha256-tree-16MiB"
 """The manifest's name for this digest: sha256 over the sha256 of each 16 MiB piece."""
@@ -24,7 +25,6 @@ PARALLEL = 4 << 20  # smaller writes and reads hash inline: a thread hand-off co
 STEP = 1 << 20  # read and hash a piece this much at a time, while it is in the core's cache
 WORKERS = max(2, min(4, os.cpu_count() or 2))
 
-T = TypeVar("T")
 _pool: tuple[int, ThreadPoolExecutor] | None = None
 _pool_lock = threading.Lock()
 
@@ -44,8 +44,8 @@ class Digest:
         self._pending: list[Future[None]] = []
         self._mapped: list[Any] = []  # what the pending hashes read; dropped once they end
 
-    def update(self, data: Any, alongside: Callable[[], T] | None = None) -> T | None:
-        """Hash `data` (bytes-like); run `alongside()` (e.g. the write of `data`) meanwhile.
+    def update(self, data: Any) -> None:
+        """Hash `data` (bytes-like), the file's next bytes.
 
         A big `data` is hashed by the pool's threads, still running when this returns: it must
         not change until the next `update` or `hexdigest` returns (which wait for it). Bytes
@@ -69,7 +69,6 @@ class Digest:
                 hasher.update(part)
         else:
             self._pending = [pool().submit(_hash, hasher, part) for hasher, part in jobs]
-        return alongside() if alongside is not None else None
 
     def update_from_file(self, fd: int, start: int, length: int) -> None:
         """Hash bytes [start, start + length) of the file `fd` (open for reading) as the page
