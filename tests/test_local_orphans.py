@@ -95,12 +95,6 @@ async def test_two_kernels_started_and_deleted_together_leave_nothing(
     await assert_the_gpu_is_free(server, name, first, second)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="jupyter_client removes a kernel whose start failed after launch_kernel returned "
-    "without calling the provisioner's cleanup; the provisioner (or the server's kernel "
-    "manager) must release the group when km.ready fails",
-)
 async def test_a_start_that_fails_after_the_launch_returned_leaves_no_launcher(
     server: Server, kernelspec: KernelspecFactory, jp_runtime_dir: Path
 ) -> None:

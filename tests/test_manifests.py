@@ -15,7 +15,7 @@ from kernel_queue.model import ConnectionInfo, GroupSpec
 
 KERNEL_ID = "1a2b3c4d-5e6f-4a0b-8c9d-0e1f2a3b4c5d"
 KEY = "0f1e2d3c4b5a69788796a5b4c3d2e1f0-secret-key"
-GROUP = "kq-1a2b3c4d"
+GROUP = "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d"
 
 SPEC = GroupSpec(
     kernel_id=KERNEL_ID,
@@ -49,7 +49,9 @@ HEAD_ENV = [
     {"name": "KERNEL_QUEUE_LAUNCH_PORTS", "value": "50100,50101,50102,50103,50104"},
     {
         "name": "KERNEL_QUEUE_LAUNCH_KEY",
-        "valueFrom": {"secretKeyRef": {"name": "kq-1a2b3c4d-key", "key": "key"}},
+        "valueFrom": {
+            "secretKeyRef": {"name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-key", "key": "key"}
+        },
     },
     {"name": "KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT", "value": "25"},
     {"name": "KERNEL_ID", "value": KERNEL_ID},
@@ -74,7 +76,7 @@ GOLDEN_GPU_HEAD = {
     "apiVersion": "v1",
     "kind": "Pod",
     "metadata": {
-        "name": "kq-1a2b3c4d-head-0",
+        "name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-head-0",
         "namespace": "team-a",
         "labels": {
             "kernel-queue.dev/kernel-id": KERNEL_ID,
@@ -83,7 +85,7 @@ GOLDEN_GPU_HEAD = {
             "app.kubernetes.io/managed-by": "kernel-queue",
             "app.kubernetes.io/component": "kernel",
             "kueue.x-k8s.io/queue-name": "user-queue",
-            "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d",
+            "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d",
         },
         "annotations": {
             "kernel-queue.dev/user": "alice",
@@ -112,7 +114,12 @@ GOLDEN_GPU_HEAD = {
                     {"name": "KERNEL_QUEUE_LAUNCH_PORTS", "value": "50100,50101,50102,50103,50104"},
                     {
                         "name": "KERNEL_QUEUE_LAUNCH_KEY",
-                        "valueFrom": {"secretKeyRef": {"name": "kq-1a2b3c4d-key", "key": "key"}},
+                        "valueFrom": {
+                            "secretKeyRef": {
+                                "name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-key",
+                                "key": "key",
+                            }
+                        },
                     },
                     {"name": "KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT", "value": "25"},
                     {"name": "KERNEL_ID", "value": "1a2b3c4d-5e6f-4a0b-8c9d-0e1f2a3b4c5d"},
@@ -188,7 +195,7 @@ def test_a_priority_class_adds_kueues_label() -> None:
         "app.kubernetes.io/managed-by": "kernel-queue",
         "app.kubernetes.io/component": "kernel",
         "kueue.x-k8s.io/queue-name": "user-queue",
-        "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d",
+        "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d",
         "kueue.x-k8s.io/priority-class": "interactive",
     }
 
@@ -196,19 +203,21 @@ def test_a_priority_class_adds_kueues_label() -> None:
 def test_a_two_pod_group_is_a_head_and_a_worker() -> None:
     spec = replace(SPEC, pod_group_size=2, cpu="2")
 
-    head, worker = manifests.pods(spec, "kq-1a2b3c4d-1", 0, kernel_env={"OMP_NUM_THREADS": "2"})
+    head, worker = manifests.pods(
+        spec, "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-1", 0, kernel_env={"OMP_NUM_THREADS": "2"}
+    )
 
     assert head == {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": "kq-1a2b3c4d-1-head-0",
+            "name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-1-head-0",
             "namespace": "team-a",
             "labels": {
                 **OUR_LABELS,
                 "kernel-queue.dev/role": "head",
                 "kueue.x-k8s.io/queue-name": "user-queue",
-                "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d-1",
+                "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-1",
             },
             "annotations": {**OUR_ANNOTATIONS, "kueue.x-k8s.io/pod-group-total-count": "2"},
         },
@@ -244,13 +253,13 @@ def test_a_two_pod_group_is_a_head_and_a_worker() -> None:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": "kq-1a2b3c4d-1-w1-0",
+            "name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-1-w1-0",
             "namespace": "team-a",
             "labels": {
                 **OUR_LABELS,
                 "kernel-queue.dev/role": "worker",
                 "kueue.x-k8s.io/queue-name": "user-queue",
-                "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d-1",
+                "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-1",
             },
             "annotations": {**OUR_ANNOTATIONS, "kueue.x-k8s.io/pod-group-total-count": "2"},
         },
@@ -268,7 +277,10 @@ def test_a_two_pod_group_is_a_head_and_a_worker() -> None:
                     "env": [
                         {"name": "KERNEL_QUEUE_RANK", "value": "1"},
                         {"name": "KERNEL_QUEUE_WORLD_SIZE", "value": "2"},
-                        {"name": "KERNEL_QUEUE_HEAD_ADDRESS", "value": "kq-1a2b3c4d.team-a.svc"},
+                        {
+                            "name": "KERNEL_QUEUE_HEAD_ADDRESS",
+                            "value": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d.team-a.svc",
+                        },
                         {"name": "KERNEL_ID", "value": KERNEL_ID},
                         {"name": "OMP_NUM_THREADS", "value": "2"},
                     ],
@@ -289,17 +301,20 @@ def test_workers_are_numbered_and_may_run_another_command() -> None:
     pods = manifests.pods(spec, GROUP, 2, worker_command=["torchrun", "--nnodes=4", "train.py"])
 
     assert [pod["metadata"]["name"] for pod in pods] == [
-        "kq-1a2b3c4d-head-2",
-        "kq-1a2b3c4d-w1-2",
-        "kq-1a2b3c4d-w2-2",
-        "kq-1a2b3c4d-w3-2",
+        "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-head-2",
+        "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-w1-2",
+        "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-w2-2",
+        "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-w3-2",
     ]
     worker = pods[3]["spec"]["containers"][0]
     assert worker["command"] == ["torchrun", "--nnodes=4", "train.py"]
     assert worker["env"][:3] == [
         {"name": "KERNEL_QUEUE_RANK", "value": "3"},
         {"name": "KERNEL_QUEUE_WORLD_SIZE", "value": "4"},
-        {"name": "KERNEL_QUEUE_HEAD_ADDRESS", "value": "kq-1a2b3c4d"},  # no namespace given
+        {
+            "name": "KERNEL_QUEUE_HEAD_ADDRESS",
+            "value": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d",
+        },  # no namespace given
     ]
     assert all("namespace" not in pod["metadata"] for pod in pods)
 
@@ -362,7 +377,7 @@ def test_the_pod_template_is_merged_under_our_fields() -> None:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": "kq-1a2b3c4d-head-0",
+            "name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-head-0",
             "namespace": "team-a",
             "labels": {
                 "team": "ml",
@@ -372,7 +387,7 @@ def test_the_pod_template_is_merged_under_our_fields() -> None:
                 "app.kubernetes.io/managed-by": "kernel-queue",
                 "app.kubernetes.io/component": "kernel",
                 "kueue.x-k8s.io/queue-name": "user-queue",
-                "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d",
+                "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d",
             },
             "annotations": {
                 "example.com/owner": "ml-team",
@@ -491,7 +506,7 @@ def test_the_secret() -> None:
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
-            "name": "kq-1a2b3c4d-key",
+            "name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-key",
             "namespace": "team-a",
             "labels": {
                 "kernel-queue.dev/kernel-id": KERNEL_ID,
@@ -514,7 +529,7 @@ def test_the_service() -> None:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
-            "name": "kq-1a2b3c4d",
+            "name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d",
             "namespace": "team-a",
             "labels": {
                 "kernel-queue.dev/kernel-id": KERNEL_ID,
@@ -543,7 +558,11 @@ def test_the_service() -> None:
 
 
 def test_the_service_and_secret_do_not_change_between_launches() -> None:
-    later = replace(SPEC, name="kq-1a2b3c4d-3", connection=replace(SPEC.connection, ip="x"))
+    later = replace(
+        SPEC,
+        name="kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-3",
+        connection=replace(SPEC.connection, ip="x"),
+    )
 
     assert manifests.service(later) == manifests.service(SPEC)
     assert manifests.secret(later) == manifests.secret(SPEC)
@@ -569,7 +588,10 @@ def test_a_replacement_attempt_changes_only_the_pod_names() -> None:
     first = manifests.pods(spec, GROUP, 0, checkpoint_claim="ckpt")
     again = manifests.pods(spec, GROUP, 1, checkpoint_claim="ckpt")
 
-    assert [p["metadata"]["name"] for p in again] == ["kq-1a2b3c4d-head-1", "kq-1a2b3c4d-w1-1"]
+    assert [p["metadata"]["name"] for p in again] == [
+        "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-head-1",
+        "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-w1-1",
+    ]
     for before, after in zip(first, again, strict=True):
         after["metadata"]["name"] = before["metadata"]["name"]
         assert after == before
@@ -739,7 +761,7 @@ def test_no_user_and_no_kernelspec_leave_their_keys_out() -> None:
     spec = replace(SPEC, user="", kernelspec="")
 
     assert manifests.secret(spec)["metadata"] == {
-        "name": "kq-1a2b3c4d-key",
+        "name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-key",
         "namespace": "team-a",
         "labels": {
             "kernel-queue.dev/kernel-id": KERNEL_ID,
@@ -752,8 +774,11 @@ def test_no_user_and_no_kernelspec_leave_their_keys_out() -> None:
 
 
 def test_service_host() -> None:
-    assert manifests.service_host(SPEC) == "kq-1a2b3c4d.team-a.svc"
-    assert manifests.service_host(replace(SPEC, namespace=None)) == "kq-1a2b3c4d"
+    assert manifests.service_host(SPEC) == "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d.team-a.svc"
+    assert (
+        manifests.service_host(replace(SPEC, namespace=None))
+        == "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d"
+    )
 
 
 def test_sidecars_and_init_containers_of_the_template_are_hardened_too() -> None:

@@ -162,12 +162,16 @@ def test_distinct_inputs_give_distinct_outputs() -> None:
 @pytest.mark.parametrize(
     ("kernel_id", "launch", "expected"),
     [
-        pytest.param(KERNEL_ID, 0, "kq-1a2b3c4d", id="first-launch"),
-        pytest.param(KERNEL_ID, 1, "kq-1a2b3c4d-1", id="second-launch"),
-        pytest.param(KERNEL_ID, 12, "kq-1a2b3c4d-12", id="thirteenth-launch"),
-        pytest.param(KERNEL_ID.upper(), 0, "kq-1a2b3c4d", id="upper-case-uuid"),
-        pytest.param("My Kernel", 0, "kq-d9eb2738", id="not-a-uuid-hashed"),
-        pytest.param("abc", 0, "kq-ba7816bf", id="short-id-hashed"),
+        pytest.param(KERNEL_ID, 0, "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d", id="first-launch"),
+        pytest.param(KERNEL_ID, 1, "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-1", id="second-launch"),
+        pytest.param(
+            KERNEL_ID, 12, "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-12", id="thirteenth-launch"
+        ),
+        pytest.param(
+            KERNEL_ID.upper(), 0, "kq-d760345b3e4c560c957173e261c22391", id="upper-case-uuid-hashed"
+        ),
+        pytest.param("My Kernel", 0, "kq-d9eb273856f06cfb98bca9e2c34422a8", id="not-a-uuid-hashed"),
+        pytest.param("abc", 0, "kq-ba7816bf8f01cfea414140de5dae2223", id="short-id-hashed"),
     ],
 )
 def test_group_name(kernel_id: str, launch: int, expected: str) -> None:
@@ -228,10 +232,10 @@ def test_pod_names_stay_valid_labels_when_the_group_is_long() -> None:
 
 
 def test_service_and_secret_names_are_stable_across_launches() -> None:
-    assert names.service_name(KERNEL_ID) == "kq-1a2b3c4d"
-    assert names.secret_name(KERNEL_ID) == "kq-1a2b3c4d-key"
-    assert names.service_name("My Kernel") == "kq-d9eb2738"
-    assert names.secret_name("My Kernel") == "kq-d9eb2738-key"
+    assert names.service_name(KERNEL_ID) == "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d"
+    assert names.secret_name(KERNEL_ID) == "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-key"
+    assert names.service_name("My Kernel") == "kq-d9eb273856f06cfb98bca9e2c34422a8"
+    assert names.secret_name("My Kernel") == "kq-d9eb273856f06cfb98bca9e2c34422a8-key"
 
 
 def test_distinct_kernels_get_distinct_names() -> None:

@@ -25,7 +25,6 @@ _QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _NOT_DNS_LABEL = re.compile(r"[^-a-z0-9]")
 _NOT_LABEL_VALUE = re.compile(r"[^-A-Za-z0-9_.]")
-_HEX = re.compile(r"[0-9a-f]+")
 
 
 def is_dns_label(text: str) -> bool:
@@ -89,16 +88,9 @@ def _sanitize(original: str, cleaned: str, edges: str, limit: int) -> str:
     return f"{body}-{suffix}" if body else suffix
 
 
-def kernel_short_id(kernel_id: str) -> str:
-    """``model.short_id`` when it is eight hex digits (any UUID), else eight hex of its hash."""
-    short = model.short_id(kernel_id)
-    if len(short) == HASH_LENGTH and _HEX.fullmatch(short):
-        return short
-    return short_hash(kernel_id)
-
-
 def group_name(kernel_id: str, launch: int) -> str:
-    """The pod group (and Workload) name of one launch: ``kq-<short id>``, then ``…-<launch>``.
+    """The pod group (and Workload) name of one launch: ``model.group_name`` (``kq-`` and the
+    whole id's 32 hex digits, so two kernels never share a name), then ``…-<launch>``.
 
     Each launch gets a new name so a finished Workload of an earlier launch, which Kueue will
     not adopt, never collides with the new group (kueue.md §1.4, §10). Launch 0 matches
@@ -106,7 +98,7 @@ def group_name(kernel_id: str, launch: int) -> str:
     """
     if launch < 0:
         raise ValueError(f"launch must be 0 or more, not {launch}")
-    base = f"kq-{kernel_short_id(kernel_id)}"
+    base = model.group_name(kernel_id)
     return base if launch == 0 else f"{base}-{launch}"
 
 
@@ -128,10 +120,11 @@ def pod_name(group: str, role: str, index: int, attempt: int) -> str:
 
 
 def service_name(kernel_id: str) -> str:
-    """The kernel's ClusterIP Service, ``kq-<short id>``: the same for every launch."""
-    return f"kq-{kernel_short_id(kernel_id)}"
+    """The kernel's ClusterIP Service, ``kq-<32 hex>`` (a DNS-1035 label): the same for every
+    launch."""
+    return model.group_name(kernel_id)
 
 
 def secret_name(kernel_id: str) -> str:
-    """The Secret holding the kernel's connection key, ``kq-<short id>-key``."""
-    return f"kq-{kernel_short_id(kernel_id)}-key"
+    """The Secret holding the kernel's connection key, ``kq-<32 hex>-key``."""
+    return f"{model.group_name(kernel_id)}-key"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from kernel_queue import model
 from kernel_queue.testing.cluster import FakeCluster
 from tests.gateway.gateways import GatewayProcess
 
@@ -22,7 +23,7 @@ def uids(cluster: FakeCluster, kernel_id: str) -> dict[str, list[str]]:
         found[plural] = sorted(i["metadata"]["uid"] for i in items)
     if ("kueue.x-k8s.io", "workloads") in cluster.store.types:
         workloads, _ = cluster.store.list_objects("kueue.x-k8s.io", "workloads", "default")
-        prefix = f"kq-{kernel_id.replace('-', '')[:8]}"
+        prefix = model.group_name(kernel_id)
         found["workloads"] = sorted(
             w["metadata"]["uid"] for w in workloads if w["metadata"]["name"].startswith(prefix)
         )

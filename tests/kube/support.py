@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kernel_queue import model
 from kernel_queue.testing.cluster import FakeCluster
 from tests.conftest import KernelspecFactory, Server
 
@@ -50,7 +51,7 @@ def labelled(cluster: FakeCluster, kernel_id: str) -> dict[str, list[str]]:
         found[plural] = [i["metadata"]["name"] for i in items]
     if ("kueue.x-k8s.io", "workloads") in cluster.store.types:
         workloads, _ = cluster.store.list_objects("kueue.x-k8s.io", "workloads", "default")
-        prefix = f"kq-{kernel_id.replace('-', '')[:8]}"
+        prefix = model.group_name(kernel_id)
         found["workloads"] = [
             w["metadata"]["name"] for w in workloads if w["metadata"]["name"].startswith(prefix)
         ]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from kernel_queue import model
 from kernel_queue.testing.cluster import FakeCluster
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.support import kube_spec, labelled, ours, wait_clean
@@ -160,22 +161,21 @@ async def test_a_kernel_runs_in_a_namespace_enforcing_restricted(
     kernel = await server.start(kube_spec(kernelspec, gpus=0, pod_group_size=2))
     assert (await server.execute(kernel, "1 + 1"))["data"] == "2"
     assert sorted(labelled(cluster, kernel)["pods"]) == [
-        f"kq-{kernel[:8]}-head-0",
-        f"kq-{kernel[:8]}-w1-0",
+        f"{model.group_name(kernel)}-head-0",
+        f"{model.group_name(kernel)}-w1-0",
     ]
     await server.shutdown(kernel)
     await wait_clean(server, cluster, kernel)
     assert ours(cluster) == {}
 
 
-SLEEPER = {"name": "side", "image": "busybox", "command": ["python", "-c", "input()"]}
+SLEEPER = {
+    "name": "side",
+    "image": "busybox",
+    "command": ["python", "-c", "import time; time.sleep(3600)"],
+}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kube/manifests.py hardens only its own containers; sidecars and initContainers "
-    "from pod_template need CONTAINER_SECURITY too to pass restricted",
-)
 async def test_a_kernel_with_a_sidecar_runs_in_a_namespace_enforcing_restricted(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
 ) -> None:

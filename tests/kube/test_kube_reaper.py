@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from kernel_queue import model
 from kernel_queue.kube import manifests
 from kernel_queue.model import ConnectionInfo, GroupSpec
 from kernel_queue.testing.cluster import FakeCluster
@@ -28,7 +29,7 @@ def leave_behind(cluster: FakeCluster, owner: str) -> str:
         namespace="default",
         image="kernel-queue/test-kernel",
     )
-    group = f"kq-{kernel_id[:8]}"
+    group = model.group_name(kernel_id)
     cluster.store.create("", "secrets", "default", manifests.secret(spec, owner=owner))
     cluster.store.create("", "services", "default", manifests.service(spec, owner=owner))
     for pod in manifests.pods(spec, group, 0, owner=owner):
