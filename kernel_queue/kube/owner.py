@@ -18,12 +18,13 @@ from kernel_queue.kube import names
 
 
 def _server_port() -> int | None:
-    """The port of the running Jupyter server in this process, if there is one."""
+    """The port of the running Jupyter server in this process, if there is one.
+
+    The singleton is read as it is: under Kernel Gateway or Enterprise Gateway it is their app,
+    a sibling of ServerApp, and `ServerApp.instance()` would raise MultipleInstanceError."""
     module = sys.modules.get("jupyter_server.serverapp")
-    app = getattr(module, "ServerApp", None)
-    if app is None or not app.initialized():
-        return None
-    port = getattr(app.instance(), "port", None)
+    app = getattr(getattr(module, "ServerApp", None), "_instance", None)
+    port = getattr(app, "port", None)
     return port if isinstance(port, int) and port > 0 else None
 
 
