@@ -58,8 +58,8 @@ async def test_the_reaper_deletes_this_servers_leftovers_and_never_another_serve
     assert set(labelled(cluster, theirs)) == everything
     assert labelled(cluster, running)["pods"]  # a kernel the server knows is left alone
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("reaper:")]
-    short = mine[:8]
-    for what in (f"Workload kq-{short}", f"pod kq-{short}-head-0", f"Service kq-{short}"):
+    group = model.group_name(mine)
+    for what in (f"Workload {group}", f"pod {group}-head-0", f"Service {group}"):
         assert any(what in line and "unknown to this server" in line for line in lines), lines
     assert not any(theirs[:8] in line for line in lines)
     await server.shutdown(running)
