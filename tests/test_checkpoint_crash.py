@@ -101,7 +101,13 @@ def test_a_kill_at_any_moment_never_damages_the_previous_checkpoint(tmp_path: Pa
     rng = random.Random(20260130)
     shared = mmap.mmap(-1, 16)
     phases_at_kill: Counter[str] = Counter()
-    committed_marker = -1  # the newest marker whose save() returned in any child so far
+    # The previous checkpoint every kill must leave intact; without it, a run whose children
+    # were all killed before their first commit would test nothing (saves take ~0.1 s).
+    first = types.ModuleType("state")
+    first.marker, first.info = 50, {"marker": 50, "tag": "m50"}
+    first.data = first.alias = np.full(ELEMENTS, 50, dtype=np.int64)
+    assert kc.save(first, kc.DirectoryStore(root, keep=2)).checkpoint is not None
+    committed_marker = 50  # the newest marker whose save() returned so far
     started = time.monotonic()
 
     for child in range(1, KILLS + 1):
@@ -137,11 +143,9 @@ def test_a_kill_at_any_moment_never_damages_the_previous_checkpoint(tmp_path: Pa
         if last_returned >= 0:
             committed_marker = last_returned
         newest_possible = first_marker + 10_000
-        marker = check_restorable(root, max(committed_marker, 0), newest_possible)
-        if committed_marker >= 0:
-            assert marker is not None, "no checkpoint after one had been committed"
-        if marker is not None:
-            committed_marker = max(committed_marker, marker)
+        marker = check_restorable(root, committed_marker, newest_possible)
+        assert marker is not None, "no checkpoint after one had been committed"
+        committed_marker = max(committed_marker, marker)
 
     elapsed = time.monotonic() - started
     assert phases_at_kill["payload"] >= 20, phases_at_kill

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import blake3
 import pytest
 
 from kernel_queue.checkpoint import Checkpoint, CheckpointError, DirectoryStore
@@ -56,11 +57,11 @@ def test_the_manifest_is_written_last_and_only_then_the_checkpoint_counts(tmp_pa
     assert listing(tmp_path / "kernel") == [checkpoint.id]
     assert checkpoint.path == tmp_path / "kernel" / checkpoint.id
     assert listing(checkpoint.path) == ["manifest.json", "namespace.pkl"]
-    # the digest of a file under one 16 MiB piece: sha256 of that piece's sha256
-    digest = hashlib.sha256(hashlib.sha256(b"x" * 1000).digest()).hexdigest()
+    # the digest of a file under one 16 MiB piece: BLAKE3 of that piece's BLAKE3
+    digest = "blake3:" + blake3.blake3(blake3.blake3(b"x" * 1000).digest()).hexdigest()
     body = {
         "created": 1_700_000_000.0,
-        "digest": "sha256-tree-16MiB",
+        "digest": "tree-16MiB",
         "files": {"namespace.pkl": {"bytes": 1000, "digest": digest}},
         "marker": 1,
     }
@@ -296,7 +297,7 @@ def test_commit_refuses_open_payload_files_and_non_json_manifests(tmp_path: Path
         ValueError, match=r"fields \['checksum', 'files'\] are written by the store"
     ):
         writer.commit({"files": [], "checksum": "x"})
-    empty = hashlib.sha256(b"").hexdigest()  # no pieces: the sha256 of nothing
+    empty = "blake3:" + blake3.blake3(b"").hexdigest()  # no pieces: the hash of nothing
     assert writer.commit({}).manifest["files"] == {"a.bin": {"bytes": 0, "digest": empty}}
 
 
@@ -403,3 +404,25 @@ def test_retention_never_deletes_a_damaged_or_foreign_checkpoint(tmp_path: Path)
     kept = [commit(store, marker) for marker in (3, 4, 5)][-1]
 
     assert listing(tmp_path) == sorted([planted.id, damaged.id, kept.id])
+
+
+def test_a_file_digested_with_sha256_still_checks_and_an_unknown_hash_is_named(
+    tmp_path: Path,
+) -> None:
+    """Digests name their hash: sha256 (where blake3 is not installed) reads anywhere; a hash
+    this kernel lacks is a sentence, never a silent pass."""
+    from kernel_queue.checkpoint import digests
+
+    path = tmp_path / "payload"
+    data = os.urandom(3 * digests.PIECE + 5)
+    path.write_bytes(data)
+    for name in ("sha256", "blake3"):
+        digest = digests.Digest(name)
+        digest.update(data)
+        expected = digest.hexdigest()
+        assert expected.startswith(f"{name}:")
+        assert digests.read(path, len(data), expected) == data
+        with pytest.raises(digests.Mismatch, match="does not match its digest"):
+            digests.read(path, len(data), expected[:-1] + ("0" if expected[-1] != "0" else "1"))
+    with pytest.raises(digests.Mismatch, match="'md5' digest, which this kernel cannot check"):
+        digests.read(path, len(data), "md5:00")
