@@ -90,16 +90,15 @@ def test_the_default_owner_is_the_host_and_the_servers_port(
     monkeypatch.delitem(sys.modules, "jupyter_server.serverapp", raising=False)
     assert owner.default_owner().startswith("jupyter-alice-uid")
 
-    class App:
+    class KernelGatewayApp:  # a sibling of ServerApp holds the shared singleton slot
         port = 8890
 
-        @classmethod
-        def initialized(cls) -> bool:
-            return True
+    class App:
+        _instance = KernelGatewayApp()
 
         @classmethod
-        def instance(cls) -> App:
-            return cls()
+        def instance(cls) -> App:  # as traitlets does for a sibling's instance
+            raise RuntimeError("An incompatible sibling of 'ServerApp' is already instantiated")
 
     fake = types.ModuleType("jupyter_server.serverapp")
     fake.ServerApp = App  # type: ignore[attr-defined]
