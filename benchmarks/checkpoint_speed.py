@@ -3,7 +3,8 @@
 Prints the median of `--runs` of: our `save` (fsync, digests and signature included) vs
 `np.save`+fsync of the same arrays (target ratio >= 1.0) and vs `dill.dump_module`+fsync
 (target >= 2), and our restore (`recover`: every digest checked) vs `np.load` (target >= 1.2)
-(DESIGN.md "checkpoint flush"); then a dict of 10,000 small arrays against dill both ways.
+(the project's "checkpoint flush" targets); then a dict of 10,000 small arrays against dill
+both ways.
 Reads come from the page cache unless `--cold` evicts the files first; the order of the
 contenders alternates between runs.
 Usage: python benchmarks/checkpoint_speed.py [--size-mb 1024] [--arrays 4] [--runs 3] [--dir D]

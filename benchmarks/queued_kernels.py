@@ -6,7 +6,9 @@ The fake cluster runs in a child process (so its memory is not the server's) wit
 warm-up kernel was queued and cancelled (client and informers are then in the baseline), starts
 N kernels and waits until each has a queue position, then for a window samples event-loop lag
 (a 10 ms sleep loop) and counts the API requests it made (from the cluster's stats). Figures are
-printed beside the targets of DESIGN.md ("kernels waiting in one server"); it never fails.
+printed beside the targets (2,000 kernels positioned within 30 s, <= 2 watch streams per
+namespace, <= 1 request/s per LocalQueue, <= 64 KiB per kernel, loop lag p99 <= 20 ms); it
+never fails.
 Usage: python benchmarks/queued_kernels.py [--kernels 500] [--window 10]
 """
 

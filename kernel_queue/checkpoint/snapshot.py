@@ -2,7 +2,7 @@
 
 `save` test-pickles each user variable, skips (and reports) what cannot be pickled, and dumps the
 rest as dill's session pickle of the real `__main__`, sending numpy arrays and torch tensors of
-1 MiB or more to their own `.npy`/`.pt` files (checkpointing.md §4). `restore` checks every
+1 MiB or more to their own `.npy`/`.pt` files. `restore` checks every
 file's digest, then loads it back into a module. Runs inside the kernel: stdlib, dill and numpy
 only; torch only if the user imported it.
 """

@@ -1,6 +1,8 @@
 """Every label, annotation, gate, condition and API coordinate we use, Kueue's and ours.
 
-Kueue's keys carry the values of kueue.md §1.2 and §2.1; ours share the ``kernel-queue.dev/``
+Kueue's keys carry the values Kueue's own sources declare (kubernetes-sigs/kueue:
+``pkg/controller/jobs/pod/constants/constants.go``, ``pkg/controller/constants/constants.go``,
+``apis/kueue/v1beta2/workload_types.go``); ours share the ``kernel-queue.dev/``
 prefix and are declared nowhere else. The readers take plain API dicts (a pod, a Workload) and
 return plain values; they do no I/O and never raise on a missing field.
 """
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-# --- Kueue: pod labels and annotations (kueue.md §1.2) ---
+# --- Kueue: pod labels and annotations (Kueue's pkg/controller/jobs/pod/constants) ---
 KUEUE_PREFIX = "kueue.x-k8s.io/"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 POD_GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
@@ -20,13 +22,14 @@ POD_GROUP_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 MANAGED_LABEL = "kueue.x-k8s.io/managed"
 RETRIABLE_IN_GROUP_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
-"""Set to ``"false"`` only at deliberate shutdown, never at creation (kueue.md §3.4)."""
+"""Set to ``"false"`` only at deliberate shutdown, never at creation: with it, a group whose pods
+all ended is Finished, so a preemption would end the kernel instead of requeuing it."""
 ROLE_HASH_ANNOTATION = "kueue.x-k8s.io/role-hash"
 PODSET_LABEL = "kueue.x-k8s.io/podset"
 LOCAL_QUEUE_LABEL = "kueue.x-k8s.io/local-queue-name"
 CLUSTER_QUEUE_LABEL = "kueue.x-k8s.io/cluster-queue-name"
 
-# --- Kueue: Workload condition types and the reasons we read (kueue.md §2.1) ---
+# --- Kueue: Workload condition types and the reasons we read (workload_types.go) ---
 ADMITTED = "Admitted"
 EVICTED = "Evicted"
 REQUEUED = "Requeued"
@@ -41,7 +44,7 @@ UNSCHEDULABLE = "Unschedulable"
 STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
 """Waiting reasons of a container that is simply starting, which ``waiting_reason`` skips."""
 
-# --- Ours: one prefix (style.md §7) ---
+# --- Ours: one DNS-subdomain prefix, declared only here ---
 KERNEL_ID_LABEL = "kernel-queue.dev/kernel-id"
 """The full kernel id (as a label value); on every object of the kernel, so leaks are findable."""
 OWNER_LABEL = "kernel-queue.dev/owner"
@@ -105,7 +108,8 @@ WORKLOAD_PRIORITY_CLASSES = Kind(
 
 
 def pending_workloads_path(namespace: str, local_queue: str) -> str:
-    """The visibility API path listing a LocalQueue's pending Workloads (kueue.md §5)."""
+    """The visibility API path listing a LocalQueue's pending Workloads (Kueue's
+    ``pkg/visibility/storage``; at most ``limit`` items, 1000 by default, from ``offset``)."""
     ns, lq = quote(namespace, safe=""), quote(local_queue, safe="")
     return (
         f"/apis/{VISIBILITY_GROUP}/{KUEUE_VERSION}/namespaces/{ns}/localqueues/{lq}"
@@ -214,8 +218,8 @@ def waiting_reason(pod: Mapping[str, Any]) -> tuple[str, str] | None:
 def workload_admitted(wl: Mapping[str, Any]) -> bool:
     """True when the Workload is admitted and neither being evicted nor finished.
 
-    An evicted Workload keeps ``Admitted=True`` until its pods are gone (kueue.md §3.2), and a
-    finished one may still read True (§3.6); neither counts as admitted here.
+    An evicted Workload keeps ``Admitted=True`` until its pods are gone (Kueue releases the quota
+    only once no pod runs), and a finished one may still read True; neither counts as admitted.
     """
     return is_true(wl, ADMITTED) and not is_true(wl, EVICTED) and not is_true(wl, FINISHED)
 

@@ -93,7 +93,8 @@ def group_name(kernel_id: str, launch: int) -> str:
     whole id's 32 hex digits, so two kernels never share a name), then ``…-<launch>``.
 
     Each launch gets a new name so a finished Workload of an earlier launch, which Kueue will
-    not adopt, never collides with the new group (kueue.md §1.4, §10). Launch 0 matches
+    not adopt (Kueue's ``FindMatchingWorkloads``: pods stay gated with ``WorkloadNameConflict``),
+    never collides with the new group. Launch 0 matches
     ``model.group_name``.
     """
     if launch < 0:

@@ -2,7 +2,8 @@
 
 `group_status` turns what the informers hold into the backend-neutral `GroupStatus` the
 lifecycle reads; `needs_replacement` says when Kueue waits for replacement pods after an
-eviction (Kueue never recreates them itself, kueue.md §3.2). No I/O, no clock.
+eviction (Kueue never recreates evicted pods itself: the owner must, with the same group name,
+count and role hash; Kueue's plain-pods KEP, "Retrying Failed Pods"). No I/O, no clock.
 """
 
 from __future__ import annotations
