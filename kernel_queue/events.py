@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from kernel_queue import lifecycle as lifecycles
 from kernel_queue.lifecycle import KernelState, Lifecycle
 from kernel_queue.model import GroupSpec, GroupStatus
 
@@ -24,7 +25,7 @@ def status_payload(
     place = status.place if waiting else None
     return {
         "kernel_id": spec.kernel_id,
-        "state": str(lifecycle.state),
+        "state": str(lifecycles.shown(lifecycle)),  # the schema's states: no "restarting"
         "backend": backend,
         "queue": place.queue if place else spec.queue,
         "position": place.position if place else None,

@@ -1,8 +1,8 @@
 """The pure state machine of one queued kernel, and the sentences that describe each state.
 
 `step(lifecycle, observation)` maps what a backend reported (a `GroupPhase`) or what the
-provisioner decided (a `Command`) to the next state and the actions the provisioner must carry
-out. No I/O, no clock, no backend knowledge: the provisioner executes the actions.
+kernel's session decided (a `Command`) to the next state and the actions the session must carry
+out (`tracking.py` does). No I/O, no clock, no backend knowledge.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ class KernelState(enum.StrEnum):
     PREEMPTED = "preempted"
     REQUEUED = "requeued"
     RESUMED = "resumed"
+    RESTARTING = "restarting"  # the kernel process restarts in place; the admission is kept
     FINISHED = "finished"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -30,6 +31,8 @@ class KernelState(enum.StrEnum):
 TERMINAL = frozenset({KernelState.FINISHED, KernelState.FAILED, KernelState.CANCELLED})
 WAITING = frozenset({KernelState.QUEUED, KernelState.PREEMPTED, KernelState.REQUEUED})
 LIVE = frozenset({KernelState.RUNNING, KernelState.RESUMED})
+IN_PLACE = LIVE | {KernelState.RESTARTING}
+"""States of a kernel that holds its admission and a kernel process (or gets a new one)."""
 
 
 class Command(enum.StrEnum):
@@ -38,13 +41,14 @@ class Command(enum.StrEnum):
     CANCEL = "cancel"  # the user shut the kernel down while it waited
     ADMISSION_TIMEOUT = "admission-timeout"
     STARTUP_TIMEOUT = "startup-timeout"
+    RESTART = "restart"  # a restart in place was asked for (jupyter's shutdown_request)
+    RESTARTED = "restarted"  # the new kernel process of an in-place restart answers
 
 
 class Action(enum.StrEnum):
-    """What the provisioner must do after a transition."""
+    """What the session must do after a transition, besides telling the user what changed
+    (every observation may change the sentence; the session tells only a new one)."""
 
-    NOTIFY = "notify"  # update `reason`, emit a status event, refresh `last_activity`
-    CONNECT = "connect"  # the kernel can be reached: a waiting launch returns
     RELEASE = "release"  # free the queue place or quota and delete what was created
     FAIL = "fail"  # a waiting launch raises; a live kernel is reported dead
 
@@ -68,12 +72,13 @@ class Transition:
     actions: frozenset[Action]
 
 
-_N, _C, _R, _F = Action.NOTIFY, Action.CONNECT, Action.RELEASE, Action.FAIL
+_R, _F = Action.RELEASE, Action.FAIL
 _S = KernelState
 _P = GroupPhase
 
 # (state, observation) -> (next state, actions). Pairs not listed leave the state unchanged and
 # do nothing. A preemption is counted when entering PREEMPTED (or REQUEUED without PREEMPTED).
+# RUNNING stands for RESUMED once the kernel was preempted (see `step`).
 _TABLE: dict[tuple[KernelState, Observation], tuple[KernelState, frozenset[Action]]] = {}
 
 
@@ -86,26 +91,32 @@ def _rows(
 
 _BEFORE_LIVE = (_S.QUEUED, _S.ADMITTED)
 _AFTER_PREEMPTION = (_S.PREEMPTED, _S.REQUEUED)
-_rows((_S.QUEUED,), _P.PENDING, _S.QUEUED, _N)
-_rows((_S.QUEUED,), _P.QUEUED, _S.QUEUED, _N)
-_rows((_S.ADMITTED,), _P.QUEUED, _S.QUEUED, _N)
-_rows((_S.QUEUED,), _P.ADMITTED, _S.ADMITTED, _N)
-_rows(_BEFORE_LIVE, _P.RUNNING, _S.RUNNING, _N, _C)
-_rows(_BEFORE_LIVE, _P.EVICTED, _S.PREEMPTED, _N)
-_rows(_BEFORE_LIVE, _P.FINISHED, _S.FAILED, _N, _F, _R)
-_rows(_BEFORE_LIVE, Command.STARTUP_TIMEOUT, _S.FAILED, _N, _F, _R)
+_LIVE = (_S.RUNNING, _S.RESUMED)
+_IN_PLACE = (*_LIVE, _S.RESTARTING)
+_rows((_S.QUEUED,), _P.PENDING, _S.QUEUED)
+_rows((_S.QUEUED,), _P.QUEUED, _S.QUEUED)
+_rows((_S.ADMITTED,), _P.QUEUED, _S.QUEUED)
+_rows((_S.QUEUED,), _P.ADMITTED, _S.ADMITTED)
+_rows(_BEFORE_LIVE, _P.RUNNING, _S.RUNNING)
+_rows(_BEFORE_LIVE, _P.EVICTED, _S.PREEMPTED)
+_rows(_BEFORE_LIVE, _P.FINISHED, _S.FAILED, _F, _R)
+_rows(_BEFORE_LIVE, Command.STARTUP_TIMEOUT, _S.FAILED, _F, _R)
 # The queue wait of a launch is bounded also when the kernel was preempted before it first ran.
-_rows((_S.QUEUED, *_AFTER_PREEMPTION), Command.ADMISSION_TIMEOUT, _S.FAILED, _N, _F, _R)
-_rows(_BEFORE_LIVE + _AFTER_PREEMPTION, Command.CANCEL, _S.CANCELLED, _N, _F, _R)
-_rows(_BEFORE_LIVE + _AFTER_PREEMPTION + (_S.RUNNING, _S.RESUMED), _P.FAILED, _S.FAILED, _N, _F, _R)
-_rows((_S.RUNNING, _S.RESUMED), _P.EVICTED, _S.PREEMPTED, _N)
-_rows((_S.RUNNING, _S.RESUMED), _P.QUEUED, _S.REQUEUED, _N)
-_rows((_S.RUNNING, _S.RESUMED), _P.FINISHED, _S.FINISHED, _N)
-_rows(_AFTER_PREEMPTION, _P.PENDING, _S.REQUEUED, _N)
-_rows(_AFTER_PREEMPTION, _P.QUEUED, _S.REQUEUED, _N)
-_rows(_AFTER_PREEMPTION, _P.ADMITTED, _S.ADMITTED, _N)
-_rows(_AFTER_PREEMPTION, _P.RUNNING, _S.RESUMED, _N, _C)
-_rows(_AFTER_PREEMPTION, _P.FINISHED, _S.FINISHED, _N)  # stopped while waiting to come back
+_rows((_S.QUEUED, *_AFTER_PREEMPTION), Command.ADMISSION_TIMEOUT, _S.FAILED, _F, _R)
+_rows(_BEFORE_LIVE + _AFTER_PREEMPTION, Command.CANCEL, _S.CANCELLED, _F, _R)
+_rows(_BEFORE_LIVE + _AFTER_PREEMPTION + _IN_PLACE, _P.FAILED, _S.FAILED, _F, _R)
+_rows(_IN_PLACE, _P.EVICTED, _S.PREEMPTED)
+_rows(_IN_PLACE, _P.QUEUED, _S.REQUEUED)
+_rows(_IN_PLACE, _P.FINISHED, _S.FINISHED)
+# A restart in place keeps the admission: the group stays RUNNING while its process restarts.
+_rows(_LIVE, Command.RESTART, _S.RESTARTING)
+_rows((_S.RESTARTING,), Command.RESTARTED, _S.RUNNING)
+_rows((_S.RESTARTING,), Command.STARTUP_TIMEOUT, _S.FAILED, _F, _R)
+_rows(_AFTER_PREEMPTION, _P.PENDING, _S.REQUEUED)
+_rows(_AFTER_PREEMPTION, _P.QUEUED, _S.REQUEUED)
+_rows(_AFTER_PREEMPTION, _P.ADMITTED, _S.ADMITTED)
+_rows(_AFTER_PREEMPTION, _P.RUNNING, _S.RESUMED)
+_rows(_AFTER_PREEMPTION, _P.FINISHED, _S.FINISHED)  # stopped while waiting to come back
 
 
 def step(current: Lifecycle, observed: Observation) -> Transition:
@@ -120,9 +131,17 @@ def step(current: Lifecycle, observed: Observation) -> Transition:
     preemptions = current.preemptions
     if state is _S.RUNNING and preemptions:
         state = _S.RESUMED
-    if state is _S.PREEMPTED or (state is _S.REQUEUED and current.state in LIVE):
+    if state is _S.PREEMPTED or (state is _S.REQUEUED and current.state in IN_PLACE):
         preemptions += 1
     return Transition(Lifecycle(state, preemptions), actions)
+
+
+def shown(lifecycle: Lifecycle) -> KernelState:
+    """The state users are told: a kernel restarting in place is still the running (or
+    resumed) kernel it was, as far as its queue is concerned."""
+    if lifecycle.state is _S.RESTARTING:
+        return _S.RESUMED if lifecycle.preemptions else _S.RUNNING
+    return lifecycle.state
 
 
 def describe(
@@ -135,7 +154,7 @@ def describe(
 ) -> str:
     """The sentence shown as the kernel's `reason` and in status events. `restored`: the kernel
     checkpoints when preempted and restores when it resumes."""
-    state = lifecycle.state
+    state = shown(lifecycle)
     place = status.place
     where = f"in '{queue}'"
     if place is not None and place.position:

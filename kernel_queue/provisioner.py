@@ -40,7 +40,6 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         self._tracker: KernelTracker | None = None
         self._backend: backends.ClusterBackend | None = None
         self._restart_requested = False
-        self._restart_generation = 0
         self._old_kernel_gone = False
         self._last_message: str | None = None
 
@@ -76,9 +75,9 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         """
         assert self._spec is not None and self._backend is not None
         tracker = self._tracker
-        if tracker is not None and tracker.lifecycle.state in lifecycle.LIVE:
+        if tracker is not None and tracker.lifecycle.state in lifecycle.IN_PLACE:
             if self._sees_restarts():
-                await tracker.wait_restarted(self._restart_generation, within=self.startup_timeout)
+                await tracker.wait_restarted(within=self.startup_timeout)
             else:
                 await tracker.wait_back(within=self.startup_timeout)
         try:
@@ -115,7 +114,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
             state in lifecycle.WAITING
             or self._old_kernel_gone
             or not status.kernel_alive
-            or status.generation > self._restart_generation
+            or status.generation > tracker.restart_generation
         ):
             return 0
         if state in lifecycle.TERMINAL:
@@ -161,10 +160,12 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         self._old_kernel_gone = False
         if tracker is None:
             return
-        self._restart_generation = tracker.status.generation
+        live = tracker.lifecycle.state in lifecycle.LIVE
+        if restart:
+            tracker.restart()
         if not restart and tracker.waiting:
             await self._stop(0.0, StopCause.SHUTDOWN)
-        elif restart and tracker.lifecycle.state in lifecycle.LIVE and not self._sees_restarts():
+        elif restart and live and not self._sees_restarts():
             # The pod stays; only the kernel process restarts. Wait (bounded) for the old one
             # to stop answering, so the restart does not talk to the dying kernel.
             self._old_kernel_gone = await tracker.wait_heartbeat(alive=False, within=10.0)

@@ -1,9 +1,10 @@
 """Follow one kernel's group: feed backend observations through the lifecycle, and wait on it.
 
-A `KernelTracker` consumes the backend's `watch` stream in one task, keeps the last status and
-lifecycle in memory (so `poll()` never calls a backend), carries out the lifecycle's actions
-through the callbacks it was given, and lets the provisioner wait for "live" or "gone" without
-sleeping: every change sets an event.
+A `KernelTracker` follows one submission of a kernel for its session (`session.py`): it consumes
+the backend's `watch` stream in one task, keeps the last status and lifecycle in memory (so
+`poll()` never calls a backend), carries out the lifecycle's actions, sees a restart in place
+through (the backend's kernel generations or the heartbeat), and lets the session wait for
+"live" or "gone" without sleeping: every change sets an event.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 
 from kernel_queue import errors, heartbeat, kernel_info, lifecycle
 from kernel_queue.backends import ClusterBackend
-from kernel_queue.lifecycle import LIVE, Action, Command, KernelState, Lifecycle
+from kernel_queue.lifecycle import IN_PLACE, LIVE, Action, Command, KernelState, Lifecycle
 from kernel_queue.model import GroupPhase, GroupRef, GroupStatus, short_id
 
 Notify = Callable[[Lifecycle, GroupStatus], None]
@@ -55,6 +56,8 @@ class KernelTracker:
         self.observed = asyncio.Event()  # set once the backend reported a first status
         self._task: asyncio.Task[None] | None = None
         self._answer: asyncio.Task[None] | None = None  # waits for the kernel's first answer
+        self.restart_generation = 0  # the kernel process generation a restart in place replaces
+        self._restart_within = 0.0  # how long a restart in place may take (for its failure)
 
     # -- following ---------------------------------------------------------------------------
 
@@ -67,11 +70,13 @@ class KernelTracker:
         try:
             async for status in self.backend.watch(self.ref):
                 self.status = status
-                if status.phase is GroupPhase.RUNNING and self.lifecycle.state not in LIVE:
+                if status.phase is GroupPhase.RUNNING and self.lifecycle.state not in IN_PLACE:
                     self._await_answer()  # "running" or "resumed" once the kernel answers
                 else:
                     self._stop_waiting_for_answer()
                     await self.observe(status.phase)
+                if self.lifecycle.state is KernelState.RESTARTING and self._restart_done():
+                    await self.observe(Command.RESTARTED)  # the backend saw the new process
                 self.observed.set()
         finally:
             self._stop_waiting_for_answer()
@@ -93,6 +98,26 @@ class KernelTracker:
 
     async def observe(self, observed: lifecycle.Observation) -> None:
         """Apply one observation and carry out the resulting actions."""
+        actions = self._apply(observed)
+        if Action.RELEASE in actions:
+            try:
+                await self.release()
+            except Exception as exc:  # the launch still fails with its own cause
+                log.warning("kernel %s: its release failed: %s", short_id(self.ref.kernel_id), exc)
+
+    def restart(self) -> None:
+        """A restart in place was asked for: a live kernel is RESTARTING until the process
+        after the current one runs (synchronous, so a poll right after sees it)."""
+        self.restart_generation = self.status.generation
+        self._apply(Command.RESTART)
+
+    def _restart_done(self) -> bool:
+        """The backend reports a kernel process newer than the one a restart replaces."""
+        status = self.status
+        return status.kernel_alive and status.generation > self.restart_generation
+
+    def _apply(self, observed: lifecycle.Observation) -> frozenset[Action]:
+        before = self.lifecycle.state
         transition = lifecycle.step(self.lifecycle, observed)
         if transition.lifecycle.state not in lifecycle.WAITING:
             self.waiting_since = None
@@ -101,16 +126,12 @@ class KernelTracker:
         self.lifecycle = transition.lifecycle
         actions = transition.actions
         if Action.FAIL in actions and self.failure is None:
-            self.failure = self._failure_for(observed)
+            self.failure = self._failure_for(observed, before)
         # Every status may change what the user reads (a position, what a checkpoint saved);
-        # the provisioner tells the user only when the sentence changes.
+        # the session tells the user only when the sentence changes.
         self._notify(self.lifecycle, self.status)
         self._changed.set()
-        if Action.RELEASE in actions:
-            try:
-                await self.release()
-            except Exception as exc:  # the launch still fails with its own cause
-                log.warning("kernel %s: its release failed: %s", short_id(self.ref.kernel_id), exc)
+        return actions
 
     async def release(self) -> None:
         """Give the group back to the backend until that succeeds once: every caller (the
@@ -139,12 +160,26 @@ class KernelTracker:
         return await heartbeat.wait_for(self.address, port, alive=alive, within=within)
 
     async def wait_back(self, *, within: float) -> None:
-        """After an in-place restart: return once the new kernel answers, else StartupTimeout."""
-        if not await self.wait_heartbeat(alive=True, within=within):
-            raise errors.StartupTimeout(
-                f"kernel {short_id(self.ref.kernel_id)} did not come back within {within:.0f} s "
-                "of a restart; see its pod's log"
-            )
+        """After an in-place restart: return once the new kernel answers its heartbeat (for
+        backends that cannot see kernel processes), else fail the kernel (StartupTimeout)."""
+        self._restart_within = within
+        if await self.wait_heartbeat(alive=True, within=within):
+            await self.observe(Command.RESTARTED)
+            return
+        await self._restart_failed()
+
+    async def _restart_failed(self) -> None:
+        await self.observe(Command.STARTUP_TIMEOUT)
+        if self.failure is not None and self.lifecycle.state is KernelState.FAILED:
+            raise self.failure
+        raise self._restart_timeout()
+
+    def _restart_timeout(self) -> errors.StartupTimeout:
+        after = "" if self.backend.tracks_kernel_restarts else "; see its pod's log"
+        return errors.StartupTimeout(
+            f"kernel {short_id(self.ref.kernel_id)} did not come back within "
+            f"{self._restart_within:.0f} s of a restart{after}"
+        )
 
     def describe(self, *, needs: str, restored: bool) -> str:
         """The sentence the user reads now: the failure, once failed; else the lifecycle's."""
@@ -154,8 +189,12 @@ class KernelTracker:
             self.lifecycle, self.status, queue=self.queue, needs=needs, restored=restored
         )
 
-    def _failure_for(self, observed: lifecycle.Observation) -> errors.KernelQueueError:
+    def _failure_for(
+        self, observed: lifecycle.Observation, before: KernelState
+    ) -> errors.KernelQueueError:
         who = f"kernel {short_id(self.ref.kernel_id)}"
+        if observed is Command.STARTUP_TIMEOUT and before is KernelState.RESTARTING:
+            return self._restart_timeout()
         if observed is Command.CANCEL:
             return errors.LaunchCancelled(f"{who} was shut down while waiting in '{self.queue}'")
         if observed is Command.ADMISSION_TIMEOUT:
@@ -210,7 +249,7 @@ class KernelTracker:
             now = time.monotonic()
             timeout: float | None = None
             command = Command.ADMISSION_TIMEOUT
-            if state is KernelState.ADMITTED:
+            if state in (KernelState.ADMITTED, KernelState.RESTARTING):
                 admitted_at = admitted_at or now
                 timeout, command = admitted_at + startup_timeout - now, Command.STARTUP_TIMEOUT
             else:
@@ -223,21 +262,20 @@ class KernelTracker:
                 self.waited = time.monotonic() - started
                 await self.observe(command)
 
-    async def wait_restarted(self, generation: int, *, within: float) -> None:
-        """Return once a kernel process newer than `generation` runs (an in-place restart)."""
+    async def wait_restarted(self, *, within: float) -> None:
+        """Return once a kernel process newer than the one a restart replaces runs (a backend
+        that reports kernel processes), or once the kernel left its admission (preempted or
+        ended meanwhile: the caller's `wait_live` takes over); else fail it (StartupTimeout)."""
+        self._restart_within = within
         try:
             async with asyncio.timeout(within):
-                while not (self.status.kernel_alive and self.status.generation > generation):
-                    if self.lifecycle.state not in lifecycle.LIVE:
-                        return  # preempted or ended meanwhile: the caller's wait_live takes over
+                while not (self.lifecycle.state in LIVE and self._restart_done()):
+                    if self.lifecycle.state not in IN_PLACE:
+                        return
                     self._changed.clear()
                     await self._changed.wait()
         except TimeoutError:
-            await self.observe(Command.STARTUP_TIMEOUT)
-            raise errors.StartupTimeout(
-                f"kernel {short_id(self.ref.kernel_id)} did not come back within "
-                f"{within:.0f} s of a restart"
-            ) from None
+            await self._restart_failed()
 
     async def wait_changed(self) -> None:
         """Return at the next change of status or lifecycle."""

@@ -4,56 +4,44 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_queue.lifecycle import Action, Command, KernelState, Lifecycle, describe, step
+from kernel_queue.lifecycle import Action, Command, KernelState, Lifecycle, describe, shown, step
 from kernel_queue.model import GroupPhase, GroupStatus, QueuePlace
 
 S, P, A = KernelState, GroupPhase, Action
-NOTIFY, CONNECT, RELEASE, FAIL = A.NOTIFY, A.CONNECT, A.RELEASE, A.FAIL
+RELEASE, FAIL = A.RELEASE, A.FAIL
 
 
 @pytest.mark.parametrize(
     ("state", "preemptions", "observed", "expected_state", "expected_preemptions", "actions"),
     [
-        pytest.param(S.QUEUED, 0, P.QUEUED, S.QUEUED, 0, {NOTIFY}, id="queued-position-update"),
-        pytest.param(S.QUEUED, 0, P.PENDING, S.QUEUED, 0, {NOTIFY}, id="pending-stays-queued"),
-        pytest.param(S.QUEUED, 0, P.ADMITTED, S.ADMITTED, 0, {NOTIFY}, id="admission"),
-        pytest.param(
-            S.QUEUED, 0, P.RUNNING, S.RUNNING, 0, {NOTIFY, CONNECT}, id="admitted-and-ready-at-once"
-        ),
-        pytest.param(
-            S.ADMITTED, 0, P.RUNNING, S.RUNNING, 0, {NOTIFY, CONNECT}, id="ready-connects"
-        ),
-        pytest.param(S.ADMITTED, 0, P.QUEUED, S.QUEUED, 0, {NOTIFY}, id="admission-lost-requeues"),
-        pytest.param(S.RUNNING, 0, P.EVICTED, S.PREEMPTED, 1, {NOTIFY}, id="running-preempted"),
-        pytest.param(S.ADMITTED, 0, P.EVICTED, S.PREEMPTED, 1, {NOTIFY}, id="starting-preempted"),
-        pytest.param(S.PREEMPTED, 1, P.QUEUED, S.REQUEUED, 1, {NOTIFY}, id="preempted-requeued"),
+        pytest.param(S.QUEUED, 0, P.QUEUED, S.QUEUED, 0, set(), id="queued-position-update"),
+        pytest.param(S.QUEUED, 0, P.PENDING, S.QUEUED, 0, set(), id="pending-stays-queued"),
+        pytest.param(S.QUEUED, 0, P.ADMITTED, S.ADMITTED, 0, set(), id="admission"),
+        pytest.param(S.QUEUED, 0, P.RUNNING, S.RUNNING, 0, set(), id="admitted-and-ready-at-once"),
+        pytest.param(S.ADMITTED, 0, P.RUNNING, S.RUNNING, 0, set(), id="ready-connects"),
+        pytest.param(S.ADMITTED, 0, P.QUEUED, S.QUEUED, 0, set(), id="admission-lost-requeues"),
+        pytest.param(S.RUNNING, 0, P.EVICTED, S.PREEMPTED, 1, set(), id="running-preempted"),
+        pytest.param(S.ADMITTED, 0, P.EVICTED, S.PREEMPTED, 1, set(), id="starting-preempted"),
+        pytest.param(S.PREEMPTED, 1, P.QUEUED, S.REQUEUED, 1, set(), id="preempted-requeued"),
         pytest.param(S.PREEMPTED, 1, P.EVICTED, S.PREEMPTED, 1, set(), id="eviction-repeats"),
+        pytest.param(S.REQUEUED, 1, P.FINISHED, S.FINISHED, 1, set(), id="stopped-while-requeued"),
         pytest.param(
-            S.REQUEUED, 1, P.FINISHED, S.FINISHED, 1, {NOTIFY}, id="stopped-while-requeued"
+            S.PREEMPTED, 1, P.FINISHED, S.FINISHED, 1, set(), id="stopped-while-preempted"
         ),
-        pytest.param(
-            S.PREEMPTED, 1, P.FINISHED, S.FINISHED, 1, {NOTIFY}, id="stopped-while-preempted"
-        ),
-        pytest.param(S.REQUEUED, 1, P.QUEUED, S.REQUEUED, 1, {NOTIFY}, id="requeued-moves-up"),
-        pytest.param(S.REQUEUED, 1, P.ADMITTED, S.ADMITTED, 1, {NOTIFY}, id="readmitted"),
-        pytest.param(
-            S.ADMITTED, 1, P.RUNNING, S.RESUMED, 1, {NOTIFY, CONNECT}, id="readmitted-resumes"
-        ),
-        pytest.param(
-            S.REQUEUED, 1, P.RUNNING, S.RESUMED, 1, {NOTIFY, CONNECT}, id="requeued-resumes"
-        ),
-        pytest.param(S.RESUMED, 1, P.EVICTED, S.PREEMPTED, 2, {NOTIFY}, id="preempted-twice"),
-        pytest.param(S.RUNNING, 0, P.QUEUED, S.REQUEUED, 1, {NOTIFY}, id="missed-eviction-counts"),
+        pytest.param(S.REQUEUED, 1, P.QUEUED, S.REQUEUED, 1, set(), id="requeued-moves-up"),
+        pytest.param(S.REQUEUED, 1, P.ADMITTED, S.ADMITTED, 1, set(), id="readmitted"),
+        pytest.param(S.ADMITTED, 1, P.RUNNING, S.RESUMED, 1, set(), id="readmitted-resumes"),
+        pytest.param(S.REQUEUED, 1, P.RUNNING, S.RESUMED, 1, set(), id="requeued-resumes"),
+        pytest.param(S.RESUMED, 1, P.EVICTED, S.PREEMPTED, 2, set(), id="preempted-twice"),
+        pytest.param(S.RUNNING, 0, P.QUEUED, S.REQUEUED, 1, set(), id="missed-eviction-counts"),
         pytest.param(S.RUNNING, 0, P.RUNNING, S.RUNNING, 0, set(), id="running-repeats"),
-        pytest.param(S.RUNNING, 0, P.FINISHED, S.FINISHED, 0, {NOTIFY}, id="kernel-exits"),
+        pytest.param(S.RUNNING, 0, P.FINISHED, S.FINISHED, 0, set(), id="kernel-exits"),
         pytest.param(
-            S.ADMITTED, 0, P.FINISHED, S.FAILED, 0, {NOTIFY, FAIL, RELEASE}, id="exit-before-ready"
+            S.ADMITTED, 0, P.FINISHED, S.FAILED, 0, {FAIL, RELEASE}, id="exit-before-ready"
         ),
+        pytest.param(S.RUNNING, 0, P.FAILED, S.FAILED, 0, {FAIL, RELEASE}, id="running-fails"),
         pytest.param(
-            S.RUNNING, 0, P.FAILED, S.FAILED, 0, {NOTIFY, FAIL, RELEASE}, id="running-fails"
-        ),
-        pytest.param(
-            S.QUEUED, 0, Command.CANCEL, S.CANCELLED, 0, {NOTIFY, FAIL, RELEASE}, id="cancel-queued"
+            S.QUEUED, 0, Command.CANCEL, S.CANCELLED, 0, {FAIL, RELEASE}, id="cancel-queued"
         ),
         pytest.param(
             S.REQUEUED,
@@ -61,7 +49,7 @@ NOTIFY, CONNECT, RELEASE, FAIL = A.NOTIFY, A.CONNECT, A.RELEASE, A.FAIL
             Command.CANCEL,
             S.CANCELLED,
             1,
-            {NOTIFY, FAIL, RELEASE},
+            {FAIL, RELEASE},
             id="cancel-requeued",
         ),
         pytest.param(S.RUNNING, 0, Command.CANCEL, S.RUNNING, 0, set(), id="cancel-ignored-live"),
@@ -71,7 +59,7 @@ NOTIFY, CONNECT, RELEASE, FAIL = A.NOTIFY, A.CONNECT, A.RELEASE, A.FAIL
             Command.ADMISSION_TIMEOUT,
             S.FAILED,
             0,
-            {NOTIFY, FAIL, RELEASE},
+            {FAIL, RELEASE},
             id="admission-timeout",
         ),
         pytest.param(
@@ -83,7 +71,7 @@ NOTIFY, CONNECT, RELEASE, FAIL = A.NOTIFY, A.CONNECT, A.RELEASE, A.FAIL
             Command.ADMISSION_TIMEOUT,
             S.FAILED,
             1,
-            {NOTIFY, FAIL, RELEASE},
+            {FAIL, RELEASE},
             id="admission-timeout-after-a-preemption-while-starting",
         ),
         pytest.param(
@@ -92,7 +80,7 @@ NOTIFY, CONNECT, RELEASE, FAIL = A.NOTIFY, A.CONNECT, A.RELEASE, A.FAIL
             Command.ADMISSION_TIMEOUT,
             S.FAILED,
             1,
-            {NOTIFY, FAIL, RELEASE},
+            {FAIL, RELEASE},
             id="admission-timeout-while-requeued-before-first-run",
         ),
         pytest.param(
@@ -101,8 +89,65 @@ NOTIFY, CONNECT, RELEASE, FAIL = A.NOTIFY, A.CONNECT, A.RELEASE, A.FAIL
             Command.STARTUP_TIMEOUT,
             S.FAILED,
             0,
-            {NOTIFY, FAIL, RELEASE},
+            {FAIL, RELEASE},
             id="startup-timeout",
+        ),
+        pytest.param(S.RUNNING, 0, Command.RESTART, S.RESTARTING, 0, set(), id="restart-in-place"),
+        pytest.param(
+            S.RESUMED, 1, Command.RESTART, S.RESTARTING, 1, set(), id="restart-of-a-resumed-kernel"
+        ),
+        pytest.param(S.QUEUED, 0, Command.RESTART, S.QUEUED, 0, set(), id="restart-keeps-a-place"),
+        pytest.param(
+            S.ADMITTED, 0, Command.RESTART, S.ADMITTED, 0, set(), id="restart-while-starting"
+        ),
+        pytest.param(
+            S.RESTARTING, 0, P.RUNNING, S.RESTARTING, 0, set(), id="restarting-pod-still-runs"
+        ),
+        pytest.param(S.RESTARTING, 0, Command.RESTARTED, S.RUNNING, 0, set(), id="restarted-runs"),
+        pytest.param(
+            S.RESTARTING, 2, Command.RESTARTED, S.RESUMED, 2, set(), id="restarted-after-preemption"
+        ),
+        pytest.param(
+            S.RUNNING, 0, Command.RESTARTED, S.RUNNING, 0, set(), id="restarted-without-a-restart"
+        ),
+        pytest.param(
+            S.RESTARTING, 0, P.EVICTED, S.PREEMPTED, 1, set(), id="preempted-while-restarting"
+        ),
+        pytest.param(
+            S.RESTARTING, 0, P.QUEUED, S.REQUEUED, 1, set(), id="requeued-while-restarting"
+        ),
+        pytest.param(
+            S.RESTARTING, 0, P.FINISHED, S.FINISHED, 0, set(), id="group-ended-while-restarting"
+        ),
+        pytest.param(
+            S.RESTARTING,
+            0,
+            P.FAILED,
+            S.FAILED,
+            0,
+            {FAIL, RELEASE},
+            id="group-failed-while-restarting",
+        ),
+        pytest.param(
+            S.RESTARTING,
+            0,
+            Command.STARTUP_TIMEOUT,
+            S.FAILED,
+            0,
+            {FAIL, RELEASE},
+            id="restart-never-came-back",
+        ),
+        pytest.param(
+            S.RESTARTING, 0, Command.CANCEL, S.RESTARTING, 0, set(), id="cancel-ignored-restarting"
+        ),
+        pytest.param(
+            S.RESTARTING,
+            0,
+            Command.ADMISSION_TIMEOUT,
+            S.RESTARTING,
+            0,
+            set(),
+            id="restarting-keeps-its-admission",
         ),
         pytest.param(S.FINISHED, 0, P.RUNNING, S.FINISHED, 0, set(), id="finished-absorbs"),
         pytest.param(S.CANCELLED, 0, P.ADMITTED, S.CANCELLED, 0, set(), id="cancelled-absorbs"),
@@ -199,3 +244,30 @@ def _status(phase: GroupPhase, **kw: object) -> GroupStatus:
 )
 def test_describe(lifecycle: Lifecycle, status: GroupStatus, text: str) -> None:
     assert describe(lifecycle, status, queue="gpu", needs="1 GPU") == text
+
+
+@pytest.mark.parametrize(
+    ("lifecycle", "state"),
+    [
+        pytest.param(Lifecycle(S.RESTARTING), S.RUNNING, id="restarting-shows-running"),
+        pytest.param(Lifecycle(S.RESTARTING, 1), S.RESUMED, id="restarting-shows-resumed"),
+        pytest.param(Lifecycle(S.QUEUED), S.QUEUED, id="others-show-themselves"),
+    ],
+)
+def test_a_restart_in_place_is_shown_as_the_kernel_it_restarts(
+    lifecycle: Lifecycle, state: KernelState
+) -> None:
+    assert shown(lifecycle) is state
+
+
+def test_a_restart_in_place_keeps_the_sentence_of_the_running_kernel() -> None:
+    status = _status(P.RUNNING, devices=("0",))
+    for preemptions in (0, 1):
+        before = describe(
+            Lifecycle(shown(Lifecycle(S.RESTARTING, preemptions)), preemptions),
+            status,
+            queue="gpu",
+            needs="1 GPU",
+        )
+        during = describe(Lifecycle(S.RESTARTING, preemptions), status, queue="gpu", needs="1 GPU")
+        assert during == before

@@ -199,6 +199,7 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         the old kernel's heartbeat stop, so `poll` ends the shutdown without stopping the pod."""
         tracker = self._tracker
         if restart and tracker is not None and tracker.lifecycle.state in lifecycle.LIVE:
+            tracker.restart()
             self._spawn(self._await_old_kernel(tracker))
 
     async def _await_old_kernel(self, tracker: KernelTracker) -> None:
@@ -242,7 +243,7 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         tracker, self._tracker = self._tracker, None
         if tracker is None or self._backend is None:
             return
-        if self._old_kernel_gone and tracker.lifecycle.state in lifecycle.LIVE:
+        if self._old_kernel_gone and tracker.lifecycle.state in lifecycle.IN_PLACE:
             self._handover = tracker  # restarting in place: the next launch adopts the group
         task = self._spawn(self._release_tracked(tracker))
         if task is not None:
