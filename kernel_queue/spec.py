@@ -18,16 +18,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kernel_queue import backends, errors, ids, launcher, options, quantities
-from kernel_queue.kube import manifests, names, pod_policy
+from kernel_queue import backends, errors, ids, options, quantities
+from kernel_queue.kube import names, pod_policy
+from kernel_queue.launcher import contract
 from kernel_queue.model import CheckpointSettings, ConnectionInfo, GroupSpec, group_name
 
 CONNECT_MODES = ("service", "pod-ip")
 CHECKPOINT_KEYS = ("enabled", "path", "claim", "grace_seconds", "keep")
-DEFAULT_GRACE_SECONDS = 30.0
-MIN_SAVE_SECONDS = 1.0
-"""The least time a checkpoint save must get after SIGTERM (`launcher.checkpoint_deadline`'s
-floor); a grace period that leaves less is refused."""
+DEFAULT_GRACE_SECONDS = contract.DEFAULT_GRACE_SECONDS
 _PYTHONS = {"python", f"python{sys.version_info[0]}", "python{}.{}".format(*sys.version_info[:2])}
 _LABEL_RULE = (
     "lower-case letters, digits, '-' and '.', at most 63 characters, starting and ending with "
@@ -289,35 +287,27 @@ def _checkpoint_place(
 
 
 def min_grace_seconds(backend: str) -> int:
-    """The least `grace_seconds` that leaves `MIN_SAVE_SECONDS` for a checkpoint save."""
-    margin = launcher.CHECKPOINT_MARGIN_SECONDS + MIN_SAVE_SECONDS
-    if backend == "kubernetes":
-        margin += manifests.STOP_MARGIN_SECONDS
-    return math.ceil(margin)
+    """The least `grace_seconds` whose budget leaves `contract.MIN_SAVE_SECONDS` for a save."""
+    return contract.min_grace_seconds(pod=backend == "kubernetes")
 
 
 def _check_grace(grace: float, backend: str) -> None:
-    """The save must end `CHECKPOINT_MARGIN_SECONDS` before the launcher's stop timeout: the
-    whole grace period locally, grace - `STOP_MARGIN_SECONDS` in a pod (`manifests`)."""
+    """The budget of `grace` (`contract.budget`) must leave time to save."""
+    if grace >= min_grace_seconds(backend):
+        return
+    commit = contract.COMMIT_MARGIN_SECONDS
     if backend == "kubernetes":
-        stop: float = int(grace) - manifests.STOP_MARGIN_SECONDS
         how = (
-            f"the launcher stops the kernel {manifests.STOP_MARGIN_SECONDS} s before the pod's "
-            f"grace period ends, and the save must end {launcher.CHECKPOINT_MARGIN_SECONDS:g} s "
-            "before that"
+            f"the launcher stops the kernel {contract.KUBELET_MARGIN_SECONDS} s before the pod's "
+            f"grace period ends, and the save must end {commit:g} s before that"
         )
     else:
-        stop = grace
-        how = (
-            f"the save must end {launcher.CHECKPOINT_MARGIN_SECONDS:g} s before the kernel is "
-            "stopped"
-        )
-    if stop - launcher.CHECKPOINT_MARGIN_SECONDS < MIN_SAVE_SECONDS:
-        raise Problem(
-            "checkpoint.grace_seconds",
-            f"is {grace:g}, which leaves no time to save: {how}",
-            f"use {min_grace_seconds(backend)} or more seconds",
-        )
+        how = f"the save must end {commit:g} s before the kernel is stopped"
+    raise Problem(
+        "checkpoint.grace_seconds",
+        f"is {grace:g}, which leaves no time to save: {how}",
+        f"use {min_grace_seconds(backend)} or more seconds",
+    )
 
 
 def directory_problem(directory: Path) -> str | None:

@@ -329,7 +329,7 @@ def test_the_kernel_signs_with_a_secret_from_its_connection_file_and_refuses_pla
     connection = tmp_path / "kernel.json"
     connection.write_text(json.dumps({"key": KEY, "shell_port": 1}))
     root = tmp_path / "kernel"
-    environ = {"KERNEL_QUEUE_CHECKPOINT_DIR": str(root)}
+    environ = {"KERNEL_QUEUE_LAUNCH_CHECKPOINT_DIR": str(root)}
     options = checkpointing.Options.from_env(environ, str(connection))
     assert options is not None and options.secret == SECRET
     assert "secret" not in repr(options)

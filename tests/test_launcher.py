@@ -25,6 +25,7 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
 from kernel_queue import launcher
+from kernel_queue.launcher import contract
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -158,9 +159,9 @@ def launch(tmp_path: Path) -> Iterator[LaunchFactory]:
         ports = free_ports()
         read_fd, write_fd = os.pipe()
         extra = {
-            launcher.ENV_PORTS: ",".join(map(str, ports)),
-            launcher.ENV_STATUS_FD: str(write_fd),
-            **({launcher.ENV_KEY: KEY} if key_in_env else {}),
+            contract.ENV_PORTS: ",".join(map(str, ports)),
+            contract.ENV_STATUS_FD: str(write_fd),
+            **({contract.ENV_KEY: KEY} if key_in_env else {}),
             **(env or {}),
         }
         argv = [*wrapper, sys.executable, "-m", "kernel_queue.launcher", *args]
@@ -258,13 +259,13 @@ def test_the_key_comes_from_a_key_file_and_is_not_in_the_kernel_environment(
     key_file.write_text(f"  {KEY}\n")
     # A wrong key in KERNEL_QUEUE_LAUNCH_KEY loses to the file; with the option, a bad variable
     # for the file loses to the option.
-    env = {launcher.ENV_KEY: "wrong-key"}
+    env = {contract.ENV_KEY: "wrong-key"}
     if where == "option":
         args = ["--key-file", str(key_file)]
-        env[launcher.ENV_KEY_FILE] = str(tmp_path / "missing")
+        env[contract.ENV_KEY_FILE] = str(tmp_path / "missing")
     else:
         args = []
-        env[launcher.ENV_KEY_FILE] = str(key_file)
+        env[contract.ENV_KEY_FILE] = str(key_file)
     launched = launch(key_in_env=False, args=args, env=env)
     launched.started(0)
     client = launched.client()  # signs with KEY: only works if the kernel uses the file's key
@@ -436,15 +437,35 @@ def test_sighup_restarts_the_kernel_in_place(launch: LaunchFactory) -> None:
 @pytest.mark.parametrize(
     ("env", "named"),
     [
-        pytest.param({launcher.ENV_PORTS: "1,2,3,4,5"}, launcher.ENV_KEY, id="no-key"),
+        pytest.param({contract.ENV_PORTS: "1,2,3,4,5"}, contract.ENV_KEY, id="no-key"),
         pytest.param(
-            {launcher.ENV_PORTS: "1,2", launcher.ENV_KEY: KEY}, launcher.ENV_PORTS, id="two-ports"
+            {contract.ENV_PORTS: "1,2", contract.ENV_KEY: KEY}, contract.ENV_PORTS, id="two-ports"
         ),
-        pytest.param({launcher.ENV_KEY: KEY}, launcher.ENV_PORTS, id="no-ports"),
+        pytest.param({contract.ENV_KEY: KEY}, contract.ENV_PORTS, id="no-ports"),
         pytest.param(
-            {launcher.ENV_PORTS: "1,2,3,4,5", launcher.ENV_KEY_FILE: "/nonexistent"},
-            launcher.ENV_KEY_FILE,
+            {contract.ENV_PORTS: "1,2,3,4,5", contract.ENV_KEY_FILE: "/nonexistent"},
+            contract.ENV_KEY_FILE,
             id="unreadable-key-file",
+        ),
+        pytest.param(
+            {
+                contract.ENV_PORTS: "1,2,3,4,5",
+                contract.ENV_KEY: KEY,
+                contract.ENV_CHECKPOINT_DIR: "/checkpoints",
+                contract.ENV_CHECKPOINT_DEADLINE: "soon",
+            },
+            contract.ENV_CHECKPOINT_DEADLINE,
+            id="bad-checkpoint-deadline",
+        ),
+        pytest.param(
+            {
+                contract.ENV_PORTS: "1,2,3,4,5",
+                contract.ENV_KEY: KEY,
+                contract.ENV_CHECKPOINT_DIR: "/checkpoints",
+                contract.ENV_CHECKPOINT_KEEP: "maybe",
+            },
+            contract.ENV_CHECKPOINT_KEEP,
+            id="bad-checkpoint-keep",
         ),
     ],
 )
@@ -525,7 +546,7 @@ def test_the_parent_death_signal_stops_the_launcher_when_its_parent_dies(
         time.sleep(60)
         """,
     )
-    launched = launch(wrapper=[sys.executable, parent], env={launcher.ENV_PARENT_DEATH: "1"})
+    launched = launch(wrapper=[sys.executable, parent], env={contract.ENV_PARENT_DEATH: "1"})
     kernel_pid = launched.started(0)
     [launcher_pid] = child_pids(launched.proc.pid)
     launched.pids.append(launcher_pid)
@@ -581,6 +602,35 @@ def test_the_kernel_started_without_the_launcher_refuses_to_skip_the_queue(tmp_p
     assert proc.returncode == 2
     assert "It was started directly, which would skip the queue" in proc.stderr
     assert "jupyter kernel-queue install --gateway enterprise-gateway" in proc.stderr
+    with socket.socket() as probe:  # nothing was bound
+        probe.bind(("127.0.0.1", ports["shell_port"]))
+
+
+def test_the_kernel_refuses_a_bad_checkpoint_input_rather_than_defaulting(tmp_path: Path) -> None:
+    """The launcher checks these first; a kernel run by hand with a bad one must not guess."""
+    connection = tmp_path / "kernel.json"
+    names = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+    ports = dict(zip(names, free_ports(), strict=True))
+    connection.write_text(json.dumps({"ip": "127.0.0.1", "key": "k", **ports}))
+    env = {
+        contract.ENV_GENERATION: "0",
+        contract.ENV_CHECKPOINT_DIR: str(tmp_path / "store"),
+        contract.ENV_CHECKPOINT_DEADLINE: "-1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernel_queue.launcher.kernel", "-f", str(connection)],
+        env=launcher_env(tmp_path, **env),
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+    )
+
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "kernel-queue: error: invalid checkpoint deadline '-1': set "
+        "KERNEL_QUEUE_LAUNCH_CHECKPOINT_DEADLINE to a number of seconds > 0"
+    )
+    assert not (tmp_path / "store").exists()
     with socket.socket() as probe:  # nothing was bound
         probe.bind(("127.0.0.1", ports["shell_port"]))
 
@@ -700,13 +750,13 @@ def test_worker_mode_needs_no_key_or_ports() -> None:
         assert config.worker
         assert (config.ports, config.key) == ((0, 0, 0, 0, 0), "")
 
-    kernel = settings.parse_settings([], {launcher.ENV_PORTS: "1,2,3,4,5", launcher.ENV_KEY: KEY})
+    kernel = settings.parse_settings([], {contract.ENV_PORTS: "1,2,3,4,5", contract.ENV_KEY: KEY})
     assert not kernel.worker
-    with pytest.raises(settings.SettingsError, match="KERNEL_QUEUE_LAUNCH_MODE"):
+    with pytest.raises(contract.SettingsError, match="KERNEL_QUEUE_LAUNCH_MODE"):
         settings.parse_settings([], {"KERNEL_QUEUE_LAUNCH_MODE": "chief"})
-    with pytest.raises(settings.SettingsError, match=launcher.ENV_KEY):
+    with pytest.raises(contract.SettingsError, match=contract.ENV_KEY):
         settings.parse_settings(
-            [], {"KERNEL_QUEUE_LAUNCH_MODE": "kernel", launcher.ENV_PORTS: "1,2,3,4,5"}
+            [], {"KERNEL_QUEUE_LAUNCH_MODE": "kernel", contract.ENV_PORTS: "1,2,3,4,5"}
         )
 
 

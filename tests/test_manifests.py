@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kernel_queue import errors
+from kernel_queue import spec as kernelspecs
 from kernel_queue.kube import manifests
 from kernel_queue.model import ConnectionInfo, GroupSpec
 
@@ -46,17 +47,17 @@ OUR_ANNOTATIONS = {
 HEAD_ENV = [
     {"name": "KERNEL_QUEUE_LAUNCH_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
     {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-    {"name": "KERNEL_QUEUE_LAUNCH_PORTS", "value": "50100,50101,50102,50103,50104"},
     {
         "name": "KERNEL_QUEUE_LAUNCH_KEY",
         "valueFrom": {
             "secretKeyRef": {"name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-key", "key": "key"}
         },
     },
+    {"name": "KERNEL_QUEUE_LAUNCH_PORTS", "value": "50100,50101,50102,50103,50104"},
     {"name": "KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT", "value": "25"},
+    {"name": "KERNEL_QUEUE_LAUNCH_TERMINATION_LOG", "value": "/dev/termination-log"},
     {"name": "KERNEL_ID", "value": KERNEL_ID},
     {"name": "KERNEL_USERNAME", "value": "alice"},
-    {"name": "KERNEL_QUEUE_LAUNCH_TERMINATION_LOG", "value": "/dev/termination-log"},
 ]
 HEAD_PORTS = [
     {"name": "shell", "containerPort": 50100, "protocol": "TCP"},
@@ -111,7 +112,6 @@ GOLDEN_GPU_HEAD = {
                         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
                     },
                     {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                    {"name": "KERNEL_QUEUE_LAUNCH_PORTS", "value": "50100,50101,50102,50103,50104"},
                     {
                         "name": "KERNEL_QUEUE_LAUNCH_KEY",
                         "valueFrom": {
@@ -121,13 +121,14 @@ GOLDEN_GPU_HEAD = {
                             }
                         },
                     },
+                    {"name": "KERNEL_QUEUE_LAUNCH_PORTS", "value": "50100,50101,50102,50103,50104"},
                     {"name": "KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT", "value": "25"},
-                    {"name": "KERNEL_ID", "value": "1a2b3c4d-5e6f-4a0b-8c9d-0e1f2a3b4c5d"},
-                    {"name": "KERNEL_USERNAME", "value": "alice"},
                     {
                         "name": "KERNEL_QUEUE_LAUNCH_TERMINATION_LOG",
                         "value": "/dev/termination-log",
                     },
+                    {"name": "KERNEL_ID", "value": "1a2b3c4d-5e6f-4a0b-8c9d-0e1f2a3b4c5d"},
+                    {"name": "KERNEL_USERNAME", "value": "alice"},
                 ],
                 "ports": [
                     {"name": "shell", "containerPort": 50100, "protocol": "TCP"},
@@ -619,6 +620,30 @@ def test_the_servers_environment_never_reaches_a_pod() -> None:
     assert "/server/bin" not in dumped
 
 
+def test_what_production_passes_keeps_the_servers_environment_out_of_the_pods() -> None:
+    """As ``pre_launch`` and the backend do it: the server's environment with the kernelspec's
+    ``env`` stanza over it, cut by ``spec.with_env``, then passed as ``kernel_env``."""
+    server = {
+        "PATH": "/server/bin",
+        "JUPYTER_TOKEN": "server-token",
+        "KERNEL_QUEUE_LAUNCH_MODE": "worker",
+    }
+    stanza = {"OMP_NUM_THREADS": "2", "KERNEL_QUEUE_LAUNCH_CHECKPOINT_DIR": "/elsewhere"}
+    kube = replace(SPEC, backend="kubernetes", pod_group_size=2, env={})
+    spec = kernelspecs.with_env(kube, {**server, **stanza}, stanza)
+
+    head, worker = manifests.pods(spec, GROUP, 0, kernel_env=spec.env)
+
+    assert head["spec"]["containers"][0]["env"] == [
+        *HEAD_ENV,
+        {"name": "OMP_NUM_THREADS", "value": "2"},
+    ]
+    assert worker["spec"]["containers"][0]["env"][-1] == {"name": "OMP_NUM_THREADS", "value": "2"}
+    dumped = json.dumps([head, worker])
+    for leaked in ("server-token", "/server/bin", "/elsewhere", "KERNEL_QUEUE_LAUNCH_MODE"):
+        assert leaked not in dumped
+
+
 def test_kernel_env_is_literal_and_cannot_override_ours() -> None:
     kernel_env = {
         "DATA": "$(HOME)/data and $$",
@@ -626,6 +651,8 @@ def test_kernel_env_is_literal_and_cannot_override_ours() -> None:
         "POD_IP": "1.2.3.4",
         "KERNEL_QUEUE_LAUNCH_KEY_FILE": "/tmp/key",
         "KERNEL_QUEUE_LAUNCH_PORTS": "1,2,3,4,5",
+        "KERNEL_QUEUE_LAUNCH_CHECKPOINT_DIR": "/elsewhere",
+        "KERNEL_QUEUE_LAUNCH_CHECKPOINT_KEEP": "1",
     }
     spec = replace(SPEC, argv=("python", "-c", "print('$(HOME)')"))
 
@@ -671,10 +698,10 @@ def test_a_checkpoint_claim_is_mounted_in_the_head_only() -> None:
         {"name": "shm", "mountPath": "/dev/shm"},
     ]
     assert kernel["env"][: len(HEAD_ENV) + 2] == [
-        *HEAD_ENV[:-1],
-        {"name": "KERNEL_QUEUE_CHECKPOINT_DIR", "value": "/checkpoints"},
-        {"name": "KERNEL_QUEUE_CHECKPOINT_DEADLINE", "value": "22"},
-        HEAD_ENV[-1],
+        *HEAD_ENV[:5],
+        {"name": "KERNEL_QUEUE_LAUNCH_CHECKPOINT_DIR", "value": "/checkpoints"},
+        {"name": "KERNEL_QUEUE_LAUNCH_CHECKPOINT_DEADLINE", "value": "22"},
+        *HEAD_ENV[5:],
     ]
     assert worker["spec"]["volumes"] == [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
     assert "checkpoints" not in json.dumps(worker)

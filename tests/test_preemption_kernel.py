@@ -1,8 +1,8 @@
 """Preemption end to end: a real launcher and kernel get SIGTERM, save, and a new launcher restores.
 
-Each test drives ``python -m kernel_queue.launcher`` with ``KERNEL_QUEUE_CHECKPOINT_DIR`` set, talks
-to the kernel with a jupyter_client BlockingKernelClient and reads the launcher's status fd. Every
-wait is bounded, and the fixture kills every launcher, kernel and client it started.
+Each test drives ``python -m kernel_queue.launcher`` with ``KERNEL_QUEUE_LAUNCH_CHECKPOINT_DIR``
+set, talks to the kernel with a jupyter_client BlockingKernelClient and reads the launcher's status
+fd. Every wait is bounded, and the fixture kills every launcher, kernel and client it started.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 
 from kernel_queue import checkpoint, launcher
 from kernel_queue.checkpoint.stores import RESTORED
+from kernel_queue.launcher import contract
 from tests.test_launcher import (
     KEY,
     WAIT,
@@ -165,11 +166,11 @@ def start_kernel(tmp_path: Path) -> Iterator[StartKernel]:
         read_fd, write_fd = os.pipe()
         termination_log = tmpdir / "termination-log"
         extra = {
-            launcher.ENV_PORTS: ",".join(map(str, ports)),
-            launcher.ENV_KEY: KEY,
-            launcher.ENV_STATUS_FD: str(write_fd),
-            launcher.ENV_TERMINATION_LOG: str(termination_log),
-            launcher.ENV_CHECKPOINT_DIR: str(store),
+            contract.ENV_PORTS: ",".join(map(str, ports)),
+            contract.ENV_KEY: KEY,
+            contract.ENV_STATUS_FD: str(write_fd),
+            contract.ENV_TERMINATION_LOG: str(termination_log),
+            contract.ENV_CHECKPOINT_DIR: str(store),
             **env,
         }
         try:
@@ -402,7 +403,7 @@ def test_a_cell_stuck_in_c_is_saved_concurrently_after_the_fallback_delay(
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    kernel = start_kernel(store, **{launcher.ENV_CHECKPOINT_DEADLINE: "20"})
+    kernel = start_kernel(store, **{contract.ENV_CHECKPOINT_DEADLINE: "20"})
     client = kernel.client()
     assert run(client, BLOCK_IN_C + "\nrows = [list(range(10))] * 3").reply["status"] == "ok"
     msg_id = client.execute("block_in_c(60)")
@@ -431,7 +432,7 @@ def test_a_cell_stuck_in_c_is_saved_concurrently_after_the_fallback_delay(
 def test_a_kernel_killed_before_it_reports_leaves_a_checkpoint_event_saying_so(
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
-    kernel = start_kernel(tmp_path / "store", **{launcher.ENV_STOP_TIMEOUT: "0.5"})
+    kernel = start_kernel(tmp_path / "store", **{contract.ENV_STOP_TIMEOUT: "0.5"})
     client = kernel.client()
     assert run(client, BLOCK_IN_C).reply["status"] == "ok"
     msg_id = client.execute("block_in_c(60)")
@@ -456,7 +457,7 @@ def test_a_save_past_its_deadline_is_aborted_and_the_previous_checkpoint_stays(
     store = tmp_path / "store"
     preempt_idle(start_kernel, store, "small = 7")
     [previous] = checkpoint.DirectoryStore(store).committed()
-    kernel = start_kernel(store, **{launcher.ENV_CHECKPOINT_DEADLINE: "0.02"})
+    kernel = start_kernel(store, **{contract.ENV_CHECKPOINT_DEADLINE: "0.02"})
     client = kernel.client()
     assert value_of(client, "small") == "7"
     assert run(client, "import numpy as np\nhuge = np.ones(2**25)").reply["status"] == "ok"
@@ -516,7 +517,7 @@ def test_a_final_shutdown_keeps_the_store_with_keep_1(
 ) -> None:
     store = tmp_path / "store"
     preempt_idle(start_kernel, store, "x = 1")
-    kernel = start_kernel(store, **{launcher.ENV_CHECKPOINT_KEEP: "1"})
+    kernel = start_kernel(store, **{contract.ENV_CHECKPOINT_KEEP: "1"})
     client = kernel.client()
 
     client.shutdown(restart=False)

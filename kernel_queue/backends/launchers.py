@@ -1,8 +1,9 @@
 """One launcher subprocess of the local backend: start it, relay its status, report its exit.
 
-The launcher (`python -m kernel_queue.launcher`) writes JSON status lines to a pipe; this module
-reads them on the event loop (no threads, no polling) and hands each to a callback. It knows
-nothing about queues: `local.py` decides when to start and stop launchers.
+The launcher (`python -m kernel_queue.launcher`) takes its inputs as env rendered by
+`launcher.contract` and writes JSON status lines to a pipe; this module reads them on the event
+loop (no threads, no polling) and hands each to a callback. It knows nothing about queues:
+`local.py` decides when to start and stop launchers.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from kernel_queue import launcher
-from kernel_queue.model import ConnectionInfo
+from kernel_queue.launcher import contract
 
 LOG_TAIL_LINES = 20
 LOG_TAIL_BYTES = 64 << 10  # read at most this much of a log for its last lines
@@ -32,11 +33,13 @@ class LaunchRequest:
 
     kernel_id: str
     argv: tuple[str, ...]
+    """The kernel command, after ``--``."""
     env: Mapping[str, str]
+    """The kernel's own environment; any ``KERNEL_QUEUE_LAUNCH_*`` in it is dropped."""
     cwd: str | None
-    connection: ConnectionInfo
+    launch: contract.Launch
+    """The launcher's inputs but its status fd, which `LauncherProcess.run` opens."""
     devices: tuple[str, ...]
-    stop_timeout: float
     log_path: Path
 
 
@@ -107,35 +110,14 @@ class LauncherProcess:
 
 
 async def _spawn(request: LaunchRequest, status_fd: int) -> asyncio.subprocess.Process:
-    conn = request.connection
-    env = dict(request.env)
-    env.update(
-        {
-            "CUDA_VISIBLE_DEVICES": ",".join(request.devices),
-            "KERNEL_ID": request.kernel_id,
-            launcher.ENV_KEY: conn.key,  # the launcher strips it before starting the kernel
-        }
-    )
-    argv = [
-        sys.executable,
-        "-m",
-        "kernel_queue.launcher",
-        "--ip",
-        conn.ip,
-        "--ports",
-        ",".join(str(p) for p in conn.ports),
-        "--transport",
-        conn.transport,
-        "--signature-scheme",
-        conn.signature_scheme,
-        "--status-fd",
-        str(status_fd),
-        "--stop-timeout",
-        str(request.stop_timeout),
-        "--parent-death-signal",
-        "--",
-        *request.argv,
-    ]
+    launch = replace(request.launch, status_fd=status_fd)
+    env = {
+        **contract.kernel_env(request.env),
+        **contract.render(launch),  # the key too: the launcher strips it before the kernel
+        "CUDA_VISIBLE_DEVICES": ",".join(request.devices),
+        "KERNEL_ID": request.kernel_id,
+    }
+    argv = [sys.executable, "-m", "kernel_queue.launcher", "--", *request.argv]
     request.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     log_fd = os.open(request.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:

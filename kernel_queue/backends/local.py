@@ -23,12 +23,14 @@ from jupyter_core.paths import jupyter_data_dir, jupyter_runtime_dir
 from traitlets import Dict, Float, Int, List, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
-from kernel_queue import admission, errors, ids, launcher, quantities
+from kernel_queue import admission, errors, ids, quantities
 from kernel_queue import spec as kernelspecs
 from kernel_queue.backends import feed, launchers, quota, records
 from kernel_queue.backends import gpus as gpu_detection
 from kernel_queue.backends import ports as held_ports
+from kernel_queue.launcher import contract
 from kernel_queue.model import (
+    ConnectionInfo,
     GroupPhase,
     GroupRef,
     GroupSpec,
@@ -455,11 +457,10 @@ class LocalBackend(LoggingConfigurable):
         request = launchers.LaunchRequest(
             kernel_id=spec.kernel_id,
             argv=spec.argv,
-            env={**spec.env, **self._checkpoint_env(spec)},
+            env=spec.env,
             cwd=spec.cwd,
-            connection=group.ref.connection,
+            launch=self._launch(spec, group.ref.connection),
             devices=group.status.devices,
-            stop_timeout=spec.grace_seconds,
             log_path=group.log_path,
         )
         group.process = launchers.LauncherProcess(lambda e: self._on_launcher_event(group, e))
@@ -506,19 +507,22 @@ class LocalBackend(LoggingConfigurable):
             return None
         return Path(spec.checkpoint.path or self.checkpoint_root) / spec.kernel_id
 
-    def _checkpoint_env(self, spec: GroupSpec) -> dict[str, str]:
-        """The kernel's checkpoint store and save deadline (the launcher's stop timeout is the
-        whole grace period; the save ends a little earlier so the kernel can report and exit)."""
+    def _launch(self, spec: GroupSpec, connection: ConnectionInfo) -> contract.Launch:
+        """The launcher's inputs: its ports, key and checkpoint store. Its stop timeout is the
+        whole grace period (this backend kills the launcher only after it)."""
         directory = self._checkpoint_dir(spec)
-        if directory is None:
-            return {}
-        env = {
-            launcher.ENV_CHECKPOINT_DIR: str(directory),
-            launcher.ENV_CHECKPOINT_DEADLINE: str(launcher.checkpoint_deadline(spec.grace_seconds)),
-        }
-        if spec.checkpoint.keep:
-            env[launcher.ENV_CHECKPOINT_KEEP] = "1"
-        return env
+        return contract.Launch(
+            grace_seconds=spec.grace_seconds,
+            pod=False,
+            ports=connection.ports,
+            ip=connection.ip,
+            key=connection.key,
+            transport=connection.transport,
+            signature_scheme=connection.signature_scheme,
+            parent_death=True,
+            checkpoint_dir=None if directory is None else str(directory),
+            keep_checkpoints=spec.checkpoint.keep,
+        )
 
     def _on_launcher_event(self, group: _Group, event: dict[str, Any]) -> None:
         if event.get("event") == "checkpoint":

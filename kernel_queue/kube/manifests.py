@@ -12,9 +12,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kernel_queue import errors, launcher
+from kernel_queue import errors
 from kernel_queue.kube import kueue, names
-from kernel_queue.launcher import worker
+from kernel_queue.launcher import contract, worker
 from kernel_queue.model import GroupSpec
 
 KERNEL_PORTS = {"shell": 50100, "iopub": 50101, "stdin": 50102, "control": 50103, "hb": 50104}
@@ -25,10 +25,6 @@ KERNEL_CONTAINER, WORKER_CONTAINER = "kernel", "worker"
 LAUNCHER_COMMAND = ("python", "-m", "kernel_queue.launcher")
 WORKER_COMMAND = (*LAUNCHER_COMMAND, "--worker")
 """Default command of worker pods: the launcher's worker mode, which waits for SIGTERM."""
-STOP_MARGIN_SECONDS = 5
-"""Grace left after the launcher's stop timeout: time to SIGKILL and reap a kernel that missed
-its deadline and still exit 143 before the kubelet's SIGKILL. 30 s of grace gives the launcher's
-default stop timeout of 25 s."""
 CHECKPOINT_VOLUME, CHECKPOINT_MOUNT = "checkpoints", "/checkpoints"
 ENV_POD_IP = "POD_IP"
 # A TCP connect to the shell port is answered by ZMQ's I/O thread, so a kernel busy in a long
@@ -90,13 +86,8 @@ def checkpoint_subpath(spec: GroupSpec) -> str:
 
 
 def grace_seconds(spec: GroupSpec) -> int:
-    """``terminationGracePeriodSeconds``: ``int(spec.grace_seconds)``, at least 1."""
-    return max(1, int(spec.grace_seconds))
-
-
-def stop_timeout(spec: GroupSpec) -> int:
-    """Launcher seconds from SIGTERM to SIGKILL: grace minus ``STOP_MARGIN_SECONDS``, at least 1."""
-    return max(1, grace_seconds(spec) - STOP_MARGIN_SECONDS)
+    """``terminationGracePeriodSeconds``: the whole seconds of the pod's ``contract.budget``."""
+    return int(contract.budget(spec.grace_seconds, pod=True).grace)
 
 
 def secret(spec: GroupSpec, *, owner: str = "") -> dict[str, Any]:
@@ -145,10 +136,11 @@ def pods(
 ) -> list[dict[str, Any]]:
     """The ``spec.pod_group_size`` pods of ``group``'s replacement round ``attempt``; head first.
 
-    ``kernel_env`` is the kernelspec's own ``env`` stanza and nothing else: ``spec.env`` (which
-    may hold the server's whole environment) is never read. Its ``$`` are escaped, so Kubernetes
-    passes values literally, as the local backend does; names we set, and every
-    ``KERNEL_QUEUE_LAUNCH_*``, are dropped from it. ``worker_command`` runs in worker pods.
+    ``kernel_env`` is the kernel's own environment, and the only one read: both callers pass
+    ``spec.env``, which ``spec.with_env`` cut to the kernelspec's ``env`` stanza (never the
+    server's environment). Its ``$`` are escaped, so Kubernetes passes values literally, as the
+    local backend does; names we set, and every ``KERNEL_QUEUE_LAUNCH_*``, are dropped from it.
+    ``worker_command`` runs in worker pods.
     ``checkpoint_claim`` mounts the kernel's own directory of that PVC (``subPath``: the kernel
     id) at ``/checkpoints`` in the head pod. ``owner`` labels every pod with the server's id.
     """
@@ -258,37 +250,37 @@ def _head_container(
     spec: GroupSpec, image: str, kernel_env: Mapping[str, str], checkpoint_claim: str | None
 ) -> dict[str, Any]:
     pod_ip = {"valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    launch = contract.Launch(
+        grace_seconds=spec.grace_seconds,
+        pod=True,
+        ports=tuple(KERNEL_PORTS.values()),
+        checkpoint_dir=CHECKPOINT_MOUNT if checkpoint_claim else None,
+        keep_checkpoints=spec.checkpoint.keep,
+        # Where the launcher leaves what a preemption saved; the pod status shows it (the
+        # backend tells the user). It is the container's terminationMessagePath.
+        termination_log=contract.DEFAULT_TERMINATION_LOG,
+    )
     env: list[dict[str, Any]] = [
-        {"name": launcher.ENV_IP, **pod_ip},
+        {"name": contract.ENV_IP, **pod_ip},
         {"name": ENV_POD_IP, **copy.deepcopy(pod_ip)},
-        {"name": launcher.ENV_PORTS, "value": ",".join(map(str, KERNEL_PORTS.values()))},
         {
-            "name": launcher.ENV_KEY,
+            "name": contract.ENV_KEY,
             "valueFrom": {
                 "secretKeyRef": {"name": names.secret_name(spec.kernel_id), "key": KEY_FIELD}
             },
         },
-        {"name": launcher.ENV_STOP_TIMEOUT, "value": str(stop_timeout(spec))},
+        *({"name": name, "value": value} for name, value in contract.render(launch).items()),
         {"name": "KERNEL_ID", "value": spec.kernel_id},
         {"name": "KERNEL_USERNAME", "value": spec.user},
     ]
     mounts = []
     if checkpoint_claim:
-        env.append({"name": launcher.ENV_CHECKPOINT_DIR, "value": CHECKPOINT_MOUNT})
-        # The save must end before the launcher's own stop timeout.
-        deadline = launcher.checkpoint_deadline(stop_timeout(spec))
-        env.append({"name": launcher.ENV_CHECKPOINT_DEADLINE, "value": f"{deadline:g}"})
-        if spec.checkpoint.keep:
-            env.append({"name": launcher.ENV_CHECKPOINT_KEEP, "value": "1"})
         # Only the kernel's own directory of the claim (the kubelet makes it if missing): a
         # kernel can neither list nor plant another kernel's checkpoints.
         subpath = checkpoint_subpath(spec)
         mounts.append(
             {"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT, "subPath": subpath}
         )
-    # Where the launcher leaves what a preemption saved; the pod status shows it (the backend
-    # tells the user). It is the container's terminationMessagePath.
-    env.append({"name": launcher.ENV_TERMINATION_LOG, "value": launcher.DEFAULT_TERMINATION_LOG})
     container: dict[str, Any] = {
         "name": KERNEL_CONTAINER,
         "image": image,
@@ -354,8 +346,8 @@ def _with_kernel_env(
     taken = {item["name"] for item in ours}
     return ours + [
         {"name": name, "value": _literal(value)}
-        for name, value in kernel_env.items()
-        if name not in taken and not name.startswith("KERNEL_QUEUE_LAUNCH_")
+        for name, value in contract.kernel_env(kernel_env).items()
+        if name not in taken
     ]
 
 

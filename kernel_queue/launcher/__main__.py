@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from kernel_queue import launcher
-from kernel_queue.launcher import settings, supervisor
+from kernel_queue.launcher import contract, settings, supervisor
 
 USAGE_ERROR_EXIT_CODE = 2
 
@@ -23,7 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parent = os.getppid()
     try:
         config = settings.parse_settings(sys.argv[1:] if argv is None else argv, os.environ)
-    except settings.SettingsError as exc:
+    except contract.SettingsError as exc:
         supervisor.log(f"error: {exc}")
         return USAGE_ERROR_EXIT_CODE
     if (

@@ -1,8 +1,9 @@
 """The kernel side of preemption: restore at start, save on SIGTERM, then exit 143.
 
-``kernel.py`` uses it only when ``KERNEL_QUEUE_CHECKPOINT_DIR`` is set: ``prepare`` restores the
-newest checkpoint into a fresh ``__main__`` before any port is bound, ``Preemption.install`` arms
-the SIGTERM handling (checkpointing.md §2), and the kernel's request hooks show the summaries.
+``kernel.py`` uses it only when ``KERNEL_QUEUE_LAUNCH_CHECKPOINT_DIR`` is set: ``prepare`` restores
+the newest checkpoint into a fresh ``__main__`` before any port is bound, ``Preemption.install``
+arms the SIGTERM handling within ``contract``'s time budget, and the kernel's request hooks show
+the summaries.
 """
 
 from __future__ import annotations
@@ -23,20 +24,10 @@ from typing import Any
 from IPython.core.interactiveshell import InteractiveShell
 
 from kernel_queue import checkpoint, launcher
-from kernel_queue.launcher import kernel_log
+from kernel_queue.launcher import contract, kernel_log
 
 NOTICE = "Kernel preempted by a higher-priority workload; saving state…"
 """The stream message a user sees as soon as the kernel gets SIGTERM."""
-DEFAULT_DEADLINE = launcher.checkpoint_deadline(launcher.DEFAULT_STOP_TIMEOUT)
-"""Seconds a save may take when ``KERNEL_QUEUE_CHECKPOINT_DEADLINE`` is unset: what the launcher's
-default stop timeout leaves."""
-FALLBACK_DELAY = 2.0
-"""The running cell gets this long (at most a quarter of the deadline, at least 0.25 s) to
-unwind before a helper thread saves concurrently."""
-DEADLINE_SLACK = 1.0
-"""A save still running this long after its deadline is abandoned and the kernel exits."""
-EXIT_GRACE = 2.0
-"""Seconds a saved kernel gets to exit through its loops before ``os._exit``."""
 REPLY_DELAY, WIRE_DELAY = 0.1, 0.2
 """Seconds for the interrupted cell's reply to leave the shell-channel thread before the loop
 stops; and for ZeroMQ to send the last IOPub messages before ``os._exit``."""
@@ -56,10 +47,10 @@ def log(message: str) -> None:
 
 @dataclass(frozen=True)
 class Options:
-    """The kernel's checkpoint inputs, from ``KERNEL_QUEUE_CHECKPOINT_*`` and the launcher."""
+    """The kernel's checkpoint inputs: ``contract.Checkpointing`` and what the launcher adds."""
 
     directory: str
-    deadline: float = DEFAULT_DEADLINE
+    deadline: float = contract.DEFAULT_BUDGET.save_deadline
     keep: bool = False
     report: str | None = None
     generation: int = 0
@@ -71,30 +62,21 @@ class Options:
     def from_env(
         cls, environ: Mapping[str, str], connection_file: str | None = None
     ) -> Options | None:
-        """None when checkpointing is off; a bad deadline falls back to the default, logged.
+        """None when checkpointing is off; ``contract.SettingsError`` for a bad input.
 
         The secret comes from the key in ``connection_file`` (the kernel's ``-f`` argument;
         the launcher keeps the key out of the environment). Without a key checkpoints carry a
         checksum only, which is logged.
         """
-        directory = environ.get(launcher.ENV_CHECKPOINT_DIR)
-        if not directory:
+        inputs = contract.parse_checkpointing(environ)
+        if inputs is None:
             return None
-        raw = environ.get(launcher.ENV_CHECKPOINT_DEADLINE, "")
-        try:
-            deadline = float(raw) if raw else DEFAULT_DEADLINE
-        except ValueError:
-            deadline = -1.0
-        if not 0 < deadline < float("inf"):
-            log(f"ignoring {launcher.ENV_CHECKPOINT_DEADLINE}={raw!r}; using {DEFAULT_DEADLINE} s")
-            deadline = DEFAULT_DEADLINE
-        generation = environ.get(launcher.ENV_GENERATION, "0")
         return cls(
-            directory=directory,
-            deadline=deadline,
-            keep=environ.get(launcher.ENV_CHECKPOINT_KEEP, "").strip().lower() in ("1", "true"),
-            report=environ.get(launcher.ENV_CHECKPOINT_REPORT) or None,
-            generation=int(generation) if generation.isdigit() else 0,
+            directory=inputs.directory,
+            deadline=inputs.deadline,
+            keep=inputs.keep,
+            report=inputs.report,
+            generation=contract.parse_generation(environ) or 0,
             secret=_secret(connection_file),
         )
 
@@ -282,18 +264,21 @@ class Preemption:
 
     def _guard(self) -> None:
         """Thread: save concurrently if no cell boundary came in time; always end the process."""
-        delay = min(FALLBACK_DELAY, max(0.25, self.options.deadline / 4))
+        delay = contract.cell_wait(self.options.deadline)
         if not self._save_started.wait(delay):
             log(f"no cell boundary within {delay:g} s; saving while the cell runs")
             if self._save("concurrent", "concurrent"):
                 self._hard_exit()
-        if not self._save_done.wait(max(0.0, self._deadline + DEADLINE_SLACK - time.monotonic())):
+        abandon = self._deadline + contract.SAVE_SLACK_SECONDS
+        if not self._save_done.wait(max(0.0, abandon - time.monotonic())):
             seconds = time.monotonic() - (self._noticed or 0.0)
             record = _failure("the save did not end in time", "", seconds)
             self._publish(record["summary"], self._notice_parent)
             self._write_report(record)
             self._hard_exit()
-        time.sleep(EXIT_GRACE)  # the main thread normally exits cleanly before this ends
+        time.sleep(
+            contract.PREEMPTED_EXIT_SECONDS
+        )  # the main thread normally exits cleanly before this ends
         self._hard_exit()
 
     def _post_run_cell(self, result: Any) -> None:

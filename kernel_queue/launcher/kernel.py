@@ -3,8 +3,8 @@
 An IPython kernel that tells its launcher, through its exit status, whether the frontend asked
 for a restart (75) or a final shutdown (0), and holds each execute until the clients' IOPub
 subscriptions have settled (``subscriptions``), so a reconnecting client loses no output. With
-``KERNEL_QUEUE_CHECKPOINT_DIR`` set it restores and saves its state through ``checkpointing``
-(143 after a preemption). Only these two modules import ipykernel.
+``KERNEL_QUEUE_LAUNCH_CHECKPOINT_DIR`` set it restores and saves its state through
+``checkpointing`` (143 after a preemption). Only these two modules import ipykernel.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ipykernel.kernelapp import IPKernelApp
 from traitlets import default
 
 from kernel_queue import launcher
-from kernel_queue.launcher import kernel_log, subscriptions
+from kernel_queue.launcher import contract, kernel_log, subscriptions
 
 if TYPE_CHECKING:
     from kernel_queue.launcher.checkpointing import Preemption
@@ -37,8 +37,7 @@ UNQUEUED = (
     "install --gateway enterprise-gateway`; elsewhere install `kernel-queue[server]`."
 )
 """Said (with exit status 2) when the kernelspec's command runs without the launcher."""
-EXIT_GRACE = 10.0
-"""Seconds the interpreter gets to finish exiting before ``os._exit`` ends it anyway."""
+USAGE_ERROR_EXIT_CODE = 2
 SUBSCRIPTIONS = subscriptions.Subscriptions()
 """This process's IOPub subscriptions, reported through ipykernel 7's XPUB welcome."""
 
@@ -103,13 +102,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns the exit status: 0, 75 (restart) or 143 (preempted, state saved or not).
     """
-    if launcher.ENV_GENERATION not in os.environ:
-        print(UNQUEUED, file=sys.stderr, flush=True)
-        return 2
+    try:
+        if contract.parse_generation(os.environ) is None:
+            print(UNQUEUED, file=sys.stderr, flush=True)
+            return USAGE_ERROR_EXIT_CODE
+        checkpointing = contract.parse_checkpointing(os.environ) is not None
+    except contract.SettingsError as exc:  # the launcher checked these first: run by hand
+        print(f"kernel-queue: error: {exc}", file=sys.stderr, flush=True)
+        return USAGE_ERROR_EXIT_CODE
     kernel_log.keep()  # before ipykernel redirects fd 2 into the notebook
     _watch_iopub_subscribers()
     arguments = sys.argv[1:] if argv is None else list(argv)
-    preemption = _restore_first(os.environ, arguments)  # before initialize() binds any port
+    # Before initialize() binds any port.
+    preemption = _restore_first(os.environ, arguments) if checkpointing else None
     app = QueuedKernelApp.instance(kernel_class=RestartAwareKernel)
     app.initialize(None if argv is None else list(argv))  # type: ignore[no-untyped-call]
     if preemption is not None:
@@ -117,13 +122,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         preemption.install(app.kernel)
     app.start()  # type: ignore[no-untyped-call]
     if preemption is not None and preemption.exit_status is not None:
-        from kernel_queue.launcher import checkpointing
-
-        _exit_after(checkpointing.EXIT_GRACE, preemption.exit_status)
+        _exit_after(contract.PREEMPTED_EXIT_SECONDS, preemption.exit_status)
         return preemption.exit_status
     restart = bool(getattr(app.kernel, "restart_requested", False))
     status = launcher.RESTART_EXIT_CODE if restart else 0
-    _exit_after(EXIT_GRACE, status)
+    _exit_after(contract.SHUTDOWN_EXIT_SECONDS, status)
     return status
 
 
@@ -142,12 +145,11 @@ def _watch_iopub_subscribers() -> None:
 
 
 def _restore_first(environ: Mapping[str, str], argv: Sequence[str] = ()) -> Preemption | None:
-    """With ``KERNEL_QUEUE_CHECKPOINT_DIR`` set: restore the state and return the hooks.
+    """With checkpointing on: restore the state and return the hooks.
 
-    The checkpoint secret is derived from the key in the connection file (``-f FILE``).
+    Only then is the checkpoint library (dill, numpy) imported. The checkpoint secret is
+    derived from the key in the connection file (``-f FILE``).
     """
-    if not environ.get(launcher.ENV_CHECKPOINT_DIR):
-        return None  # no import of the checkpoint library (dill, numpy) at all
     from kernel_queue.launcher import checkpointing
 
     options = checkpointing.Options.from_env(environ, _connection_file(argv))

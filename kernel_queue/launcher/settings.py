@@ -1,34 +1,28 @@
 """The launcher's inputs: command-line options, each falling back to a KERNEL_QUEUE_LAUNCH_* name.
 
-``parse_settings`` turns argv and the environment into a frozen ``LaunchSettings`` or raises
-``SettingsError`` with one sentence naming the option and the variable to fix. It only reads:
-it creates no files and starts no processes (stdlib only). ``--worker`` needs no ports or key.
+``parse_settings`` turns argv and the environment (names and parsers from ``contract``) into a
+frozen ``LaunchSettings`` or raises ``contract.SettingsError`` with one sentence naming the option
+and the variable to fix. It only reads: it creates no files and starts no processes (stdlib
+only). ``--worker`` needs no ports or key.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kernel_queue import launcher
+from kernel_queue.launcher import contract
 
 CONNECTION_FILE_PLACEHOLDER = "{connection_file}"
 PORT_NAMES = ("shell", "iopub", "stdin", "control", "hb")
 TRANSPORTS = ("tcp", "ipc")
-ENV_MODE = "KERNEL_QUEUE_LAUNCH_MODE"
-"""``kernel`` (the default) or ``worker``; ``--worker`` on the command line wins."""
 MODES = ("kernel", "worker")
 NO_PORTS = (0, 0, 0, 0, 0)
 """The ports of worker-mode settings, which open none."""
-
-
-class SettingsError(Exception):
-    """A launcher input is missing or invalid; the message names the option and the variable."""
 
 
 @dataclass(frozen=True)
@@ -47,12 +41,12 @@ class LaunchSettings:
     """Inherited descriptor that receives one JSON event per line, or None."""
     parent_death: bool = False
     """Ask Linux to SIGTERM the launcher when its parent dies (local backend)."""
-    stop_timeout: float = launcher.DEFAULT_STOP_TIMEOUT
+    stop_timeout: float = contract.DEFAULT_BUDGET.stop_timeout
     """Seconds a SIGTERMed kernel gets to exit before SIGKILL."""
     worker: bool = False
     """Worker mode: no kernel, ports or key (those fields stay empty); wait for SIGTERM."""
     checkpointing: bool = False
-    """The kernel saves its state on SIGTERM (``KERNEL_QUEUE_CHECKPOINT_DIR`` is set)."""
+    """The kernel saves its state on SIGTERM (``KERNEL_QUEUE_LAUNCH_CHECKPOINT_DIR`` is set)."""
     termination_log: str | None = None
     """File for the checkpoint sentence after a preemption (Kubernetes' termination message)."""
 
@@ -65,8 +59,8 @@ def default_kernel_argv() -> tuple[str, ...]:
 def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSettings:
     """Build settings from ``argv`` (options, then ``--`` and the kernel command) and ``environ``.
 
-    Called by ``__main__``; raises ``SettingsError`` for bad input. Unknown options make argparse
-    exit with status 2 itself.
+    Called by ``__main__``; raises ``contract.SettingsError`` for bad input. Unknown options make
+    argparse exit with status 2 itself.
     """
     argv = list(argv)
     kernel_argv: tuple[str, ...] = ()
@@ -78,11 +72,13 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSet
     def pick(value: str | None, env: str, default: str | None = None) -> str | None:
         return value if value is not None else environ.get(env, default)
 
-    status_fd = _parse_status_fd(pick(args.status_fd, launcher.ENV_STATUS_FD))
-    parent_death = args.parent_death_signal or _parse_flag(
-        environ.get(launcher.ENV_PARENT_DEATH, "")
+    status_fd = _parse_status_fd(pick(args.status_fd, contract.ENV_STATUS_FD))
+    parent_death = args.parent_death_signal or contract.parse_flag(
+        environ.get(contract.ENV_PARENT_DEATH, ""),
+        contract.ENV_PARENT_DEATH,
+        "--parent-death-signal",
     )
-    if args.worker or _parse_mode(environ.get(ENV_MODE, "")) == "worker":
+    if args.worker or _parse_mode(environ.get(contract.ENV_MODE, "")) == "worker":
         return LaunchSettings(
             ip="",
             ports=NO_PORTS,
@@ -95,19 +91,26 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSet
             worker=True,
         )
     return LaunchSettings(
-        ip=pick(args.ip, launcher.ENV_IP, "127.0.0.1") or "127.0.0.1",
-        ports=_parse_ports(pick(args.ports, launcher.ENV_PORTS)),
-        key=_read_key(pick(args.key_file, launcher.ENV_KEY_FILE), environ.get(launcher.ENV_KEY)),
-        transport=_parse_transport(pick(args.transport, launcher.ENV_TRANSPORT, "tcp")),
+        ip=pick(args.ip, contract.ENV_IP, "127.0.0.1") or "127.0.0.1",
+        ports=_parse_ports(pick(args.ports, contract.ENV_PORTS)),
+        key=_read_key(pick(args.key_file, contract.ENV_KEY_FILE), environ.get(contract.ENV_KEY)),
+        transport=_parse_transport(pick(args.transport, contract.ENV_TRANSPORT, "tcp")),
         signature_scheme=_parse_signature_scheme(
-            pick(args.signature_scheme, launcher.ENV_SIGNATURE_SCHEME, "hmac-sha256")
+            pick(args.signature_scheme, contract.ENV_SIGNATURE_SCHEME, "hmac-sha256")
         ),
         kernel_argv=kernel_argv or default_kernel_argv(),
         status_fd=status_fd,
         parent_death=parent_death,
-        stop_timeout=_parse_stop_timeout(pick(args.stop_timeout, launcher.ENV_STOP_TIMEOUT)),
-        checkpointing=bool(environ.get(launcher.ENV_CHECKPOINT_DIR)),
-        termination_log=_termination_log(pick(args.termination_log, launcher.ENV_TERMINATION_LOG)),
+        stop_timeout=contract.parse_seconds(
+            pick(args.stop_timeout, contract.ENV_STOP_TIMEOUT),
+            contract.ENV_STOP_TIMEOUT,
+            contract.DEFAULT_BUDGET.stop_timeout,
+            what="stop timeout",
+            option="--stop-timeout",
+        ),
+        # Parsed here too, so a bad checkpoint input stops the launcher before any kernel runs.
+        checkpointing=contract.parse_checkpointing(environ) is not None,
+        termination_log=_termination_log(pick(args.termination_log, contract.ENV_TERMINATION_LOG)),
     )
 
 
@@ -118,42 +121,42 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Each option falls back to the KERNEL_QUEUE_LAUNCH_* variable named in its help. "
         "The kernel command follows '--'.",
     )
-    parser.add_argument("--ip", help=f"address to bind (${launcher.ENV_IP}, default 127.0.0.1)")
+    parser.add_argument("--ip", help=f"address to bind (${contract.ENV_IP}, default 127.0.0.1)")
     parser.add_argument(
-        "--ports", help=f"shell,iopub,stdin,control,hb ports (${launcher.ENV_PORTS}, required)"
+        "--ports", help=f"shell,iopub,stdin,control,hb ports (${contract.ENV_PORTS}, required)"
     )
     parser.add_argument(
         "--key-file",
-        help=f"file holding the HMAC key (${launcher.ENV_KEY_FILE}; else ${launcher.ENV_KEY})",
+        help=f"file holding the HMAC key (${contract.ENV_KEY_FILE}; else ${contract.ENV_KEY})",
     )
-    parser.add_argument("--transport", help=f"tcp or ipc (${launcher.ENV_TRANSPORT}, default tcp)")
+    parser.add_argument("--transport", help=f"tcp or ipc (${contract.ENV_TRANSPORT}, default tcp)")
     parser.add_argument(
         "--signature-scheme",
-        help=f"message signing (${launcher.ENV_SIGNATURE_SCHEME}, default hmac-sha256)",
+        help=f"message signing (${contract.ENV_SIGNATURE_SCHEME}, default hmac-sha256)",
     )
     parser.add_argument(
-        "--status-fd", help=f"inherited fd for JSON status lines (${launcher.ENV_STATUS_FD})"
+        "--status-fd", help=f"inherited fd for JSON status lines (${contract.ENV_STATUS_FD})"
     )
     parser.add_argument(
         "--parent-death-signal",
         action="store_true",
-        help=f"stop when the parent process dies, Linux only (${launcher.ENV_PARENT_DEATH}=1)",
+        help=f"stop when the parent process dies, Linux only (${contract.ENV_PARENT_DEATH}=1)",
     )
     parser.add_argument(
         "--stop-timeout",
-        help=f"seconds between SIGTERM and SIGKILL of the kernel (${launcher.ENV_STOP_TIMEOUT}, "
-        f"default {launcher.DEFAULT_STOP_TIMEOUT:g})",
+        help=f"seconds between SIGTERM and SIGKILL of the kernel (${contract.ENV_STOP_TIMEOUT}, "
+        f"default {contract.DEFAULT_BUDGET.stop_timeout:g})",
     )
     parser.add_argument(
         "--termination-log",
-        help=f"file for the checkpoint sentence after SIGTERM (${launcher.ENV_TERMINATION_LOG}; "
-        f"default {launcher.DEFAULT_TERMINATION_LOG} if writable)",
+        help=f"file for the checkpoint sentence after SIGTERM (${contract.ENV_TERMINATION_LOG}; "
+        f"default {contract.DEFAULT_TERMINATION_LOG} if writable)",
     )
     parser.add_argument(
         "--worker",
         action="store_true",
         help=f"run as a worker pod of a group: no kernel, ports or key; wait for SIGTERM "
-        f"(${ENV_MODE}=worker)",
+        f"(${contract.ENV_MODE}=worker)",
     )
     return parser
 
@@ -161,22 +164,25 @@ def _parser() -> argparse.ArgumentParser:
 def _parse_mode(raw: str) -> str:
     mode = raw.strip().lower() or "kernel"
     if mode not in MODES:
-        raise SettingsError(
-            f"invalid launch mode {raw!r}: set {ENV_MODE} to kernel or worker, or pass --worker"
+        raise contract.SettingsError(
+            f"invalid launch mode {raw!r}: set {contract.ENV_MODE} to kernel or worker, or pass "
+            "--worker"
         )
     return mode
 
 
 def _parse_ports(raw: str | None) -> tuple[int, int, int, int, int]:
-    where = f"--ports or {launcher.ENV_PORTS}"
+    where = f"--ports or {contract.ENV_PORTS}"
     if not raw:
-        raise SettingsError(f"no kernel ports given: set {where} to five comma-separated ports")
+        raise contract.SettingsError(
+            f"no kernel ports given: set {where} to five comma-separated ports"
+        )
     try:
         ports = tuple(int(part) for part in raw.split(","))
     except ValueError:
         ports = ()
     if len(ports) != len(PORT_NAMES) or not all(0 < port < 65536 for port in ports):
-        raise SettingsError(
+        raise contract.SettingsError(
             f"invalid kernel ports {raw!r}: set {where} to five comma-separated ports "
             f"({','.join(PORT_NAMES)}), each 1-65535"
         )
@@ -190,27 +196,27 @@ def _read_key(key_file: str | None, key: str | None) -> str:
             with open(key_file, encoding="utf-8") as file:
                 key = file.read().strip()
         except (OSError, UnicodeDecodeError) as exc:
-            raise SettingsError(
+            raise contract.SettingsError(
                 f"cannot read the key file {key_file!r} ({exc.__class__.__name__}): fix "
-                f"--key-file or {launcher.ENV_KEY_FILE}"
+                f"--key-file or {contract.ENV_KEY_FILE}"
             ) from exc
         if not key:
-            raise SettingsError(
-                f"the key file {key_file!r} is empty: fix --key-file or {launcher.ENV_KEY_FILE}"
+            raise contract.SettingsError(
+                f"the key file {key_file!r} is empty: fix --key-file or {contract.ENV_KEY_FILE}"
             )
         return key
     if not key:
-        raise SettingsError(
-            f"no connection key: set {launcher.ENV_KEY}, or pass --key-file or set "
-            f"{launcher.ENV_KEY_FILE}"
+        raise contract.SettingsError(
+            f"no connection key: set {contract.ENV_KEY}, or pass --key-file or set "
+            f"{contract.ENV_KEY_FILE}"
         )
     return key
 
 
 def _parse_transport(raw: str | None) -> str:
     if raw not in TRANSPORTS:
-        raise SettingsError(
-            f"invalid transport {raw!r}: set --transport or {launcher.ENV_TRANSPORT} to tcp or ipc"
+        raise contract.SettingsError(
+            f"invalid transport {raw!r}: set --transport or {contract.ENV_TRANSPORT} to tcp or ipc"
         )
     return raw
 
@@ -219,9 +225,9 @@ def _parse_signature_scheme(raw: str | None) -> str:
     raw = raw or ""
     algorithm = raw.removeprefix("hmac-")
     if algorithm == raw or algorithm not in hashlib.algorithms_available:
-        raise SettingsError(
+        raise contract.SettingsError(
             f"invalid signature scheme {raw!r}: set --signature-scheme or "
-            f"{launcher.ENV_SIGNATURE_SCHEME} to hmac-<hash>, e.g. hmac-sha256"
+            f"{contract.ENV_SIGNATURE_SCHEME} to hmac-<hash>, e.g. hmac-sha256"
         )
     return raw
 
@@ -233,42 +239,15 @@ def _parse_status_fd(raw: str | None) -> int | None:
         fd = int(raw)
         os.fstat(fd)
     except (ValueError, OSError) as exc:
-        raise SettingsError(
+        raise contract.SettingsError(
             f"invalid status fd {raw!r} (not an open file descriptor): pass an inherited, open "
-            f"descriptor in --status-fd or {launcher.ENV_STATUS_FD}"
+            f"descriptor in --status-fd or {contract.ENV_STATUS_FD}"
         ) from exc
     return fd
-
-
-def _parse_flag(raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in ("", "0", "false", "no"):
-        return False
-    if value in ("1", "true", "yes"):
-        return True
-    raise SettingsError(
-        f"invalid {launcher.ENV_PARENT_DEATH}={raw!r}: set it to 1 or 0, or pass "
-        "--parent-death-signal"
-    )
-
-
-def _parse_stop_timeout(raw: str | None) -> float:
-    if raw is None or raw == "":
-        return launcher.DEFAULT_STOP_TIMEOUT
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds >= 0):
-        raise SettingsError(
-            f"invalid stop timeout {raw!r}: set --stop-timeout or {launcher.ENV_STOP_TIMEOUT} to "
-            "a number of seconds >= 0"
-        )
-    return seconds
 
 
 def _termination_log(raw: str | None) -> str | None:
     if raw:
         return raw
-    default = launcher.DEFAULT_TERMINATION_LOG
+    default = contract.DEFAULT_TERMINATION_LOG
     return default if os.path.isfile(default) and os.access(default, os.W_OK) else None

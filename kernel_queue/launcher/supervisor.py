@@ -26,8 +26,8 @@ from types import FrameType
 from typing import Any
 
 from kernel_queue import launcher
+from kernel_queue.launcher import contract, worker
 from kernel_queue.launcher import settings as launch_settings
-from kernel_queue.launcher import worker
 
 LOG_PREFIX = "[kernel-queue launcher] "
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -115,7 +115,7 @@ class Supervisor:
         self._env = {
             name: value
             for name, value in os.environ.items()
-            if name not in (launcher.ENV_KEY, launcher.ENV_KEY_FILE)
+            if name not in (contract.ENV_KEY, contract.ENV_KEY_FILE)
         }
         self._stopping = False
         self._restarting = False
@@ -187,9 +187,9 @@ class Supervisor:
                 os._exit(1)
 
         env = dict(self._env)
-        env[launcher.ENV_GENERATION] = str(self.generation + 1)
+        env[contract.ENV_GENERATION] = str(self.generation + 1)
         if self._report is not None:
-            env[launcher.ENV_CHECKPOINT_REPORT] = str(self._report)
+            env[contract.ENV_CHECKPOINT_REPORT] = str(self._report)
             self._report.unlink(missing_ok=True)
         try:
             self.child = subprocess.Popen(
