@@ -1,10 +1,18 @@
-"""The launch contract: the time budget from a grace period, rendering, and one error policy."""
+"""The launch contract: the time budget from a grace period, rendering, one error policy, and
+what a local launcher is given."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sys
+from pathlib import Path
+
 import pytest
 
+from kernel_queue.backends import launchers
 from kernel_queue.launcher import contract
+from tests.test_launcher import launcher_env
 
 CONTRACT_NAMES = [
     contract.ENV_IP,
@@ -217,3 +225,54 @@ def test_the_generation_is_a_number_and_absent_outside_a_launcher() -> None:
     assert contract.parse_generation({contract.ENV_GENERATION: "3"}) == 3
     with pytest.raises(contract.SettingsError, match="KERNEL_QUEUE_LAUNCH_GENERATION"):
         contract.parse_generation({contract.ENV_GENERATION: "-1"})
+
+
+async def test_a_local_launcher_gets_the_rendered_contract_and_no_stray_launch_variable(
+    tmp_path: Path,
+) -> None:
+    """The server's environment may hold launch variables (a server run inside a queued kernel,
+    or set by hand); only what the backend rendered reaches the launcher and its kernel."""
+    show = "import json, os; print(json.dumps(dict(os.environ)))"
+    stray = {
+        contract.ENV_MODE: "worker",
+        contract.ENV_KEY_FILE: "/nonexistent",
+        contract.ENV_CHECKPOINT_DIR: "/elsewhere",
+        contract.ENV_CHECKPOINT_KEEP: "1",
+    }
+    store = tmp_path / "store"
+    request = launchers.LaunchRequest(
+        kernel_id="k1",
+        argv=(sys.executable, "-c", show),
+        env=launcher_env(tmp_path, **stray),
+        cwd=None,
+        launch=contract.Launch(
+            grace_seconds=12.0,
+            pod=False,
+            ports=tuple(launchers.free_ports("127.0.0.1", 5)),
+            ip="127.0.0.1",
+            key="k" * 32,
+            transport="tcp",
+            signature_scheme="hmac-sha256",
+            checkpoint_dir=str(store),
+        ),
+        devices=(),
+        log_path=tmp_path / "logs" / "k1.log",
+    )
+
+    code = await asyncio.wait_for(launchers.LauncherProcess(lambda event: None).run(request), 60)
+
+    assert code == 0
+    [line] = [x for x in request.log_path.read_text().splitlines() if x.startswith("{")]
+    seen = {k: v for k, v in json.loads(line).items() if k.startswith(contract.PREFIX)}
+    assert seen.pop(contract.ENV_STATUS_FD).isdigit()
+    assert seen.pop(contract.ENV_CHECKPOINT_REPORT).endswith("checkpoint-report.json")
+    assert seen == {  # the key stays with the launcher
+        contract.ENV_IP: "127.0.0.1",
+        contract.ENV_PORTS: ",".join(map(str, request.launch.ports)),
+        contract.ENV_TRANSPORT: "tcp",
+        contract.ENV_SIGNATURE_SCHEME: "hmac-sha256",
+        contract.ENV_STOP_TIMEOUT: "12",
+        contract.ENV_CHECKPOINT_DIR: str(store),
+        contract.ENV_CHECKPOINT_DEADLINE: "9",
+        contract.ENV_GENERATION: "0",
+    }
