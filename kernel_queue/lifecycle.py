@@ -162,11 +162,12 @@ def describe(
     elif place is not None:  # the count is known but not the order (no visibility API)
         where = f"in '{place.queue}', one of {place.length} waiting"
     on = _devices(status)
+    need = f", needs {needs}" if needs else ""  # unknown for a group adopted after a restart
     if state is _S.QUEUED:
-        return f"queued {where}, needs {needs}"
+        return f"queued {where}{need}"
     if state is _S.REQUEUED:
         saved = f" ({status.message})" if status.message else ""  # what the checkpoint saved
-        return f"preempted{saved}; requeued {where}, needs {needs}"
+        return f"preempted{saved}; requeued {where}{need}"
     if state is _S.ADMITTED:
         flavor = f" on flavor '{status.flavor}'" if status.flavor else ""
         return f"admitted{flavor}{on}; starting the kernel"

@@ -246,6 +246,12 @@ def test_describe(lifecycle: Lifecycle, status: GroupStatus, text: str) -> None:
     assert describe(lifecycle, status, queue="gpu", needs="1 GPU") == text
 
 
+def test_a_kernel_whose_needs_are_unknown_is_described_without_them() -> None:
+    status = _status(P.QUEUED, place=QueuePlace("gpu", 1, 2))
+    text = describe(Lifecycle(S.QUEUED), status, queue="gpu", needs="")
+    assert text == "queued in 'gpu', position 1 of 2"
+
+
 @pytest.mark.parametrize(
     ("lifecycle", "state"),
     [

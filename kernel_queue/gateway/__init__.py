@@ -1,7 +1,7 @@
 """Enterprise Gateway 3.x support: `KueueProcessProxy`, a process proxy over the same backends.
 
 EG 3.x pins jupyter_client<7, so it runs process proxies, not provisioners. The proxy reuses the
-kernelspec options (`options.py`), the spec builder, the backends and the lifecycle tracker; it
+kernelspec options (`options.py`), the spec builder, the backends and the kernel session; it
 lives in EG's own environment (`pip install "kernel-queue[enterprise-gateway]"`). A kernelspec
 names it as `metadata.process_proxy.class_name` = `kernel_queue.gateway.KueueProcessProxy`.
 """

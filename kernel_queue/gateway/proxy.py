@@ -2,9 +2,9 @@
 
 EG's `RemoteKernelManager` (jupyter_client 6) calls `launch_process` (awaited) and then
 `poll`, `wait`, `send_signal`, `terminate`, `kill` and `cleanup` synchronously on the event
-loop: those answer from the tracker's memory and hand any cluster call to a task, never
-blocking. The launch waits for admission itself; EG's `kernel_launch_timeout` plays no part.
-Nothing here talks to Kubernetes: `backends`, `spec` and `tracking` do, as for the provisioner.
+loop: those answer from the kernel's session (`session.py`) and hand any cluster call to a
+task, never blocking. The launch waits for admission itself; EG's `kernel_launch_timeout` plays
+no part. EG makes a new proxy for each restart: a restart in place hands the session over.
 """
 
 from __future__ import annotations
@@ -19,26 +19,21 @@ from typing import Any
 from enterprise_gateway.services.processproxies.processproxy import BaseProcessProxyABC
 from tornado import ioloop, web
 
-from kernel_queue import backends, errors, lifecycle, spec
+from kernel_queue import errors, lifecycle, spec
 from kernel_queue.gateway import launch
-from kernel_queue.lifecycle import Lifecycle
-from kernel_queue.model import GroupRef, GroupSpec, GroupStatus, StopCause, short_id
-from kernel_queue.options import KernelOptions
-from kernel_queue.tracking import KernelTracker
+from kernel_queue.lifecycle import KernelState
+from kernel_queue.model import GroupRef, StopCause, short_id
+from kernel_queue.session import BackendLease, KernelSession
 
 INFO_KEY = "kernel_queue"
 """Where `get_process_info` keeps the group reference in EG's persisted session."""
 
 # Cluster calls started by the synchronous hooks; kept here so none is garbage-collected.
 _tasks: set[asyncio.Task[None]] = set()
-# kernel id -> release scheduled by `cleanup`; a restart (a new launch of the same kernel,
-# which EG starts before the loop runs again) takes the group over instead.
-_releases: dict[str, tuple[asyncio.Task[None], KueueProcessProxy]] = {}
-
-
-# id(owner) -> proxies using that owner's backends; the last one to let go closes them, so
-# nothing (informers, API connections) outlives EG's final shutdown of its kernels.
-_users: dict[int, int] = {}
+# kernel id -> the release `cleanup` scheduled, its session, and whether that session restarts
+# in place: a restart (a new launch of the same kernel, which EG starts before the loop runs
+# again) cancels the release and, for a restart in place, takes the session over.
+_releases: dict[str, tuple[asyncio.Task[None], KernelSession, bool]] = {}
 
 
 def _watch_shutdown_requests(km: Any) -> None:
@@ -65,19 +60,12 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
 
     def __init__(self, kernel_manager: Any, proxy_config: Mapping[str, Any] | None) -> None:
         super().__init__(kernel_manager, dict(proxy_config or {}))
-        self._tracker: KernelTracker | None = None
-        self._backend: backends.ClusterBackend | None = None
+        self._session: KernelSession | None = None
         self._adopted: GroupRef | None = None  # from load_process_info, followed on first poll
-        self._group: GroupSpec | None = None  # None for a group adopted after an EG restart
-        self._queue = ""
-        self._last_message = ""
+        self._queue = ""  # of an adopted group
         self._launching = False  # a failure during launch is reported by the launch's error
-        self._owner_in_use: Any = None  # whose backends this proxy counts as used
         self._ending: asyncio.Task[None] | None = None  # kill: stop and release, under way
         self._exit_code = 0
-        self._startup_timeout = KernelOptions.startup_timeout.default_value
-        self._old_kernel_gone = False  # asked to restart, and the old kernel stopped answering
-        self._handover: KernelTracker | None = None  # for the next launch: restart in place
         _watch_shutdown_requests(kernel_manager)
 
     # -- launch ------------------------------------------------------------------------------
@@ -89,13 +77,9 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         names the fix, with nothing left in the cluster."""
         await super().launch_process(kernel_cmd, **kwargs)  # env, KERNEL_ID, authorization
         previous = self._take_over()
-        env: dict[str, str] = kwargs["env"]
         self._launching = True
         try:
-            if previous is not None:
-                await self._restarted_in_place(previous)
-            else:
-                await self._launch(env)
+            await self._launch(kwargs["env"], previous)
         except errors.KernelQueueError as exc:
             await self._release()
             status, reason, message = launch.reply(exc)
@@ -108,33 +92,21 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
             self._launching = False
         return self
 
-    def _take_over(self) -> KueueProcessProxy | None:
-        """A restart (EG makes a new proxy for it): stop the previous proxy's release. Return it
-        when its kernel restarted in place, so this launch only waits for the new process;
-        otherwise the launch queues a new group behind the kept Secret and Service."""
+    def _take_over(self) -> KernelSession | None:
+        """A restart (EG makes a new proxy for it): stop the previous proxy's release. Return
+        its session when the kernel restarts in place, so this launch only waits for the new
+        process; otherwise the launch queues a new group behind the kept Secret and Service."""
         pending = _releases.pop(self.kernel_id, None)
         if pending is None:
             return None
-        task, previous = pending
+        task, session, in_place = pending
         task.cancel()
-        if previous._handover is None:
-            previous._forget_owner()
+        if not in_place:
+            session.lease.forget()
             return None
-        return previous
+        return session
 
-    async def _restarted_in_place(self, previous: KueueProcessProxy) -> None:
-        """Adopt the previous proxy's group, whose pod restarts the kernel in place (the
-        admission is kept), and wait for the new kernel process to answer."""
-        tracker, previous._handover = previous._handover, None
-        assert tracker is not None
-        self._tracker, self._backend, self._group = tracker, previous._backend, previous._group
-        self._queue = previous._queue
-        self._owner_in_use, previous._owner_in_use = previous._owner_in_use, None
-        within = self._startup_timeout = previous._startup_timeout
-        await tracker.wait_back(within=within)
-        self._connect(tracker)
-
-    async def _launch(self, env: dict[str, str]) -> None:
+    async def _launch(self, env: dict[str, str], session: KernelSession | None) -> None:
         km = self.kernel_manager
         options = launch.kernel_options(
             km.kernel_spec, self.proxy_config, parent=km, kernel_id=self.kernel_id
@@ -146,27 +118,27 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
             connection=replace(group.connection, key=key),
             user=env.get("KERNEL_USERNAME") or group.user,
         )
-        self._backend = self._use_backend(options.backend)
-        self._group, self._queue = group, group.queue
-        self._startup_timeout = options.startup_timeout
-        ref = await self._backend.submit(group)
-        self._tracker = self._track(ref)
+        if session is None:
+            session = self._new_session(options.backend)
+            session.spec = group
+        else:
+            session.attach(self._tell, self._touch)
+        self._session = session
         deadline = launch.queue_deadline(options.admission_timeout, env)
         try:
-            await self._tracker.wait_live(
-                admission_timeout=deadline.seconds, startup_timeout=options.startup_timeout
+            await session.launch(
+                group, admission_timeout=deadline.seconds, startup_timeout=options.startup_timeout
             )
         except errors.AdmissionTimeout:
             if not deadline.from_client:
                 raise
-            waited = self._tracker.waited
+            waited = session.waited
             raise launch.client_gave_up(short_id(self.kernel_id), group.queue, waited) from None
-        self._connect(self._tracker)
+        self._connect(session)
 
-    def _connect(self, tracker: KernelTracker) -> None:
+    def _connect(self, session: KernelSession) -> None:
         """Point EG's kernel manager at the kernel (its ports were chosen locally by EG)."""
-        info = tracker.ref.connection.to_dict()
-        info["ip"] = tracker.address
+        info = session.connection()
         km = self.kernel_manager
         km.shell_port = km.iopub_port = km.stdin_port = km.hb_port = km.control_port = 0
         km.load_connection_info(info)
@@ -180,31 +152,21 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
 
         Right after `load_process_info` (EG starting, no loop running yet) it answers None;
         the restarter's next poll starts following the group and learns the truth."""
-        if self._old_kernel_gone:
-            return 0
         if self._ending is not None and not self._ending.done():
             return None  # kill's release is under way: EG keeps the loop running meanwhile
-        tracker = self._tracker
-        if tracker is None:
+        session = self._session
+        if session is None or session.tracker is None:
             return None if self._follow_adopted() else self._exit_code
-        if tracker.lifecycle.state in lifecycle.TERMINAL:
-            code = tracker.status.exit_code
-            return code if code is not None else 1
-        if tracker.waiting:  # preempted, waiting to come back: EG's culler leaves it alone
-            self.kernel_manager.last_activity = datetime.datetime.now(datetime.UTC)
-        return None
+        return session.poll()
 
     def shutdown_requested(self, restart: bool) -> None:
         """After EG sent `shutdown_request` (see `_watch_shutdown_requests`): on a restart, watch
-        the old kernel's heartbeat stop, so `poll` ends the shutdown without stopping the pod."""
-        tracker = self._tracker
-        if restart and tracker is not None and tracker.lifecycle.state in lifecycle.LIVE:
-            tracker.restart()
-            self._spawn(self._await_old_kernel(tracker))
-
-    async def _await_old_kernel(self, tracker: KernelTracker) -> None:
-        # Bounded: a kernel that ignores the request is terminated by EG as usual (and requeued).
-        self._old_kernel_gone = await tracker.wait_heartbeat(alive=False, within=10.0)
+        the old kernel stop, so `poll` ends the shutdown without stopping the pod."""
+        session = self._session
+        if not restart or session is None or not session.live:
+            return
+        if session.shutdown_requested(restart):  # a pod: its heartbeat tells
+            self._spawn(session.await_old_kernel())
 
     def wait(self) -> int | None:
         """After `poll` reported an exit (EG never waits on a live kernel): the exit code."""
@@ -219,13 +181,14 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
             self.kill()
         elif signum == signal.SIGTERM:
             self.terminate()
-        elif self._tracker is not None and self._backend is not None:
-            self._spawn(self._backend.send_signal(self._tracker.ref, signum))
+        elif self._session is not None:
+            self._spawn(self._session.send_signal(signum))
         return None
 
     def terminate(self) -> bool | None:
         """Stop the kernel gracefully (its checkpoint grace), in a task."""
-        self._spawn(self._stop(StopCause.SHUTDOWN))
+        if self._session is not None:
+            self._spawn(self._session.stop(StopCause.SHUTDOWN))
         return None
 
     def kill(self) -> bool | None:
@@ -240,14 +203,13 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
     def cleanup(self) -> None:
         """RemoteKernelManager.cleanup_resources: release the group (Workload, pods, Service,
         Secret) in a task, unless a restart's new launch of this kernel takes it over."""
-        tracker, self._tracker = self._tracker, None
-        if tracker is None or self._backend is None:
+        session, self._session = self._session, None
+        if session is None or session.tracker is None:
             return
-        if self._old_kernel_gone and tracker.lifecycle.state in lifecycle.IN_PLACE:
-            self._handover = tracker  # restarting in place: the next launch adopts the group
-        task = self._spawn(self._release_tracked(tracker))
+        in_place = session.restarted_in_place()  # the next launch adopts the session
+        task = self._spawn(self._release_session(session))
         if task is not None:
-            _releases[self.kernel_id] = (task, self)
+            _releases[self.kernel_id] = (task, session, in_place)
         super().cleanup()
 
     # -- persistence -------------------------------------------------------------------------
@@ -255,9 +217,11 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
     def get_process_info(self) -> dict[str, Any]:
         """Persisted by EG's session manager: the group reference for `load_process_info`."""
         info: dict[str, Any] = super().get_process_info()
-        ref = self._tracker.ref if self._tracker is not None else self._adopted
+        tracker = self._session.tracker if self._session is not None else None
+        ref = tracker.ref if tracker is not None else self._adopted
         if ref is not None:
-            info[INFO_KEY] = {"group": ref.to_dict(), "queue": self._queue}
+            queue = tracker.queue if tracker is not None else self._queue
+            info[INFO_KEY] = {"group": ref.to_dict(), "queue": queue}
         return info
 
     def load_process_info(self, process_info: dict[str, Any]) -> None:
@@ -281,94 +245,54 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         except RuntimeError:
             return True  # EG's startup, before its loop runs
         self._adopted = None
-        self._backend = self._use_backend(ref.backend)
-        self._tracker = self._track(ref)
+        self._session = self._new_session(ref.backend)
+        self._session.adopt(ref, queue=self._queue)
         self.log.info("kernel %s: following its group %s again", self.kernel_id, ref.name)
         return True
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _owner(self) -> Any:
-        """What shares one backend: EG's mapping kernel manager (else the loop)."""
-        owner = getattr(self.kernel_manager, "parent", None)
-        return owner if owner is not None else asyncio.get_running_loop()
-
-    def _use_backend(self, name: str) -> backends.ClusterBackend:
-        """The shared backend `name`, counted as used by this proxy until `_let_go`."""
-        assert self._owner_in_use is None
-        owner = self._owner()
-        self._owner_in_use = owner
-        _users[id(owner)] = _users.get(id(owner), 0) + 1
+    def _new_session(self, backend: str) -> KernelSession:
+        """A session on the shared backend `backend`, counted as used by EG until released:
+        the last kernel to let go closes EG's backends (informers, API connections)."""
+        owner = getattr(self.kernel_manager, "parent", None)  # EG's mapping kernel manager
+        owner = owner if owner is not None else asyncio.get_running_loop()
         config = self.kernel_manager.config
-        return backends.get_backend(name, owner=owner, config=config, log=self.log)
-
-    async def _let_go(self) -> None:
-        """Stop using the backend; close the owner's backends if no proxy uses them now."""
-        owner = self._owner_in_use
-        if self._forget_owner():
-            await backends.aclose_all(owner)
-
-    def _forget_owner(self) -> bool:
-        """Stop counting this proxy as a user; True if it was the owner's last."""
-        owner, self._owner_in_use = self._owner_in_use, None
-        if owner is None:
-            return False
-        _users[id(owner)] -= 1
-        if _users[id(owner)]:
-            return False
-        del _users[id(owner)]
-        return True
-
-    def _track(self, ref: GroupRef) -> KernelTracker:
-        assert self._backend is not None
-        tracker = KernelTracker(self._backend, ref, queue=self._queue, notify=self._notify)
-        tracker.start()
-        return tracker
-
-    def _notify(self, state: Lifecycle, status: GroupStatus) -> None:
-        """Log each new sentence: EG 3 has no `reason` field to show it in."""
-        tracker = self._tracker
-        if state.state in lifecycle.TERMINAL and self._launching:
-            return  # launch_process raises it as the reply to the client, and logs it there
-        if tracker is None:
-            return
-        group = self._group  # None for a group adopted after an EG restart
-        message = tracker.describe(
-            needs=group.needs() if group else "", restored=bool(group and group.checkpoint.enabled)
+        lease = BackendLease(backend, owner=owner, config=config, log=self.log, counted=True)
+        return KernelSession(
+            lease, kernel_id=self.kernel_id, log=self.log, tell=self._tell, touch=self._touch
         )
-        if message != self._last_message:
-            self._last_message = message
+
+    def _touch(self) -> None:
+        self.kernel_manager.last_activity = datetime.datetime.now(datetime.UTC)
+
+    def _tell(self, state: KernelState, message: str) -> None:
+        """Log each new sentence: EG 3 has no `reason` field to show it in."""
+        if state in lifecycle.TERMINAL and self._launching:
+            return  # launch_process raises it as the reply to the client, and logs it there
+        if self._session is not None:
             self.log.info("kernel %s: %s", short_id(self.kernel_id), message)
 
-    async def _stop(self, cause: StopCause) -> None:
-        tracker, backend = self._tracker, self._backend
-        if tracker is not None and backend is not None:
-            grace = self._group.grace_seconds if self._group else spec.DEFAULT_GRACE_SECONDS
-            await backend.stop(
-                tracker.ref, grace=0.0 if cause is StopCause.KILL else grace, cause=cause
-            )
-
     async def _end(self) -> None:
-        await self._stop(StopCause.KILL)
+        if self._session is not None:
+            await self._session.stop(StopCause.KILL)
         self._exit_code = -signal.SIGKILL
         await self._release()
 
     async def _release(self) -> None:
-        tracker, self._tracker = self._tracker, None
-        if tracker is not None and self._backend is not None:
-            await self._release_tracked(tracker)
-        else:
-            await self._let_go()
+        session, self._session = self._session, None
+        if session is not None:
+            await self._release_session(session)
 
-    async def _release_tracked(self, tracker: KernelTracker) -> None:
+    async def _release_session(self, session: KernelSession) -> None:
         await asyncio.sleep(0)  # let a restart's launch, already under way, cancel this first
         try:
-            await tracker.release()
+            await session.release()
         finally:
-            await tracker.aclose()
-            if _releases.get(tracker.ref.kernel_id, (None,))[0] is asyncio.current_task():
-                del _releases[tracker.ref.kernel_id]
-            await self._let_go()
+            await session.aclose()
+            if _releases.get(session.kernel_id, (None,))[0] is asyncio.current_task():
+                del _releases[session.kernel_id]
+            await session.lease.aclose()
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
         """Run `work` on the loop, logging its failure; None (and nothing run) without a loop."""
