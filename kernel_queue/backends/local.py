@@ -318,7 +318,8 @@ class LocalBackend(LoggingConfigurable):
             return
         # Signal and return, as Popen.terminate does; the launcher is killed if it outlives grace.
         self._signal(group, signal.SIGTERM)
-        asyncio.get_running_loop().call_later(grace + 1, group.process.signal, signal.SIGKILL)
+        kill_after = grace + contract.LOCAL_KILL_MARGIN_SECONDS
+        asyncio.get_running_loop().call_later(kill_after, group.process.signal, signal.SIGKILL)
 
     async def send_signal(self, ref: GroupRef, signum: int) -> None:
         """Send `signum` to the launcher, which forwards it to the kernel."""
@@ -592,13 +593,14 @@ class LocalBackend(LoggingConfigurable):
             group.process.signal(signum)
 
     async def _terminate(self, group: _Group, grace: float) -> None:
-        """SIGTERM the launcher (it stops the kernel), SIGKILL it after `grace` seconds."""
+        """SIGTERM the launcher (it stops the kernel), SIGKILL it if it outlives `grace`."""
         if group.process is None:
             return
         self._signal(group, signal.SIGTERM if grace > 0 else signal.SIGKILL)
         process = group.process
         try:
-            await asyncio.wait_for(process.exited.wait(), timeout=max(grace, 0) + 1)
+            kill_after = max(grace, 0) + contract.LOCAL_KILL_MARGIN_SECONDS
+            await asyncio.wait_for(process.exited.wait(), timeout=kill_after)
         except TimeoutError:
             process.signal(signal.SIGKILL)
             await process.exited.wait()

@@ -44,8 +44,10 @@ DEFAULT_GRACE_SECONDS = 30.0
 """A kernel's grace period when its kernelspec gives none (``checkpoint.grace_seconds``)."""
 KUBELET_MARGIN_SECONDS = 5
 """Pods only: grace left after the launcher's stop timeout, to SIGKILL and reap a kernel that
-missed it and still exit 143 before the kubelet SIGKILLs the launcher. Locally the backend
-kills the launcher only after the whole grace period, so the stop timeout is all of it."""
+missed it and still exit 143 before the kubelet SIGKILLs the launcher."""
+LOCAL_KILL_MARGIN_SECONDS = 1.0
+"""Local only: the backend SIGKILLs the launcher this long after the grace period, which is all
+the stop timeout there, so a launcher that had to SIGKILL its kernel still reaps it and exits."""
 COMMIT_MARGIN_SECONDS = 3.0
 """Between the save's deadline and the stop timeout: the kernel still abandons a late save
 (``SAVE_SLACK_SECONDS``), reports and leaves its loops (``PREEMPTED_EXIT_SECONDS``)."""
@@ -73,7 +75,7 @@ class Budget:
     """One kernel's time after SIGTERM, each field in seconds from the signal."""
 
     grace: float
-    """Until the launcher itself is SIGKILLed (by the kubelet, or by the local backend)."""
+    """Until the kubelet SIGKILLs the launcher (locally ``LOCAL_KILL_MARGIN_SECONDS`` later)."""
     stop_timeout: float
     """Until the launcher SIGKILLs the kernel (``KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT``)."""
     save_deadline: float
