@@ -15,14 +15,39 @@ import datetime
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from kernel_queue import errors, heartbeat, kernel_info, lifecycle
 from kernel_queue.backends import ClusterBackend
 from kernel_queue.lifecycle import IN_PLACE, LIVE, Action, Command, KernelState, Lifecycle
-from kernel_queue.model import GroupPhase, GroupRef, GroupStatus, short_id
+from kernel_queue.model import ConnectionInfo, GroupPhase, GroupRef, GroupStatus, short_id
 
 Notify = Callable[[Lifecycle, GroupStatus], None]
 log = logging.getLogger(__name__)
+
+
+class Probe(Protocol):
+    """How the tracker asks whether a kernel serves: over ZeroMQ (`ZMQ`) unless the backend
+    brings its own as a `probe` attribute (`backends.fake.FakeBackend` does, for tests)."""
+
+    async def answers(self, connection: ConnectionInfo, address: str) -> None:
+        """Return once a kernel at `address` answers kernel_info; runs until cancelled."""
+        ...
+
+    async def heartbeat(self, address: str, port: int, *, alive: bool, within: float) -> bool:
+        """Wait until the heartbeat answers (`alive`) or stops; False if `within` passed."""
+        ...
+
+
+class _ZmqProbe:
+    async def answers(self, connection: ConnectionInfo, address: str) -> None:
+        await kernel_info.answers(connection, address)
+
+    async def heartbeat(self, address: str, port: int, *, alive: bool, within: float) -> bool:
+        return await heartbeat.wait_for(address, port, alive=alive, within=within)
+
+
+ZMQ: Probe = _ZmqProbe()
 
 
 def _retrieved(task: asyncio.Task[None]) -> None:
@@ -42,6 +67,7 @@ class KernelTracker:
         notify: Notify,
     ) -> None:
         self.backend = backend
+        self.probe: Probe = getattr(backend, "probe", None) or ZMQ
         self.ref = ref
         self.queue = queue
         self.lifecycle = Lifecycle()
@@ -87,7 +113,7 @@ class KernelTracker:
             self._answer = asyncio.get_running_loop().create_task(self._answered())
 
     async def _answered(self) -> None:
-        await kernel_info.answers(self.ref.connection, self.address)
+        await self.probe.answers(self.ref.connection, self.address)
         if self.status.phase is GroupPhase.RUNNING:
             await self.observe(GroupPhase.RUNNING)
 
@@ -157,7 +183,7 @@ class KernelTracker:
         """Wait until the kernel's heartbeat answers (`alive`) or stops; False if `within`
         passed. For backends that cannot see the kernel process restart (pods)."""
         port = self.ref.connection.hb_port
-        return await heartbeat.wait_for(self.address, port, alive=alive, within=within)
+        return await self.probe.heartbeat(self.address, port, alive=alive, within=within)
 
     async def wait_back(self, *, within: float) -> None:
         """After an in-place restart: return once the new kernel answers its heartbeat (for
