@@ -1,0 +1,223 @@
+"""One contract, both real backends: the local backend and the kubernetes backend on the fake
+cluster, driven through the `ClusterBackend` API alone (no Jupyter server). Submit, wait in the
+queue, cancel, preempt, restart in place, release and reattach mean the same on each."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.kernelspec import KernelSpec
+
+from kernel_queue import backends, heartbeat, kernel_info, spec
+from kernel_queue.model import GroupPhase, GroupRef, GroupSpec, GroupStatus, StopCause
+from kernel_queue.provisioner import QueuedKernelProvisioner
+from tests.kube.conftest import cluster, cluster_options  # noqa: F401 - shared fixtures
+from tests.kube.support import OWNER, SERVER_TOKEN
+
+ARGV = ["python", "-m", "kernel_queue.launcher.kernel", "-f", "{connection_file}"]
+ENDED = (GroupPhase.FINISHED, GroupPhase.FAILED)
+
+
+class Contract:
+    """A backend under test and how to make a group spec for it."""
+
+    def __init__(self, backend: backends.ClusterBackend, queue: str, **options: Any) -> None:
+        self.backend, self.queue, self.options = backend, queue, options
+        self.followed: list[Followed] = []
+
+    def follow(self, ref: GroupRef) -> Followed:
+        """Watch the group until the test ends."""
+        followed = Followed(self.backend, ref)
+        self.followed.append(followed)
+        return followed
+
+    async def aclose(self) -> None:
+        for followed in self.followed:
+            await followed.aclose()
+        await self.backend.aclose()
+
+    def spec(self, priority_class: str) -> GroupSpec:
+        """A one-GPU kernel of `priority_class`, as the provisioner would submit it."""
+        kernelspec = KernelSpec(argv=ARGV, display_name="contract", language="python")
+        options = QueuedKernelProvisioner(
+            kernel_id=str(uuid.uuid4()),
+            kernel_spec=kernelspec,
+            backend=self.backend.name,
+            queue=self.queue,
+            gpus=1,
+            priority_class=priority_class,
+            **self.options,
+        )
+        group = spec.build(options, argv_extra=[], cwd=None)
+        return spec.with_env(group, dict(os.environ), [])
+
+
+@pytest.fixture(params=["local", "kubernetes"])
+def contract(
+    request: pytest.FixtureRequest, tmp_path: Path, jp_asyncio_loop: asyncio.AbstractEventLoop
+) -> Iterator[Contract]:
+    backend: backends.ClusterBackend
+    if request.param == "local":
+        from kernel_queue.backends.local import LocalBackend
+
+        backend = LocalBackend(gpus=["0"], log_dir=str(tmp_path / "logs"))
+        tested = Contract(backend, "gpu")
+    else:
+        from kernel_queue.backends.kubernetes import KubernetesBackend
+
+        fake = request.getfixturevalue("cluster")
+        kubeconfig = fake.kubeconfig_for(SERVER_TOKEN, name="contract-kubeconfig")
+        backend = KubernetesBackend(
+            kubeconfig=str(kubeconfig),
+            namespace="default",
+            position_interval=0.2,
+            owner_id=OWNER,
+            reap_interval=0,
+        )
+        tested = Contract(backend, "user-queue", image="kernel-queue/test-kernel")
+    yield tested
+    jp_asyncio_loop.run_until_complete(tested.aclose())
+
+
+class Followed:
+    """Every status one `watch` of a group yields, in a task."""
+
+    def __init__(self, backend: backends.ClusterBackend, ref: GroupRef) -> None:
+        self.statuses: list[GroupStatus] = []
+        self.ended = False
+        self._changed = asyncio.Event()
+        self._task = asyncio.ensure_future(self._follow(backend.watch(ref)))
+
+    async def _follow(self, stream: AsyncIterator[GroupStatus]) -> None:
+        async for status in stream:
+            self.statuses.append(status)
+            self._changed.set()
+        self.ended = True
+        self._changed.set()
+
+    @property
+    def phase(self) -> GroupPhase | None:
+        return self.statuses[-1].phase if self.statuses else None
+
+    def phases(self) -> list[GroupPhase]:
+        """The distinct successive phases seen."""
+        seen: list[GroupPhase] = []
+        for status in self.statuses:
+            if not seen or seen[-1] is not status.phase:
+                seen.append(status.phase)
+        return seen
+
+    async def until(self, check: Callable[[Followed], bool], within: float = 60) -> None:
+        try:
+            async with asyncio.timeout(within):
+                while not check(self):
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            pytest.fail(f"the group never got there; it went through {self.phases()}")
+
+    async def running(self, ref: GroupRef) -> None:
+        """Wait until the group runs and its kernel answers."""
+        await self.until(lambda f: f.phase is GroupPhase.RUNNING)
+        address = self.statuses[-1].address or ref.connection.ip
+        await asyncio.wait_for(kernel_info.answers(ref.connection, address), 60)
+
+    async def aclose(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+async def submitted(contract: Contract, priority_class: str) -> tuple[GroupRef, Followed]:
+    ref = await contract.backend.submit(contract.spec(priority_class))
+    return ref, contract.follow(ref)
+
+
+async def client_of(ref: GroupRef, address: str) -> AsyncKernelClient:
+    client = AsyncKernelClient()
+    client.load_connection_info({**ref.connection.to_dict(), "ip": address})
+    client.start_channels()
+    await client.wait_for_ready(timeout=60)
+    return client
+
+
+async def test_a_kernel_runs_restarts_in_place_is_reattached_and_released(
+    contract: Contract,
+) -> None:
+    backend = contract.backend
+    group = contract.spec("low")
+    ref = await backend.submit(group)
+    followed = contract.follow(ref)
+    await followed.running(ref)
+    assert await backend.submit(group) == ref  # submitted again while it runs: the same group
+
+    again = contract.follow(GroupRef.from_dict(ref.to_dict()))  # a restarted server's ref
+    await again.until(lambda f: f.phase is not None)
+    assert again.phase is GroupPhase.RUNNING
+
+    address = followed.statuses[-1].address or ref.connection.ip
+    client = await client_of(ref, address)
+    try:
+        await client.execute_interactive("x = 1", timeout=60)
+        seen = len(followed.statuses)
+        client.shutdown(restart=True)  # the launcher restarts its kernel in place
+        if backend.tracks_kernel_restarts:  # it reports the new kernel process
+            await followed.until(lambda f: f.statuses[-1].generation == 1)
+            await followed.until(lambda f: f.statuses[-1].kernel_alive)
+        else:  # a pod: only the kernel's heartbeat tells
+            port = ref.connection.hb_port
+            assert await heartbeat.wait_for(address, port, alive=False, within=30)
+            assert await heartbeat.wait_for(address, port, alive=True, within=60)
+    finally:
+        client.stop_channels()
+    client = await client_of(ref, address)
+    try:
+        reply = await client.execute_interactive("assert 'x' not in dir()", timeout=60)
+        assert reply["content"]["status"] == "ok"  # a fresh kernel process
+    finally:
+        client.stop_channels()
+    assert {s.phase for s in followed.statuses[seen:]} <= {GroupPhase.RUNNING}  # not requeued
+
+    await backend.release(ref)
+    await followed.until(lambda f: f.ended)
+    assert followed.phase in ENDED
+    await backend.release(ref)  # a second release finds nothing left to do
+
+
+async def test_a_waiting_kernel_is_placed_and_cancelled_and_a_preempted_one_comes_back(
+    contract: Contract,
+) -> None:
+    backend = contract.backend
+    low, low_followed = await submitted(contract, "low")
+    await low_followed.running(low)
+
+    waiting, waiting_followed = await submitted(contract, "low")
+    await waiting_followed.until(
+        lambda f: f.phase is GroupPhase.QUEUED and f.statuses[-1].place is not None
+    )
+    place = waiting_followed.statuses[-1].place
+    assert place is not None and (place.position, place.length) in ((1, 1), (0, 1))
+    await backend.release(waiting)  # cancelled while it waits
+    await waiting_followed.until(lambda f: f.ended)
+    assert GroupPhase.RUNNING not in waiting_followed.phases()
+
+    high, high_followed = await submitted(contract, "high")
+    await low_followed.until(lambda f: GroupPhase.EVICTED in f.phases())
+    await high_followed.running(high)
+    await low_followed.until(lambda f: f.phase is GroupPhase.QUEUED)  # requeued, same group
+    await backend.stop(high, grace=0, cause=StopCause.SHUTDOWN)
+    await high_followed.until(lambda f: f.ended)
+    await backend.release(high)
+    await low_followed.running(low)  # back once the GPU is free
+    phases = low_followed.phases()
+    assert GroupPhase.QUEUED in phases[phases.index(GroupPhase.EVICTED) :]
+    await backend.release(low)
+    await low_followed.until(lambda f: f.ended)
