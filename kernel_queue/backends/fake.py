@@ -169,9 +169,11 @@ class FakeBackend:
                 self.finish(ref.kernel_id, 0, message="released")
 
     async def aclose(self) -> None:
+        """Release every group not released yet, as a real backend's close does."""
         self.closed = True
         for group in list(self.groups.values()):
-            await self.release(group.ref)
+            if not group.released:
+                await self.release(group.ref)
 
     # -- what a test scripts -----------------------------------------------------------------
 
