@@ -3,8 +3,8 @@
 A `KernelTracker` follows one submission of a kernel for its session (`session.py`): it consumes
 the backend's `watch` stream in one task, keeps the last status and lifecycle in memory (so
 `poll()` never calls a backend), carries out the lifecycle's actions, sees a restart in place
-through (the backend's kernel generations or the heartbeat), and lets the session wait for
-"live" or "gone" without sleeping: every change sets an event.
+end (a newer kernel generation, or the heartbeat back) and lets the session wait for "live" or
+"gone" without sleeping: every change sets an event.
 """
 
 from __future__ import annotations
