@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 from kernel_queue.backends import gpus as gpu_detection
 from kernel_queue.cli.lab import inventory_message
 from tests.conftest import KernelspecFactory, Server
+from tests.polling import until_sync
 
 JUPYTER = str(Path(sys.executable).parent / "jupyter")
 KUBE = ["--backend", "kubernetes", "--image", "registry.example/kernel:1"]
@@ -239,15 +239,13 @@ def _get(url: str, token: str, method: str = "GET", body: Any = None) -> Any:
         return json.loads(response.read() or b"null")
 
 
-def _wait_until_serving(base: str, token: str) -> None:
-    """The banner is printed before the listening socket is ready; wait (bounded) for it."""
-    for _ in range(600):
-        try:
-            _get(base + "api/status", token)
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"the server at {base} never answered")
+def _serving(base: str, token: str) -> bool:
+    """Whether the server answers: its banner is printed before its listening socket is ready."""
+    try:
+        _get(base + "api/status", token)
+    except OSError:
+        return False
+    return True
 
 
 def test_the_lab_banner_names_the_gpus_found_or_the_visible_ones() -> None:
@@ -298,7 +296,7 @@ def test_lab_starts_jupyterlab_with_queued_kernelspecs_and_cleans_up(
             lines.append(line)
             if "is running at" in line or "http://127.0.0.1" in line:
                 break
-        _wait_until_serving(base, token)
+        until_sync(lambda: _serving(base, token), f"the server at {base} answering")
         banner = lines[0]
         if gpus:
             assert banner.startswith(
@@ -312,12 +310,13 @@ def test_lab_starts_jupyterlab_with_queued_kernelspecs_and_cleans_up(
         assert {"python3-gpu-queued", "python3-cpu-queued"} <= set(specs)
         first = _get(base + "api/kernels", token, "POST", {"name": "python3-gpu-queued"})["id"]
         second = _get(base + "api/kernels", token, "POST", {"name": "python3-gpu-queued"})["id"]
+
         # With 1 GPU (pretend, or the one CUDA_VISIBLE_DEVICES leaves) the second kernel waits.
-        for _ in range(600):
+        def second_placed() -> dict[str, Any] | None:
             listing = {k["id"]: k for k in _get(base + "api/kernel-queue/kernels", token)}
-            if (listing[second]["queue"] or {}).get("position") == 1:
-                break
-            time.sleep(0.05)
+            return listing if (listing[second]["queue"] or {}).get("position") == 1 else None
+
+        listing = until_sync(second_placed, "the second kernel placed at position 1")
         assert listing[second]["queue"]["state"] == "queued"
         assert listing[second]["queue"]["message"] == (
             "queued in 'gpu', position 1 of 1, needs 1 GPU"
@@ -325,11 +324,7 @@ def test_lab_starts_jupyterlab_with_queued_kernelspecs_and_cleans_up(
         assert listing[first]["queue"]["state"] in ("admitted", "running")
         # The running kernel's connection file exists now, so its absence below means clean-up.
         connection_file = runtime / f"kernel-{first}.json"
-        for _ in range(600):
-            if connection_file.exists():
-                break
-            time.sleep(0.05)
-        assert connection_file.exists(), sorted(p.name for p in runtime.rglob("*"))
+        until_sync(connection_file.exists, f"the running kernel's {connection_file.name}")
     finally:
         lab.send_signal(signal.SIGTERM)
         try:

@@ -26,6 +26,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 
 from kernel_queue import launcher
 from kernel_queue.launcher import contract
+from tests.polling import until_sync
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -71,13 +72,8 @@ def is_gone(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
-def wait_until_gone(pid: int, timeout: float = WAIT) -> bool:
-    deadline = time.monotonic() + timeout
-    while not is_gone(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+def wait_until_gone(pid: int, who: str) -> None:
+    until_sync(lambda: is_gone(pid), f"{who} (pid {pid}) gone", within=WAIT)
 
 
 class StatusReader:
@@ -288,7 +284,7 @@ def test_a_restart_request_restarts_the_kernel_in_place(launch: LaunchFactory) -
     second_pid = launched.started(1)
     assert second_pid != first_pid
     assert launched.proc.poll() is None
-    assert wait_until_gone(first_pid)
+    wait_until_gone(first_pid, "the first kernel")
     # The same client object, still connected to the same ip and ports, talks to the new kernel.
     assert value_of(client, "__import__('os').getpid()") == str(second_pid)
     assert evaluate(client, "x")["ename"] == "NameError"
@@ -497,7 +493,7 @@ def test_sigkill_of_the_launcher_takes_the_kernel_down(launch: LaunchFactory) ->
     launched.proc.kill()
 
     assert launched.wait() == -signal.SIGKILL
-    assert wait_until_gone(kernel_pid), "the kernel outlived its SIGKILLed launcher"
+    wait_until_gone(kernel_pid, "the kernel of the SIGKILLed launcher")
 
 
 def can_unshare_pid_namespace() -> bool:
@@ -553,9 +549,9 @@ def test_the_parent_death_signal_stops_the_launcher_when_its_parent_dies(
 
     launched.proc.kill()
 
-    assert wait_until_gone(launcher_pid)
+    wait_until_gone(launcher_pid, "the launcher")
     assert launched.status.next()["event"] == "stopping"
-    assert wait_until_gone(kernel_pid)
+    wait_until_gone(kernel_pid, "the kernel")
     assert list(launched.tmpdir.iterdir()) == []
 
 
