@@ -19,6 +19,7 @@ from kernel_queue.backends.fake import FakeBackend
 from kernel_queue.lifecycle import KernelState
 from kernel_queue.model import ConnectionInfo, GroupSpec, StopCause
 from kernel_queue.provisioner import QueuedKernelProvisioner
+from tests import polling
 
 KERNEL = "0b9f7a52-3d1c-4e8a-9f2b-6c1d2e3f4a5b"
 S = KernelState
@@ -75,13 +76,6 @@ async def until(
             await kernel.wait_changed()
 
 
-async def soon(check: Callable[[], bool], within: float = 5) -> None:
-    """Let other tasks run until `check` holds (bounded): for what no event marks."""
-    async with asyncio.timeout(within):
-        while not check():  # noqa: ASYNC110 - each turn lets a launch task take its next step
-            await asyncio.sleep(0)
-
-
 def state(kernel: session.KernelSession) -> KernelState:
     assert kernel.tracker is not None
     return kernel.tracker.lifecycle.state
@@ -96,7 +90,12 @@ async def launched(kernel: session.KernelSession, **timeouts: float) -> asyncio.
             startup_timeout=timeouts.get("startup", 60),
         )
     )
-    await soon(lambda: kernel.tracker is not None and kernel.tracker.observed.is_set())
+    await polling.until(  # each turn lets the launch task take its next step
+        lambda: kernel.tracker is not None and kernel.tracker.observed.is_set(),
+        "the launch following its group",
+        within=5,
+        every=0,
+    )
     return task
 
 
@@ -298,7 +297,9 @@ async def test_the_provisioner_queues_restarts_in_place_and_releases_through_its
     prov, manager = provisioner(owner)
     kwargs = await prov.pre_launch()
     launch = asyncio.ensure_future(prov.launch_kernel(kwargs.pop("cmd"), **kwargs))
-    await soon(lambda: manager.reason != "")
+    await polling.until(
+        lambda: manager.reason, "a reason told to the kernel manager", within=5, every=0
+    )
     assert manager.reason == "queued in 'gpu', position 1 of 1, needs 1 GPU"
     assert manager.last_activity is not None
     assert await prov.poll() is None and prov.waiting_in_queue and prov.has_process
@@ -332,7 +333,9 @@ async def test_the_provisioner_cancels_a_queued_launch() -> None:
     prov, manager = provisioner(owner)
     kwargs = await prov.pre_launch()
     launch = asyncio.ensure_future(prov.launch_kernel(kwargs.pop("cmd"), **kwargs))
-    await soon(lambda: prov.waiting_in_queue)
+    await polling.until(
+        lambda: prov.waiting_in_queue, "the launch waiting in the queue", within=5, every=0
+    )
     await prov.cancel_launch()
     with pytest.raises(errors.LaunchCancelled):
         await launch
