@@ -14,12 +14,26 @@ Starting Kernel" dialog and in a kernel's `reason`.
     ├── LaunchCancelled                      shut down while still waiting in the queue
     ├── LaunchFailed (RuntimeError)          the kernel process ended before it was reachable
     ├── KueueNotInstalled (LookupError)      the cluster serves no Kueue API
-    └── ClusterApiError                      the Kubernetes API answered with an error status
-        ├── ClusterNotFound (LookupError)    404
-        ├── ClusterConflict                  409
-        ├── ClusterForbidden (PermissionError) 401/403: names the verb and the resource
-        ├── ClusterGone                      410 (a watch's resourceVersion is too old)
-        └── ClusterUnavailable (ConnectionError) 5xx, timeouts, refused connections
+    ├── ClusterApiError                      the Kubernetes API answered with an error status
+    │   ├── ClusterNotFound (LookupError)    404
+    │   ├── ClusterConflict                  409
+    │   ├── ClusterForbidden (PermissionError) 401/403: names the verb and the resource
+    │   ├── ClusterGone                      410 (a watch's resourceVersion is too old)
+    │   └── ClusterUnavailable (ConnectionError) 5xx, timeouts, refused connections
+    ├── ConfigError's kin, defined beside the code that checks them:
+    │   ├── launcher.contract.SettingsError (ConfigError)  a launch variable is missing or bad
+    │   └── cli.install.InstallError (ConfigError)         an install option is bad; nothing written
+    ├── cli.status.StatusError                no running server found, or its API refused us
+    └── checkpoint.CheckpointError (RuntimeError)  a checkpoint could not be written or read
+        ├── FormatMismatch (ValueError)      written by a format this version cannot read
+        └── CheckpointDamaged                its bytes differ from what its manifest recorded
+
+Raised and caught inside kernel-queue, each turned into one of the above or a sentence before
+anything reaches a user: `spec.Problem` (one bad kernelspec value, worded per caller),
+`quantities.QuantityError` (ValueError), `checkpoint.digests.Mismatch` (read as
+CheckpointDamaged), `checkpoint.payloads.DeadlinePassed` (a save out of time stops writing).
+`launcher.checkpointing.Preempted` is a BaseException on purpose: it unwinds the running cell
+when the kernel is preempted, past the user's own `except Exception:`.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from jupyter_core.application import JupyterApp
 from jupyter_core.paths import SYSTEM_JUPYTER_PATH, jupyter_data_dir
 from traitlets import Bool, Float, Int, Unicode
 
-from kernel_queue import backends, quantities, spec
+from kernel_queue import backends, errors, quantities, spec
 from kernel_queue import gateway as eg
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -36,7 +36,7 @@ CHECKPOINT_OPTIONS = {
 """The option that sets each kernelspec `checkpoint` key (for `spec.checkpoint_settings`)."""
 
 
-class InstallError(Exception):
+class InstallError(errors.ConfigError):
     """An option is invalid; nothing was written."""
 
 

@@ -16,10 +16,12 @@ from typing import Any
 from jupyter_core.application import JupyterApp
 from traitlets import Bool, Unicode
 
+from kernel_queue.errors import KernelQueueError
+
 COLUMNS = ("KERNEL", "KERNELSPEC", "STATE", "QUEUE", "POSITION", "GPUS", "MESSAGE")
 
 
-class StatusError(Exception):
+class StatusError(KernelQueueError):
     """The server could not be found or read."""
 
 

@@ -3,7 +3,7 @@
 Both backends describe a launch as a ``Launch`` and ``render`` it into env; the launcher
 (``settings``) and its kernel (``checkpointing``) parse that env here, and a bad value is always a
 ``SettingsError`` naming the variable. ``budget`` turns the grace period into every deadline that
-follows SIGTERM. Stdlib only: this runs in the kernel image and in the server.
+follows SIGTERM. Stdlib only (`errors` is too): this runs in the kernel image and in the server.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from kernel_queue.errors import ConfigError
 
 PREFIX = "KERNEL_QUEUE_LAUNCH_"
 """Every launcher input starts so; a kernel's own env never passes one on (``kernel_env``)."""
@@ -66,7 +68,7 @@ CELL_WAIT_SECONDS = 2.0
 MIN_CELL_WAIT_SECONDS = 0.25
 
 
-class SettingsError(Exception):
+class SettingsError(ConfigError):
     """A launcher input is missing or invalid; the message names the option and the variable."""
 
 
