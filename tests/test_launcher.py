@@ -380,14 +380,12 @@ def test_sigint_to_the_launcher_interrupts_the_running_cell(launch: LaunchFactor
         if msg["msg_type"] == "stream" and msg["parent_header"]["msg_id"] == msg_id:
             break
 
-    started = time.monotonic()
     launched.proc.send_signal(signal.SIGINT)
 
     reply = client.get_shell_msg(timeout=WAIT)
     assert reply["parent_header"]["msg_id"] == msg_id
     assert reply["content"]["status"] == "error"
     assert reply["content"]["ename"] == "KeyboardInterrupt"
-    assert time.monotonic() - started < 20
     # After an error ipykernel aborts requests that arrive before its "stop aborting" marker.
     for _ in range(20):
         content = execute(client, "", user_expressions={"value": "1+1"})
