@@ -15,7 +15,7 @@ import asyncio
 import collections
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernel_queue import errors
 from kernel_queue.backends import feed
@@ -32,11 +32,13 @@ from kernel_queue.kube import (
     settings,
     submission,
     tasks,
+    verbs,
 )
 from kernel_queue.kube import owner as owners
 from kernel_queue.kube import status as group_status
 from kernel_queue.kube.informer import Informer, Informers
 from kernel_queue.kube.reaper import Reaper
+from kernel_queue.kube.verbs import KubeApi
 from kernel_queue.model import (
     GroupPhase,
     GroupRef,
@@ -46,9 +48,6 @@ from kernel_queue.model import (
     StopCause,
     short_id,
 )
-
-if TYPE_CHECKING:
-    from kernel_queue.kube.api import KubeApi
 
 Obj = dict[str, Any]
 _TERMINAL = feed.TERMINAL
@@ -337,10 +336,8 @@ class KubernetesBackend(settings.BackendSettings):
                 pods = await self._informers.get(api, kueue.PODS, namespace, _POD_SELECTOR)
                 workloads = await self._informers.get(api, kueue.WORKLOADS, namespace)
         except TimeoutError:
-            from kernel_queue.kube.api import Unavailable
-
             message = f'list pods in namespace "{namespace}": the API server did not answer'
-            raise Unavailable(0, "Timeout", message) from None
+            raise verbs.Unavailable(0, "Timeout", message) from None
         if namespace not in self._namespaces:
             self._namespaces[namespace] = (pods, workloads)
             for pod in pods.items():

@@ -1,6 +1,6 @@
-"""`KubeApi`: the Kubernetes API verbs kernel-queue uses, on plain dicts, and its implementation.
+"""`KubernetesApi`: the `KubeApi` verbs (`kube.verbs`) over the `kubernetes` client.
 
-`KubernetesApi` is the only code in kernel-queue that imports the `kubernetes` client. It sends
+This is the only module of kernel-queue that imports the `kubernetes` client. It sends
 requests through `kubernetes.aio`'s generic transport (no generated typed APIs, no models), sets
 every patch's content type itself, streams watches line by line, turns every client error into a
 `ClusterApiError` in one function (`api_error`) and retries idempotent calls (get, list, delete,
@@ -14,32 +14,40 @@ import contextlib
 import json
 import logging
 import os
-import re
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import aiohttp
 from kubernetes.aio import client, config
 
 from kernel_queue import errors
-from kernel_queue.kube import kueue, retries
+from kernel_queue.kube import kueue, retries, verbs
+from kernel_queue.kube.verbs import (
+    PATCH_CONTENT_TYPES,
+    Forbidden,
+    Items,
+    NotFound,
+    Obj,
+    PatchType,
+    Resource,
+    Unavailable,
+)
+
+__all__ = [
+    "PATCH_CONTENT_TYPES",
+    "PODS",
+    "Forbidden",
+    "KubernetesApi",
+    "NotFound",
+    "Resource",
+    "Unavailable",
+    "api_error",
+]
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
-"""A Kubernetes object (or list, or Status) as JSON decodes it."""
-Items = list[Obj]
-PatchType = Literal["json", "merge", "strategic"]
 T = TypeVar("T")
-
-PATCH_CONTENT_TYPES: Mapping[str, str] = {
-    "json": "application/json-patch+json",
-    "merge": "application/merge-patch+json",
-    "strategic": "application/strategic-merge-patch+json",
-}
-"""The Content-Type each patch type is sent with (custom resources accept no strategic)."""
 
 DEFAULT_REQUEST_TIMEOUT = 30.0
 """Seconds one non-watch request may take, connecting included."""
@@ -48,132 +56,7 @@ WATCH_READ_SLACK = 30.0
 DEFAULT_RETRY = retries.Backoff()
 """Retries of idempotent calls: 0.2 s doubling to 5 s, for up to 30 s of pauses."""
 SERVICE_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
-
-
-# Where a kind is served; one definition, beside every other Kubernetes and Kueue key.
-Resource = kueue.Kind
 PODS = kueue.PODS
-
-
-class KubeApi(Protocol):
-    """The API verbs the Kubernetes backend and the informers call. Bodies are plain dicts;
-    every error is a `ClusterApiError` whose message is the API server's own."""
-
-    async def create(self, kind: Resource, namespace: str | None, body: Obj) -> Obj:
-        """POST `body`; return the object as stored."""
-        ...
-
-    async def get(self, kind: Resource, namespace: str | None, name: str) -> Obj:
-        """Read one object; `ClusterNotFound` when it does not exist."""
-        ...
-
-    async def list(
-        self,
-        kind: Resource,
-        namespace: str | None,
-        *,
-        label_selector: str = "",
-        field_selector: str = "",
-    ) -> tuple[Items, str]:
-        """The matching objects and the list's resourceVersion (to watch from)."""
-        ...
-
-    def watch(
-        self,
-        kind: Resource,
-        namespace: str | None,
-        *,
-        resource_version: str,
-        label_selector: str = "",
-        field_selector: str = "",
-        timeout_seconds: int = 300,
-        bookmarks: bool = True,
-    ) -> AsyncGenerator[tuple[str, Obj], None]:
-        """Yield (type, object) from `resource_version` on ("ADDED", "MODIFIED", "DELETED",
-        "BOOKMARK") until the server ends the stream; an ERROR event raises its error
-        (`ClusterGone` for 410). Close the iterator (`aclose`) to end it early."""
-        ...
-
-    async def patch(
-        self,
-        kind: Resource,
-        namespace: str | None,
-        name: str,
-        body: Obj | Items,
-        *,
-        patch_type: PatchType,
-        subresource: str = "",
-    ) -> Obj:
-        """PATCH with the content type of `patch_type`; return the object as stored."""
-        ...
-
-    async def delete(
-        self, kind: Resource, namespace: str | None, name: str, *, grace_seconds: int | None = None
-    ) -> bool:
-        """Delete one object: True when the server took the delete (the object is gone or
-        going), False when it was already gone (404)."""
-        ...
-
-    async def read_log(
-        self,
-        namespace: str,
-        pod: str,
-        *,
-        container: str | None = None,
-        tail_lines: int | None = None,
-    ) -> str:
-        """A pod container's log text (the last `tail_lines` lines)."""
-        ...
-
-    async def get_path(self, path: str, query: Mapping[str, str] | None = None) -> Obj:
-        """GET any JSON path, e.g. an aggregated API such as Kueue's visibility API."""
-        ...
-
-    async def aclose(self) -> None:
-        """Close every connection (open watches included)."""
-        ...
-
-
-class NotFound(errors.ClusterNotFound):
-    """A 404 with the `details` of the server's Status: `name`, `kind` (and `group`) of the
-    object that does not exist; empty when the server named none, as for a path it does not
-    serve (an API group that is not installed)."""
-
-    def __init__(self, status: int, reason: str, message: str, details: Mapping[str, Any]) -> None:
-        super().__init__(status, reason, message)
-        self.details = details
-
-
-class Forbidden(errors.ClusterForbidden):
-    """A 401 or 403, with what was refused: `verb`, `resource` (``pods``,
-    ``workloads.kueue.x-k8s.io``), `namespace` (None for a cluster-scoped kind) and `user` (the
-    identity the server named in its message, "" when it named none)."""
-
-    def __init__(
-        self,
-        status: int,
-        reason: str,
-        message: str,
-        *,
-        verb: str = "",
-        resource: str = "",
-        namespace: str | None = None,
-    ) -> None:
-        super().__init__(status, reason, message)
-        self.verb, self.resource, self.namespace = verb, resource, namespace
-        found = re.search(r'User "([^"]*)"', message)
-        self.user = found.group(1) if found else ""
-
-
-class Unavailable(errors.ClusterUnavailable):
-    """A 429, a 5xx, a timeout or a lost connection, with the `Retry-After` seconds the server
-    asked for (None when it did not)."""
-
-    def __init__(
-        self, status: int, reason: str, message: str, *, retry_after: float | None = None
-    ) -> None:
-        super().__init__(status, reason, message)
-        self.retry_after = retry_after
 
 
 def api_error(
@@ -229,28 +112,8 @@ def _retry_after(headers: Any) -> float | None:
     return seconds if seconds is not None and 0 <= seconds < float("inf") else None
 
 
-@dataclass(frozen=True)
-class _Call:
-    """What one request does, for its errors: `create pods "p" in namespace "ns"`."""
-
-    verb: str
-    kind: Resource | None = None
-    namespace: str | None = None
-    name: str = ""
-    text: str = ""  # said instead (a path that is no kind of ours, a subresource)
-
-    def __str__(self) -> str:
-        if self.text or self.kind is None:
-            return self.text
-        what = f'{self.kind.qualified} "{self.name}"' if self.name else self.kind.qualified
-        where = (
-            f' in namespace "{self.namespace}"' if self.kind.namespaced and self.namespace else ""
-        )
-        return f"{self.verb} {what}{where}"
-
-
 @contextlib.contextmanager
-def _translated(call: _Call) -> Iterator[None]:
+def _translated(call: verbs.Call) -> Iterator[None]:
     try:
         yield
     except (client.ApiException, aiohttp.ClientError, TimeoutError) as exc:
@@ -323,7 +186,7 @@ class KubernetesApi:
             raise client.ApiException(http_resp=response)
         return response
 
-    async def _json(self, method: str, path: str, call: _Call, **options: Any) -> Obj:
+    async def _json(self, method: str, path: str, call: verbs.Call, **options: Any) -> Obj:
         with _translated(call):
             response = await self._send(method, path, **options)
             data: Obj = json.loads(await response.read())  # type: ignore[no-untyped-call]
@@ -335,11 +198,11 @@ class KubernetesApi:
     # -- KubeApi -------------------------------------------------------------------------
 
     async def create(self, kind: Resource, namespace: str | None, body: Obj) -> Obj:
-        call = _Call("create", kind, namespace, body.get("metadata", {}).get("name", ""))
+        call = verbs.Call("create", kind, namespace, body.get("metadata", {}).get("name", ""))
         return await self._json("POST", kind.path(namespace), call, body=body)
 
     async def get(self, kind: Resource, namespace: str | None, name: str) -> Obj:
-        call = _Call("get", kind, namespace, name)
+        call = verbs.Call("get", kind, namespace, name)
         return await self._retried(lambda: self._json("GET", kind.path(namespace, name), call))
 
     async def list(
@@ -350,7 +213,10 @@ class KubernetesApi:
         label_selector: str = "",
         field_selector: str = "",
     ) -> tuple[Items, str]:
-        query, call = _selectors(label_selector, field_selector), _Call("list", kind, namespace)
+        query, call = (
+            _selectors(label_selector, field_selector),
+            verbs.Call("list", kind, namespace),
+        )
         found = await self._retried(
             lambda: self._json("GET", kind.path(namespace), call, query=query)
         )
@@ -374,7 +240,7 @@ class KubernetesApi:
         timeout_seconds: int = 300,
         bookmarks: bool = True,
     ) -> AsyncGenerator[tuple[str, Obj], None]:
-        call = _Call("watch", kind, namespace)
+        call = verbs.Call("watch", kind, namespace)
         query = {"watch": "true", "timeoutSeconds": str(timeout_seconds)}
         query |= _selectors(label_selector, field_selector)
         if resource_version:
@@ -416,11 +282,11 @@ class KubernetesApi:
         patch_type: PatchType,
         subresource: str = "",
     ) -> Obj:
-        action = str(_Call(f"{patch_type}-patch", kind, namespace, name))
+        action = str(verbs.Call(f"{patch_type}-patch", kind, namespace, name))
         action += f" ({subresource})" if subresource else ""
         if (patch_type == "json") != isinstance(body, list):
             raise TypeError(f"{action}: a JSON patch is a list of operations, other patches dicts")
-        call = _Call("patch", kind, namespace, name, text=action)
+        call = verbs.Call("patch", kind, namespace, name, text=action)
         content_type = PATCH_CONTENT_TYPES[patch_type]
         path = kind.path(namespace, name, subresource)
         return await self._json("PATCH", path, call, body=body, content_type=content_type)
@@ -429,7 +295,7 @@ class KubernetesApi:
         self, kind: Resource, namespace: str | None, name: str, *, grace_seconds: int | None = None
     ) -> bool:
         query = {} if grace_seconds is None else {"gracePeriodSeconds": str(grace_seconds)}
-        call, path = _Call("delete", kind, namespace, name), kind.path(namespace, name)
+        call, path = verbs.Call("delete", kind, namespace, name), kind.path(namespace, name)
         try:
             await self._retried(lambda: self._json("DELETE", path, call, query=query))
         except errors.ClusterNotFound:
@@ -448,8 +314,8 @@ class KubernetesApi:
         query = {"container": container} if container else {}
         if tail_lines is not None:
             query["tailLines"] = str(tail_lines)
-        call = _Call("get", PODS, namespace, pod)
-        call = _Call(
+        call = verbs.Call("get", PODS, namespace, pod)
+        call = verbs.Call(
             "get", PODS, namespace, pod, text=str(call).replace("get", "read the log of", 1)
         )
 
@@ -464,7 +330,7 @@ class KubernetesApi:
         return await self._retried(read)
 
     async def get_path(self, path: str, query: Mapping[str, str] | None = None) -> Obj:
-        return await self._json("GET", path, _Call("get", text=f"get {path}"), query=query)
+        return await self._json("GET", path, verbs.Call("get", text=f"get {path}"), query=query)
 
     async def aclose(self) -> None:
         await self._client.close()  # type: ignore[no-untyped-call]

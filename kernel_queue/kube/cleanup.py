@@ -11,12 +11,10 @@ deleted ("pod kq-…-head-0"), for the reaper's log. No state of its own.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernel_queue.kube import kueue, names
-
-if TYPE_CHECKING:
-    from kernel_queue.kube.api import KubeApi
+from kernel_queue.kube.verbs import KubeApi
 
 Obj = dict[str, Any]
 CONFIRM_ROUNDS = 3

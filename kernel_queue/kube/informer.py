@@ -13,12 +13,10 @@ import contextlib
 import logging
 from collections.abc import Callable
 from logging import DEBUG, WARNING
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernel_queue import errors
-
-if TYPE_CHECKING:
-    from kernel_queue.kube.api import KubeApi, Resource
+from kernel_queue.kube.verbs import KubeApi, Resource
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,11 @@ never changed or deleted. No state of its own.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernel_queue import errors
 from kernel_queue.kube import kueue, retries
-
-if TYPE_CHECKING:
-    from kernel_queue.kube.api import KubeApi
+from kernel_queue.kube.verbs import KubeApi
 
 Obj = dict[str, Any]
 OWNERSHIP_LABELS = (kueue.KERNEL_ID_LABEL, kueue.OWNER_LABEL)

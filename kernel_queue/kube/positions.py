@@ -8,14 +8,12 @@ once until it answers again (`Warned`).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernel_queue import errors
 from kernel_queue.kube import kueue
+from kernel_queue.kube.verbs import KubeApi
 from kernel_queue.model import QueuePlace
-
-if TYPE_CHECKING:
-    from kernel_queue.kube.api import KubeApi
 
 
 class Warned:

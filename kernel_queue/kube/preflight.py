@@ -4,14 +4,10 @@ class and the checkpoint claim. Each missing one is an error naming the fix; not
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kernel_queue import errors
-from kernel_queue.kube import kueue
+from kernel_queue.kube import kueue, verbs
+from kernel_queue.kube.verbs import KubeApi
 from kernel_queue.model import GroupSpec, short_id
-
-if TYPE_CHECKING:
-    from kernel_queue.kube.api import KubeApi
 
 
 def claim(spec: GroupSpec) -> str | None:
@@ -22,14 +18,12 @@ def claim(spec: GroupSpec) -> str | None:
 async def check(api: KubeApi, spec: GroupSpec, namespace: str) -> None:
     """Kueue installed, the LocalQueue there, the priority class and the checkpoint claim
     known: else say which. API errors other than 404 are raised as they are."""
-    from kernel_queue.kube.api import NotFound  # loaded with the client
-
     who = f"kernel {short_id(spec.kernel_id)}"
     try:
         await api.get(kueue.LOCAL_QUEUES, namespace, spec.queue)
     except errors.ClusterNotFound as exc:
         # A missing LocalQueue is named in the Status; a path not served names nothing.
-        if not (isinstance(exc, NotFound) and exc.details.get("name")):
+        if not (isinstance(exc, verbs.NotFound) and exc.details.get("name")):
             raise errors.KueueNotInstalled(
                 f"{who}: the cluster serves no Kueue API ({exc.message}); install Kueue "
                 "(its CRDs and controller) or use backend 'local'"

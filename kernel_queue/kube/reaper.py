@@ -14,14 +14,12 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernel_queue import errors
 from kernel_queue.kube import cleanup, explain, kueue, names
+from kernel_queue.kube.verbs import KubeApi
 from kernel_queue.model import short_id
-
-if TYPE_CHECKING:
-    from kernel_queue.kube.api import KubeApi
 
 Work = Callable[["KubeApi"], Awaitable[list[str]]]
 Key = tuple[str, str]  # (namespace, kernel id label value)
