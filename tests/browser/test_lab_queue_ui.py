@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 
 from kernel_queue.backends import gpus as gpu_detection
+from tests.polling import until_sync
 
 CHROMIUM = os.environ.get("KQ_CHROMIUM", "/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[2]
@@ -183,15 +183,16 @@ def lab(tmp_path: Path, artifacts: Path, browser_api: Any) -> Iterator[str]:
     )
     base = f"http://127.0.0.1:{port}/"
     try:
-        for _ in range(1200):
+
+        def answering() -> bool:
+            assert process.poll() is None, log_path.read_text()
             try:
                 _api(base, "api/status")
-                break
             except OSError:
-                assert process.poll() is None, log_path.read_text()
-                time.sleep(0.05)
-        else:
-            pytest.fail(f"the lab at {base} never answered; its log:\n{log_path.read_text()}")
+                return False
+            return True
+
+        until_sync(answering, f"the lab at {base} answering", within=60)
         yield base
     finally:
         process.send_signal(signal.SIGTERM)
@@ -266,11 +267,12 @@ class Lab:
 
     def gone(self, kernel_id: str, within: float = 30) -> dict[str, Any]:
         """The listing once `kernel_id` has left it (a shutdown ends after DELETE returns)."""
-        deadline = time.monotonic() + within
-        while kernel_id in (listing := self.kernels()):
-            assert time.monotonic() < deadline, f"kernel {kernel_id} still listed: {listing}"
-            time.sleep(0.2)
-        return listing
+
+        def without_it() -> dict[str, Any] | None:
+            listing = self.kernels()
+            return None if kernel_id in listing else listing
+
+        return until_sync(without_it, f"kernel {kernel_id} gone from the listing", within=within)
 
 
 def test_the_second_notebook_waits_runs_when_the_first_stops_and_cancel_leaves_the_queue(
@@ -367,10 +369,11 @@ def test_preemption_requeue_resume_and_failure_are_told_with_their_reasons(
     expect(preempted).to_contain_text("saving its variables")
     # The low kernel's events (preempted, then requeued) do not touch the current notebook's
     # item: it still shows its own kernel.
-    deadline = time.monotonic() + KERNEL_WAIT_MS / 1000
-    while (ui.kernels()[low_kernel]["queue"] or {}).get("state") != "requeued":
-        assert time.monotonic() < deadline, ui.kernels()[low_kernel]
-        time.sleep(0.2)
+    until_sync(
+        lambda: (ui.kernels()[low_kernel]["queue"] or {}).get("state") == "requeued",
+        "the low kernel requeued in the listing",
+        within=KERNEL_WAIT_MS / 1000,
+    )
     expect(ui.tab("high.ipynb")).to_have_class(CURRENT_TAB)
     expect(status).to_have_text("Running")
     expect(status).to_have_attribute("data-kernel-id", high_kernel)
