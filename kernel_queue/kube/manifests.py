@@ -1,19 +1,21 @@
 """Pure builders of one kernel's objects: the Secret with its key, its Service, its group's pods.
 
 ``GroupSpec`` in, plain dicts out: no I/O, and the same input always gives the same output, so
-replacement pods keep Kueue's role hash (kueue.md §3.2). Every key comes from ``kueue``; the
-admin's ``pod_template`` is merged under the fields we own (style.md §8 rules 4 and 6).
+replacement pods keep Kueue's role hash (the hash of a pod's shape that matches it to a pod set of
+its Workload: Kueue, ``getRoleHash`` in pkg/controller/jobs/pod/pod_controller.go). Every key
+comes from ``kueue``; the admin's ``pod_template`` is merged under the fields we own
+(``templates``).
 """
 
 from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kernel_queue import errors
-from kernel_queue.kube import kueue, names
+from kernel_queue.kube import kueue, names, templates
 from kernel_queue.launcher import contract, worker
 from kernel_queue.model import GroupSpec
 
@@ -28,7 +30,8 @@ WORKER_COMMAND = (*LAUNCHER_COMMAND, "--worker")
 CHECKPOINT_VOLUME, CHECKPOINT_MOUNT = "checkpoints", "/checkpoints"
 ENV_POD_IP = "POD_IP"
 # A TCP connect to the shell port is answered by ZMQ's I/O thread, so a kernel busy in a long
-# cell stays Ready (a flapping probe would start Kueue's recovery clock, kueue.md §6).
+# cell stays Ready (a pod that stops being Ready starts waitForPodsReady's recovery timeout, after
+# which Kueue evicts the group: Kueue, pkg/controller/core/workload_controller.go).
 READINESS_PROBE = {"tcpSocket": {"port": "shell"}, "periodSeconds": 1, "failureThreshold": 3}
 POD_SECURITY = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
 CONTAINER_SECURITY = {
@@ -179,8 +182,8 @@ def _pod(
 ) -> dict[str, Any]:
     role = kueue.ROLE_HEAD if index == 0 else kueue.ROLE_WORKER
     template = copy.deepcopy(dict(spec.pod_template))
-    template_meta = _mapping(template.get("metadata"))
-    pod_spec = _mapping(template.get("spec"))
+    template_meta = templates.mapping(template.get("metadata"))
+    pod_spec = templates.mapping(template.get("spec"))
 
     pod_labels = {
         **common_labels(spec, owner),
@@ -193,19 +196,21 @@ def _pod(
     metadata = _metadata(
         spec,
         names.pod_name(group, role, index, attempt),
-        {**_mapping(template_meta.get("labels")), **pod_labels},
+        {**templates.mapping(template_meta.get("labels")), **pod_labels},
         {kueue.POD_GROUP_TOTAL_COUNT_ANNOTATION: str(spec.pod_group_size)},
     )
     # Never `retriable-in-group: "false"` at creation: a preemption would end the group.
     template_annotations = {
         key: value
-        for key, value in _mapping(template_meta.get("annotations")).items()
+        for key, value in templates.mapping(template_meta.get("annotations")).items()
         if key != kueue.RETRIABLE_IN_GROUP_ANNOTATION
     }
     metadata["annotations"] = {**template_annotations, **metadata.get("annotations", {})}
 
     mine = KERNEL_CONTAINER if role == kueue.ROLE_HEAD else WORKER_CONTAINER
-    containers = [c for c in _dicts(pod_spec.get("containers")) if isinstance(c.get("name"), str)]
+    containers = [
+        c for c in templates.dicts(pod_spec.get("containers")) if isinstance(c.get("name"), str)
+    ]
     by_name = {c["name"]: c for c in containers}
     # Workers run the kernel's image unless the template gives its `worker` container another.
     image = (
@@ -223,11 +228,16 @@ def _pod(
     else:
         ours = _worker_container(spec, image, index, kernel_env, worker_command)
     sidecars = [
-        _hardened(c) for c in containers if c["name"] not in (KERNEL_CONTAINER, WORKER_CONTAINER)
+        templates.hardened(c, CONTAINER_SECURITY)
+        for c in containers
+        if c["name"] not in (KERNEL_CONTAINER, WORKER_CONTAINER)
     ]
-    pod_spec["containers"] = [_merge_container(ours, by_name.get(mine, {})), *sidecars]
+    pod_spec["containers"] = [templates.merge_container(ours, by_name.get(mine, {})), *sidecars]
     if "initContainers" in pod_spec:
-        pod_spec["initContainers"] = [_hardened(c) for c in _dicts(pod_spec["initContainers"])]
+        pod_spec["initContainers"] = [
+            templates.hardened(c, CONTAINER_SECURITY)
+            for c in templates.dicts(pod_spec["initContainers"])
+        ]
 
     pod_spec["restartPolicy"] = "Never"
     pod_spec["terminationGracePeriodSeconds"] = grace_seconds(spec)
@@ -236,13 +246,18 @@ def _pod(
     pod_spec.setdefault("automountServiceAccountToken", False)
     if spec.service_account:
         pod_spec["serviceAccountName"] = spec.service_account
-    pod_spec["securityContext"] = {**_mapping(pod_spec.get("securityContext")), **POD_SECURITY}
+    pod_spec["securityContext"] = {
+        **templates.mapping(pod_spec.get("securityContext")),
+        **POD_SECURITY,
+    }
     if role == kueue.ROLE_HEAD and checkpoint_claim:
         volume = {
             "name": CHECKPOINT_VOLUME,
             "persistentVolumeClaim": {"claimName": checkpoint_claim},
         }
-        pod_spec["volumes"] = _merge_named([volume], _dicts(pod_spec.get("volumes")), ("name",))
+        pod_spec["volumes"] = templates.merge_named(
+            [volume], templates.dicts(pod_spec.get("volumes")), ("name",)
+        )
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 
@@ -351,58 +366,6 @@ def _with_kernel_env(
     ]
 
 
-def _hardened(container: dict[str, Any]) -> dict[str, Any]:
-    """A template's own container with our container securityContext over its own."""
-    context = {**_mapping(container.get("securityContext")), **copy.deepcopy(CONTAINER_SECURITY)}
-    return {**container, "securityContext": context}
-
-
-def _merge_container(ours: dict[str, Any], template: Mapping[str, Any]) -> dict[str, Any]:
-    """``ours`` over the template's container of the same name; lists and sub-dicts merged."""
-    merged = copy.deepcopy(dict(template))
-    for key, value in ours.items():
-        if key == "env":
-            merged[key] = _merge_named(value, _dicts(merged.get(key)), ("name",))
-        elif key == "ports":
-            keys = ("name", "containerPort")
-            merged[key] = _merge_named(value, _dicts(merged.get(key)), keys)
-        elif key == "volumeMounts":
-            keys = ("name", "mountPath")
-            merged[key] = _merge_named(value, _dicts(merged.get(key)), keys)
-        elif key == "resources":
-            theirs = _mapping(merged.get(key))
-            for part in ("requests", "limits"):
-                if part in value:
-                    theirs[part] = {**_mapping(theirs.get(part)), **value[part]}
-            merged[key] = theirs
-        elif key == "securityContext":
-            merged[key] = {**_mapping(merged.get(key)), **value}
-        else:
-            merged[key] = value
-    return merged
-
-
-def _merge_named(
-    ours: list[dict[str, Any]], theirs: Iterable[dict[str, Any]], keys: Sequence[str]
-) -> list[dict[str, Any]]:
-    """``ours``, then those of ``theirs`` that share no value of ``keys`` with ours."""
-    taken = {(key, item.get(key)) for item in ours for key in keys if key in item}
-    rest = [item for item in theirs if not any((key, item.get(key)) in taken for key in keys)]
-    return ours + rest
-
-
 def _literal(text: str) -> str:
     """``text`` escaped so Kubernetes' ``$(VAR)`` expansion in env and args leaves it as is."""
     return text.replace("$", "$$")
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    return dict(value) if isinstance(value, Mapping) else {}
-
-
-def _dicts(value: Any) -> list[dict[str, Any]]:
-    return (
-        [dict(item) for item in value if isinstance(item, Mapping)]
-        if isinstance(value, list)
-        else []
-    )
