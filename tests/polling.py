@@ -2,8 +2,9 @@
 
 State that lives in another process (a kernel, a gateway, the fake cluster's store, a server's REST
 API) has nothing a test can await, so a test polls it. Every poll is bounded, and a poll that runs
-out fails with what never happened and the last value seen, never a bare TimeoutError.
-Waits that do have an event (a session's change, a followed group's status) await it instead.
+out fails with `NeverSaw`: what never happened and the last value seen (or the `detail` asked
+for), never a bare TimeoutError. Waits that do have an event (a session's change, a followed
+group's status) await it instead.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ WITHIN = 60.0
 EVERY = 0.05
 
 
-def _failure(what: str, within: float, last: object) -> AssertionError:
-    seen = repr(last)
-    if len(seen) > 300:
-        seen = seen[:300] + "..."
-    return AssertionError(f"never saw {what} within {within:g} s (last seen: {seen})")
+class NeverSaw(AssertionError):
+    """A poll ran out: the message says what never happened and what was seen instead."""
+
+
+def _shown(value: object) -> str:
+    seen = value if isinstance(value, str) else repr(value)
+    return seen if len(seen) <= 500 else seen[:500] + "..."
 
 
 async def until(
@@ -34,10 +37,12 @@ async def until(
     *,
     within: float = WITHIN,
     every: float = EVERY,
+    detail: Callable[[], object] | None = None,
 ) -> T:
     """Call `check` (plain or async) every `every` s until it returns something truthy; return it.
 
     `every=0` only lets the loop's other tasks run between calls (for a task in this process).
+    `detail` (plain or async) says what the failure shows instead of the last value seen.
     """
     last: object = None
     try:
@@ -50,11 +55,21 @@ async def until(
                 last = value
                 await asyncio.sleep(every)
     except TimeoutError:
-        raise _failure(what, within, last) from None
+        pass
+    if detail is not None:
+        shown = detail()
+        last = await shown if inspect.isawaitable(shown) else shown
+        raise NeverSaw(f"never saw {what} within {within:g} s: {_shown(last)}")
+    raise NeverSaw(f"never saw {what} within {within:g} s (last seen: {_shown(last)})")
 
 
 def until_sync(
-    check: Callable[[], T], what: str, *, within: float = WITHIN, every: float = EVERY
+    check: Callable[[], T],
+    what: str,
+    *,
+    within: float = WITHIN,
+    every: float = EVERY,
+    detail: Callable[[], object] | None = None,
 ) -> T:
     """`until` for a test without an event loop: the same bound, the same failure."""
     deadline = time.monotonic() + within
@@ -63,5 +78,7 @@ def until_sync(
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise _failure(what, within, value)
+            if detail is not None:
+                raise NeverSaw(f"never saw {what} within {within:g} s: {_shown(detail())}")
+            raise NeverSaw(f"never saw {what} within {within:g} s (last seen: {_shown(value)})")
         time.sleep(every)
