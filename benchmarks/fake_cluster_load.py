@@ -14,9 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from kernel_queue_fake_cluster.cluster import FakeCluster
 from kubernetes.aio import client, config
-
-from kernel_queue.testing.cluster import FakeCluster
 
 
 def pod(i: int) -> dict[str, object]:

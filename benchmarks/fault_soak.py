@@ -3,7 +3,7 @@ faults; prints the kernels leaked, stuck and failed without a sentence (target: 
 
 The fake cluster (API server, Kueue, kubelet) runs in this process; `jupyter server` runs as a
 subprocess with the kubernetes backend pointed at it, driven over its REST API as a notebook
-client would (kernel_queue.testing.soak). Also prints how many ERROR lines the server logged.
+client would (kernel_queue_fake_cluster.soak). Also prints how many ERROR lines the server logged.
 Usage: python benchmarks/fault_soak.py [--kernels 100] [--faults 80] [--parallel 6] [--seed 12]
 """
 
@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from kernel_queue_fake_cluster import soak
+from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue.cli.install import kernel_json
-from kernel_queue.testing import soak
-from kernel_queue.testing.cluster import FakeCluster
 
 
 def free_port() -> int:

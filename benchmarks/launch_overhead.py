@@ -67,7 +67,7 @@ async def main(runs: int, kubernetes: bool) -> None:
     times: dict[str, list[float]] = {"plain": [], "queued": []}
     config = None
     if kubernetes:
-        from kernel_queue.testing.cluster import FakeCluster
+        from kernel_queue_fake_cluster.cluster import FakeCluster
 
         cluster = FakeCluster()
         await cluster.start()

@@ -41,7 +41,7 @@ TICK = 0.010  # the lag probe's sleep
 
 
 async def serve_cluster(root: str) -> None:
-    from kernel_queue.testing.cluster import FakeCluster
+    from kernel_queue_fake_cluster.cluster import FakeCluster
 
     cluster = FakeCluster(root_dir=root, kubelet=False)
     await cluster.start()

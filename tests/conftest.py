@@ -16,10 +16,19 @@ import pytest
 
 from kernel_queue.events import SCHEMA_ID
 
-pytest_plugins = ["jupyter_server.pytest_plugin", "kernel_queue.testing.plugin"]
+# pytest-jupyter's core plugin first: the fake cluster's tests (packages/fake-cluster/tests, run
+# beside these) name it in their own conftest, and a plugin imported before it is registered
+# could not be rewritten.
+pytest_plugins = [
+    "pytest_jupyter.jupyter_core",
+    "jupyter_server.pytest_plugin",
+    "kernel_queue_fake_cluster.plugin",
+]
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER_CONFIG = REPO / "etc" / "jupyter" / "jupyter_server_config.d" / "kernel_queue.json"
+KUEUE_DATA = REPO.parent / "shared" / "data" / "kueue"
+"""Kueue's CRDs and example manifests next to the checkout (never copied into it)."""
 
 
 @pytest.hookimpl(wrapper=True)

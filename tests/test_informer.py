@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue import errors
 from kernel_queue.kube.api import PODS, KubernetesApi
 from kernel_queue.kube.informer import Informer, Informers
-from kernel_queue.testing.cluster import FakeCluster
 
 NS = "default"
 Event = tuple[str, str, str | None]  # (type, name, old resourceVersion)

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kernel_queue_fake_cluster.apiserver.rbac import User
+from kernel_queue_fake_cluster.cluster import FakeCluster
 from kubernetes.aio import client as kube_client
 
 from kernel_queue import errors
@@ -21,8 +23,6 @@ from kernel_queue.kube import api as kube
 from kernel_queue.kube import retries
 from kernel_queue.kube.api import PODS, KubernetesApi, Resource
 from kernel_queue.kube.kueue import SECRETS, SERVICES
-from kernel_queue.testing.cluster import FakeCluster
-from kernel_queue.testing.rbac import User
 
 WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads", namespaced=True)
 LOCAL_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "localqueues", namespaced=True)

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue import errors
 from kernel_queue.kube import explain, kueue, owner, tasks
 from kernel_queue.kube.api import Forbidden, KubernetesApi, Unavailable
 from kernel_queue.kube.reaper import Reaper
-from kernel_queue.testing.cluster import FakeCluster
 
 NS = "default"
 WHO = "kernel 1a2b3c4d"
@@ -130,7 +130,8 @@ async def test_owned_tasks_are_logged_once_when_they_fail_and_all_ended_at_aclos
 
 @contextlib.asynccontextmanager
 async def connected(tmp_path: Path) -> AsyncIterator[tuple[FakeCluster, KubernetesApi]]:
-    from kernel_queue.testing import resources
+    from kernel_queue_fake_cluster.apiserver import resources
+
     from tests.conftest import skip_unless_ci
 
     if not resources.KUEUE_CRDS.is_dir():

@@ -13,7 +13,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import yaml
 from jupyter_core.application import JupyterApp
 from traitlets import Bool, Int, Unicode
 
@@ -51,8 +50,17 @@ class FakeClusterApp(JupyterApp):
             asyncio.run(self._serve())
 
     async def _serve(self) -> None:
-        from kernel_queue.testing import resources
-        from kernel_queue.testing.cluster import FakeCluster
+        try:
+            from kernel_queue_fake_cluster.apiserver import resources
+            from kernel_queue_fake_cluster.cluster import FakeCluster
+        except ModuleNotFoundError as exc:
+            if exc.name != "kernel_queue_fake_cluster":
+                raise
+            from kernel_queue.testing import NOT_INSTALLED
+
+            print(f"jupyter kernel-queue fake-cluster: {NOT_INSTALLED}", file=sys.stderr)
+            self.exit(2)
+        import yaml  # a dependency of the fake cluster
 
         crds = Path(self.crds) if self.crds else resources.KUEUE_CRDS
         if not crds.is_dir():

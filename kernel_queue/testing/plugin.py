@@ -1,25 +1,18 @@
-"""pytest plugin with a `fake_cluster` fixture.
+"""Compatibility: the `fake_cluster` pytest fixture of `kernel_queue_fake_cluster.plugin`.
 
-Enable it with `pytest_plugins = ["kernel_queue.testing.plugin"]` in a conftest.py.
-The fixture runs the cluster on its own loop in a thread, so it serves synchronous tests and
-tests on any other event loop alike; reach its objects from a test with `fake_cluster.call()`.
+`pytest_plugins = ["kernel_queue.testing.plugin"]` keeps working where the distribution
+`kernel-queue-fake-cluster` is installed; new conftests name `kernel_queue_fake_cluster.plugin`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from kernel_queue.testing import NOT_INSTALLED
 
-import pytest
+try:
+    from kernel_queue_fake_cluster.plugin import fake_cluster
+except ModuleNotFoundError as exc:
+    if exc.name != "kernel_queue_fake_cluster":
+        raise
+    raise ImportError(NOT_INSTALLED, name="kernel_queue_fake_cluster") from exc
 
-from kernel_queue.testing.cluster import FakeCluster
-
-
-@pytest.fixture
-def fake_cluster(tmp_path: Path) -> Iterator[FakeCluster]:
-    """A started FakeCluster (Kueue and kubelet on) in a thread; stopped after the test."""
-    cluster = FakeCluster(root_dir=tmp_path / "fake-cluster").start_in_thread()
-    try:
-        yield cluster
-    finally:
-        cluster.stop_in_thread()
+__all__ = ["fake_cluster"]

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from jupyter_server.gateway.gateway_client import GatewayClient
+from kernel_queue_fake_cluster.cluster import FakeCluster
 
-from kernel_queue.testing.cluster import FakeCluster
 from tests.gateway.gateways import GatewayProcess
 from tests.kube.conftest import cluster, cluster_options  # noqa: F401 - shared fixtures
 from tests.kube.support import SERVER_TOKEN

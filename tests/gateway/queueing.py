@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from kernel_queue_fake_cluster.cluster import FakeCluster
+
 from kernel_queue import model
-from kernel_queue.testing.cluster import FakeCluster
 from tests.gateway.gateways import GatewayProcess
 
 KERNEL_ID_LABEL = "kernel-queue.dev/kernel-id"

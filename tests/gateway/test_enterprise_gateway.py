@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kernel_queue_fake_cluster.cluster import FakeCluster
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
-from kernel_queue.testing.cluster import FakeCluster
 from tests.conftest import Listener, Server
 from tests.gateway.conftest import REQUEST_TIMEOUT, backend_options, server_config, stop_gateway
 from tests.gateway.gateways import (

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from jupyter_server.serverapp import ServerApp
+from kernel_queue_fake_cluster.apiserver import rbac, resources
+from kernel_queue_fake_cluster.cluster import FakeCluster
 
-from kernel_queue.testing import rbac, resources
-from kernel_queue.testing.cluster import FakeCluster
 from tests.conftest import skip_unless_ci
 from tests.kube.support import ADMIN_TOKEN, GPU_QUOTA, OWNER, QUEUES, RBAC, SERVER_TOKEN
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import yaml
+from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue import model
-from kernel_queue.testing.cluster import FakeCluster
 from tests.conftest import KernelspecFactory, Server
 
 REPO = Path(__file__).resolve().parents[2]

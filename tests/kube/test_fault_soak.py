@@ -7,10 +7,10 @@ import json
 from typing import Any
 
 import pytest
+from kernel_queue_fake_cluster import soak
+from kernel_queue_fake_cluster.cluster import FakeCluster
 from tornado.httpclient import HTTPClientError
 
-from kernel_queue.testing import soak
-from kernel_queue.testing.cluster import FakeCluster
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.support import GPU_QUOTA, kube_spec, queue_entry
 

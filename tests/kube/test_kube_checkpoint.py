@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from kernel_queue_fake_cluster.cluster import FakeCluster
+
 from kernel_queue.kube import kueue
-from kernel_queue.testing.cluster import FakeCluster
 from tests.checkpoint_scenario import (
     CHECK,
     EXPECTED,

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue import model
-from kernel_queue.testing.cluster import FakeCluster
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.support import kube_spec, labelled, ours, wait_clean
 

@@ -4,8 +4,8 @@ pod restores from the claim what the previous one saved (tests/cycle_torture.py)
 from __future__ import annotations
 
 import pytest
+from kernel_queue_fake_cluster.cluster import FakeCluster
 
-from kernel_queue.testing.cluster import FakeCluster
 from tests.conftest import KernelspecFactory, Server
 from tests.cycle_torture import torture
 from tests.kube.support import kube_spec, wait_clean

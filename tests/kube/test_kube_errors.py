@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from kernel_queue_fake_cluster.cluster import FakeCluster
 
-from kernel_queue.testing.cluster import FakeCluster
 from tests.conftest import KernelspecFactory, Server, launcher_pids
 from tests.kube.support import kube_spec, labelled, ours, wait_clean
 

@@ -8,8 +8,8 @@ import logging
 from typing import Any
 
 import pytest
+from kernel_queue_fake_cluster.cluster import FakeCluster
 
-from kernel_queue.testing.cluster import FakeCluster
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.support import (
     a_sentence,

@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 import pytest
+from kernel_queue_fake_cluster.cluster import FakeCluster
 
-from kernel_queue.testing.cluster import FakeCluster
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.support import kube_spec, labelled, ours, wait_clean
 from tests.test_local_identity import TWIN_A, TWIN_B, start_with_id

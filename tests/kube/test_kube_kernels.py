@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kernel_queue.testing.cluster import FakeCluster
+from kernel_queue_fake_cluster.cluster import FakeCluster
+
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.support import GPU_QUOTA, kube_spec, wait_clean
 

@@ -6,8 +6,8 @@ test_output_delivery.py holds the local backend's checks and the LocalProvisione
 from __future__ import annotations
 
 import pytest
+from kernel_queue_fake_cluster.cluster import FakeCluster
 
-from kernel_queue.testing.cluster import FakeCluster
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.support import kube_spec, wait_clean
 from tests.test_output_delivery import cell, held

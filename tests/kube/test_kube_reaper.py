@@ -7,11 +7,11 @@ import logging
 import uuid
 
 import pytest
+from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue import model
 from kernel_queue.kube import manifests
 from kernel_queue.model import ConnectionInfo, GroupSpec
-from kernel_queue.testing.cluster import FakeCluster
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.support import OWNER, gone, kube_spec, labelled, settled, wait_clean
 

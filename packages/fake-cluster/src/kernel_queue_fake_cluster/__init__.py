@@ -1,0 +1,23 @@
+"""A fake Kubernetes cluster with Kueue, for tests and demos: a real HTTP API server on
+127.0.0.1, Kueue's pod-group controller and scheduler, and a kubelet that runs pods as local
+processes.
+
+Three wings, each a subpackage: `apiserver` (the store and its HTTP server, admission, RBAC,
+CRDs), `node` (the kubelet, pod start-up and status, Services and Endpoints) and `kueue` (the
+pod webhook, group reconciler, scheduler and visibility API). `FakeCluster` (`cluster.py`)
+composes them; `plugin.py` is a pytest plugin with a `fake_cluster` fixture.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["FakeCluster"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FakeCluster":
+        from kernel_queue_fake_cluster.cluster import FakeCluster
+
+        return FakeCluster
+    raise AttributeError(f"module 'kernel_queue_fake_cluster' has no attribute {name!r}")

@@ -1,0 +1,7 @@
+"""The fake API server: what kube-apiserver keeps and serves.
+
+The object store (metadata, resourceVersions, finalizers, the status subresource, watches), the
+HTTP layer (paths, discovery, patch content types, `Status` errors, injected faults), RBAC, the
+built-in kinds and CRDs with their schemas, and the admission the apiserver itself runs
+(ServiceAccount and Pod Security).
+"""

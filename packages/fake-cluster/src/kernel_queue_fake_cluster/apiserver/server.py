@@ -1,0 +1,459 @@
+"""The fake API server's HTTP layer: tornado on 127.0.0.1, in the caller's event loop.
+
+Maps `/api/v1/...` and `/apis/{group}/{version}/...` requests onto `store.Store` calls (path
+rules and discovery in `discovery.py`, watch streams in `watches.py`, RBAC rules in `rbac.py`),
+answers JSON with `Status` errors, serves extra routes (`add_route`: the fake Kueue's visibility
+API, the fake kubelet's pod logs), injects faults and counts requests. Object semantics live in
+the store, not here; no threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import json
+import re
+import urllib.parse
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import tornado.httpserver
+import tornado.netutil
+import tornado.web
+
+from kernel_queue_fake_cluster.apiserver import discovery, faults, rbac, watches
+from kernel_queue_fake_cluster.apiserver.resources import RBAC_GROUP
+from kernel_queue_fake_cluster.apiserver.store import (
+    ApiError,
+    Obj,
+    ResourceType,
+    Store,
+    Subscription,
+)
+
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+LOCAL_QUEUE_PENDING = (
+    r"/apis/visibility\.kueue\.x-k8s\.io/v1beta2/namespaces/(?P<namespace>[^/]+)"
+    r"/localqueues/(?P<name>[^/]+)/pendingworkloads"
+)
+CLUSTER_QUEUE_PENDING = (
+    r"/apis/visibility\.kueue\.x-k8s\.io/v1beta2/clusterqueues/(?P<name>[^/]+)/pendingworkloads"
+)
+POD_LOG = r"/api/v1/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/log"
+
+_REASONS = faults.REASONS
+_JSON_TYPES = ("", "application/json", "*/*")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What an extra route's handler sees."""
+
+    method: str
+    path: str
+    params: Mapping[str, str]
+    """The route pattern's named groups."""
+    query: Mapping[str, str]
+    """The last value of each query parameter."""
+    body: Any
+    """The JSON body, None when empty."""
+    user: rbac.User | None
+    """The authenticated user; None when RBAC is off."""
+
+
+RouteResult = Obj | str
+RouteHandler = Callable[[Request], RouteResult | Awaitable[RouteResult]]
+"""Returns a JSON object (200, application/json) or text (200, text/plain); raises ApiError."""
+LogProvider = Callable[[str, str, str | None, int | None], str | None]
+"""`logs(namespace, pod, container, tail_lines)`: the log text, or None (404)."""
+LocalQueuePending = Callable[[str, str], Sequence[Obj] | None]
+"""`(namespace, local_queue)` → PendingWorkload items in queue order, or None (404)."""
+ClusterQueuePending = Callable[[str], Sequence[Obj] | None]
+"""`(cluster_queue)` → PendingWorkload items in queue order, or None (404)."""
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A snapshot of what a server has served since it was made."""
+
+    requests: collections.Counter[tuple[str, str]]
+    """By (verb, resource), e.g. ("patch", "pods/status"); discovery as ("get", "/api/v1")."""
+    watches: int
+    """Watch streams open now."""
+    peak_watches: int
+
+
+class Server:
+    """A fake Kubernetes API server over `store`, served on 127.0.0.1 in the running loop.
+
+    `tokens` (bearer token → user name or `rbac.User`) turns RBAC on: policy is the store's
+    Role/ClusterRole/RoleBinding/ClusterRoleBinding objects, seeded with `rbac_objects` at
+    `start()`; members of `system:masters` may do anything. Without tokens all is allowed.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        tokens: Mapping[str, str | rbac.User] | None = None,
+        rbac_objects: Iterable[Obj] = (),
+        latency: float = 0.0,
+        bookmark_interval: float = 1.0,
+        port: int = 0,
+    ) -> None:
+        self.store = store
+        self.latency = latency
+        """Seconds every request waits (asyncio.sleep) before it is served."""
+        self._requests: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._port = port
+        self._users = (
+            None
+            if tokens is None
+            else {t: u if isinstance(u, rbac.User) else rbac.User(u) for t, u in tokens.items()}
+        )
+        self._rbac_objects = list(rbac_objects)
+        self._policy: rbac.Policy | None = None
+        self._routes: list[tuple[str, re.Pattern[str], RouteHandler]] = []
+        self._extra: dict[tuple[str, str], list[Obj]] = {}
+        self.faults = faults.Faults()
+        """Injected faults, met by the next requests of their verb and resource."""
+        self.watches = watches.Watches(store, bookmark_interval)
+        self._http: tornado.httpserver.HTTPServer | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """`http://127.0.0.1:<port>` once started."""
+        if self._http is None:
+            raise RuntimeError("the fake API server is not started")
+        return f"http://127.0.0.1:{self._port}"
+
+    async def start(self) -> None:
+        """Listen on 127.0.0.1 (port 0: any free port) in the running loop and return."""
+        if self._users is not None:
+            for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings"):
+                if (RBAC_GROUP, plural) in self.store.types:
+                    self.store.add_admission(RBAC_GROUP, plural, self._policy_changed)
+            for obj in self._rbac_objects:
+                plural = obj["kind"].lower() + "s"
+                self.store.create(RBAC_GROUP, plural, obj["metadata"].get("namespace"), obj)
+        app = tornado.web.Application([(r".*", _Handler, {"server": self})], log_function=_quiet)
+        sockets = tornado.netutil.bind_sockets(self._port, "127.0.0.1")
+        self._port = sockets[0].getsockname()[1]
+        self._http = tornado.httpserver.HTTPServer(app)
+        self._http.add_sockets(sockets)
+
+    async def stop(self) -> None:
+        """Stop listening, end open watch streams and close connections (bounded)."""
+        if self._http is None:
+            return
+        self._http.stop()
+        try:
+            async with asyncio.timeout(5):
+                await self.watches.drain()
+                await self._http.close_all_connections()
+        except TimeoutError:
+            pass
+
+    # -- extension points --------------------------------------------------------------
+
+    def add_route(self, method: str, pattern: str, handler: RouteHandler) -> None:
+        """Serve `method` on paths fully matching `pattern` with `handler`, before the
+        built-in resource paths. RBAC attributes come from the path as for any resource."""
+        self._routes.append((method.upper(), re.compile(pattern), handler))
+
+    def add_api_resource(self, group: str, version: str, resource: Obj) -> None:
+        """List an APIResource (`{"name", "kind", "namespaced", "verbs"}`) in discovery, so
+        kubectl sees routes added with `add_route`."""
+        self._extra.setdefault((group, version), []).append(resource)
+
+    def serve_logs(self, provider: LogProvider) -> None:
+        """Answer `GET .../pods/{name}/log` (`container`, `tailLines`) from `provider`."""
+
+        def logs(request: Request) -> str:
+            namespace, name = request.params["namespace"], request.params["name"]
+            self.store.get("", "pods", namespace, name)
+            tail = discovery.number(request.query, "tailLines")
+            text = provider(namespace, name, request.query.get("container"), tail)
+            if text is None:
+                raise ApiError(404, "NotFound", f'no logs for pod "{name}" in "{namespace}"')
+            return text
+
+        self.add_route("GET", POD_LOG, logs)
+
+    def serve_pending_workloads(
+        self, local_queue: LocalQueuePending, cluster_queue: ClusterQueuePending
+    ) -> None:
+        """Serve Kueue's visibility API (v1beta2 pendingworkloads) from two providers that
+        return PendingWorkload items in queue order; this applies `offset` and `limit`."""
+
+        def by_lq(request: Request) -> Obj:
+            namespace, name = request.params["namespace"], request.params["name"]
+            return _summary(request, local_queue(namespace, name), "localqueue", name)
+
+        def by_cq(request: Request) -> Obj:
+            name = request.params["name"]
+            return _summary(request, cluster_queue(name), "clusterqueue", name)
+
+        self.add_route("GET", LOCAL_QUEUE_PENDING, by_lq)
+        self.add_route("GET", CLUSTER_QUEUE_PENDING, by_cq)
+        for plural, kind, namespaced in (
+            ("clusterqueues", "ClusterQueue", False),
+            ("localqueues", "LocalQueue", True),
+        ):
+            entry = {"name": plural, "kind": kind, "namespaced": namespaced, "verbs": []}
+            self.add_api_resource(VISIBILITY_GROUP, "v1beta2", entry)
+            pending: Obj = {"name": f"{plural}/pendingworkloads", "namespaced": namespaced}
+            pending |= {"kind": "PendingWorkloadsSummary", "verbs": ["get"]}
+            self.add_api_resource(VISIBILITY_GROUP, "v1beta2", pending)
+
+    # -- fault injection and stats -------------------------------------------------------
+
+    @property
+    def stats(self) -> Stats:
+        """Request counts and open/peak watch streams, as of now."""
+        open_now = len(self.watches.open)
+        return Stats(collections.Counter(self._requests), open_now, self.watches.peak)
+
+    def fail_next(
+        self,
+        verb: str,
+        plural: str,
+        status: int = 500,
+        count: int = 1,
+        *,
+        retry_after: int | None = None,
+        after: bool = False,
+    ) -> None:
+        """Answer the next `count` requests of `verb` (RBAC verbs: get, list, watch, create,
+        update, patch, delete, deletecollection) on `plural` (subresources as "pods/status")
+        with a `status` error instead of serving them; `retry_after` sends that header, `after`
+        serves each request first (the change is made, its answer lost)."""
+        fault = faults.Fault(status, retry_after=retry_after, after=after)
+        self.faults.add(verb, plural, fault, count)
+
+    def plant_next(
+        self, plural: str, labels: Mapping[str, str] | None = None, count: int = 1
+    ) -> None:
+        """Before each of the next `count` creates on `plural`, create an object of the same
+        name carrying only `labels` (someone else's): the create meets a real 409."""
+        self.faults.add("create", plural, faults.Fault(0, plant=dict(labels or {})), count)
+
+    def drop_watches(self) -> None:
+        """End every open watch stream now, as a restarting apiserver does."""
+        self.watches.drop()
+
+    def expire_next_watch(self, count: int = 1) -> None:
+        """The next `count` watch requests get a single ERROR line with Status 410 Expired."""
+        self.watches.expire += count
+
+    # -- request handling (called by _Handler) ----------------------------------------
+
+    def _policy_changed(self, op: str, new: Obj | None, old: Obj | None) -> None:
+        self._policy = None
+
+    def _authorize(
+        self, header: str, target: discovery.Target | None, verb: str
+    ) -> rbac.User | None:
+        if self._users is None:
+            return None
+        scheme, _, token = header.partition(" ")
+        user = self._users.get(token) if scheme.lower() == "bearer" else None
+        if user is None:
+            raise rbac.unauthorized()
+        if target is None:
+            return user  # discovery is open to every authenticated user (system:discovery)
+        if self._policy is None:
+            self._policy = rbac.Policy(
+                obj
+                for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings")
+                for obj in self.store.objects(RBAC_GROUP, plural)
+            )
+        attributes = target.attributes(verb)
+        if not self._policy.allows(user, attributes):
+            raise rbac.forbidden(user, attributes)
+        return user
+
+    def _route(self, method: str, path: str) -> tuple[RouteHandler, dict[str, str]] | None:
+        other = False
+        for route_method, pattern, handler in self._routes:
+            found = pattern.fullmatch(path)
+            if found and route_method == method:
+                return handler, found.groupdict()
+            other = other or found is not None
+        if other:
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+        return None
+
+    async def _serve(self, handler: _Handler) -> tuple[int, RouteResult] | None:
+        """The reply for one request, or None once a watch stream has been written."""
+        request, method = handler.request, handler.request.method or "GET"
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        path = request.path if "%" not in request.path else urllib.parse.unquote(request.path)
+        query = {k: v[-1].decode() for k, v in request.query_arguments.items()}
+        target = discovery.parse(path)
+        watch = discovery.flag(query, "watch") if method == "GET" and target else False
+        verb = discovery.verb(method, target, watch) if target else method.lower()
+        resource = target.resource if target else path
+        self._requests[(verb, resource)] += 1
+        user = self._authorize(request.headers.get("Authorization", ""), target, verb)
+        fault = self.faults.take(verb, resource) if self.faults else None
+        if fault is not None and not fault.after and fault.plant is None:
+            raise fault.error(verb, resource)
+        if query.get("dryRun"):
+            raise ApiError(400, "BadRequest", "dryRun is not supported by the fake API server")
+        route = self._route(method, path) if self._routes else None
+        if route is not None:
+            result = route[0](Request(method, path, route[1], query, handler.json_body(), user))
+            return 200, await result if inspect.isawaitable(result) else result
+        if target is None:
+            if method != "GET":
+                raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+            return 200, discovery.document(self.store, self._extra, path)
+        rtype = self.store.type(target.group, target.plural)
+        if (
+            target.version not in rtype.versions
+            or (target.namespace and not rtype.namespaced)
+            or (target.name and rtype.namespaced and not target.namespace)
+            or (target.sub and (target.sub != "status" or not rtype.status_subresource))
+        ):
+            raise discovery.no_such_path()
+        if watch:
+            await self.watches.serve(handler, rtype, target, query)
+            return None
+        if rtype.namespaced and not target.namespace and method != "GET":
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+        planted = fault.planted(handler.json_body()) if fault is not None else None
+        if planted is not None:
+            self.store.create(target.group, target.plural, target.namespace or None, planted)
+        answer = self._crud(handler, method, rtype, target, query)
+        if fault is not None and fault.after:
+            raise fault.error(verb, resource)
+        return answer
+
+    def _crud(
+        self,
+        handler: _Handler,
+        method: str,
+        rtype: ResourceType,
+        target: discovery.Target,
+        query: Mapping[str, str],
+    ) -> tuple[int, Obj]:
+        store, version = self.store, rtype.api_version(target.version)
+        key = (target.group, target.plural, target.namespace or None)
+        labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
+        name, sub = target.name, target.sub
+        if method == "GET" and not name:
+            items, rv = store.list_objects(*key, labels=labels, fields=fields)
+            return 200, _list(rtype, version, items, rv)
+        if method == "DELETE" and not name:
+            items = store.delete_collection(*key, labels=labels, fields=fields)
+            return 200, _list(rtype, version, items, store.resource_version)
+        if method == "GET":
+            return 200, discovery.at_version(store.get(*key, name), version)
+        if (method == "POST") == bool(name):
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on this path")
+        media = (handler.request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if method in ("POST", "PUT") and media not in _JSON_TYPES:
+            message = "the body of the request was in an unknown format - accepted media types "
+            raise ApiError(415, "UnsupportedMediaType", message + "include: application/json")
+        body = handler.json_body()
+        if method == "PATCH":
+            return 200, discovery.at_version(
+                store.patch(*key, name, body, media, subresource=sub), version
+            )
+        if method == "DELETE":
+            options = body if isinstance(body, dict) else {}
+            grace = options.get("gracePeriodSeconds", discovery.number(query, "gracePeriodSeconds"))
+            return 200, discovery.at_version(store.delete(*key, name, grace_seconds=grace), version)
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+        if method == "POST":
+            return 201, discovery.at_version(store.create(*key, body), version)
+        given = (body.get("metadata") or {}).get("name")
+        if given and given != name:
+            message = f"the name of the object ({given}) does not match the name on the URL"
+            raise ApiError(400, "BadRequest", f"{message} ({name})")
+        return 200, discovery.at_version(store.replace(*key, name, body, subresource=sub), version)
+
+
+def _summary(request: Request, items: Sequence[Obj] | None, kind: str, name: str) -> Obj:
+    if items is None:
+        details = {"name": name, "group": VISIBILITY_GROUP, "kind": kind}
+        raise ApiError(404, "NotFound", f'{kind}.{VISIBILITY_GROUP} "{name}" not found', details)
+    offset = max(discovery.number(request.query, "offset") or 0, 0)
+    limit = min(discovery.number(request.query, "limit") or 1000, 100_000)  # Kueue's bounds
+    return {
+        "kind": "PendingWorkloadsSummary",
+        "apiVersion": f"{VISIBILITY_GROUP}/v1beta2",
+        "metadata": {},
+        "items": list(items[offset : offset + limit]),
+    }
+
+
+def _list(rtype: ResourceType, version: str, items: list[Obj], rv: int) -> Obj:
+    return {
+        "kind": f"{rtype.kind}List",
+        "apiVersion": version,
+        "metadata": {"resourceVersion": str(rv)},
+        "items": [discovery.at_version(item, version) for item in items],
+    }
+
+
+def _quiet(handler: tornado.web.RequestHandler) -> None:
+    """No access log: hundreds of requests per test would drown the output."""
+
+
+class _Handler(tornado.web.RequestHandler):
+    """Every path: hands the request to `Server._serve` and writes errors as `Status`."""
+
+    server: Server
+    subscription: Subscription | None = None
+
+    def initialize(self, server: Server) -> None:
+        self.server = server
+
+    async def _any(self) -> None:
+        try:
+            answer = await self.server._serve(self)
+        except ApiError as exc:
+            answer = exc.code, exc.status()
+            seconds = getattr(exc, "retry_after", None)
+            if seconds is not None:
+                self.set_header("Retry-After", str(seconds))
+        if answer is not None and not self._finished:
+            self.reply(*answer)
+
+    get = post = put = patch = delete = _any
+
+    def compute_etag(self) -> str | None:
+        return None
+
+    def json_body(self) -> Any:
+        try:
+            return json.loads(self.request.body) if self.request.body else None
+        except ValueError as exc:
+            raise ApiError(400, "BadRequest", f"the request body is not JSON: {exc}") from None
+
+    def reply(self, code: int, body: Obj | str) -> None:
+        self.set_status(code)
+        if isinstance(body, str):
+            self.set_header("Content-Type", "text/plain")
+            self.finish(body)
+        else:
+            self.set_header("Content-Type", "application/json")
+            self.finish(discovery.dump(body))
+
+    def on_connection_close(self) -> None:
+        if self.subscription is not None:
+            self.subscription.close()
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        error = kwargs.get("exc_info", (None, None))[1]
+        message = str(error) if error is not None else self._reason
+        reason = _REASONS.get(status_code, "InternalError")
+        self.reply(status_code, ApiError(status_code, reason, message).status())

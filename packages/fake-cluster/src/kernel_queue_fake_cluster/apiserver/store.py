@@ -1,0 +1,547 @@
+"""The fake API server's object store: what a real apiserver keeps in etcd, in memory.
+
+Objects are plain JSON dicts keyed by (group, plural, namespace, name), so one object is served
+at every version of its type. The store assigns metadata (uid, resourceVersion, generation,
+creationTimestamp, generateName), keeps the status subresource apart, handles finalizers and
+graceful deletion, validates custom resources against their schema, and keeps a bounded event
+log for watches. Admission hooks (webhooks) run inside each write; listeners (controllers) are
+told after each commit. No HTTP here: `server.py` serves it, controllers call it directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import copy
+import datetime
+import secrets
+import string
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernel_queue_fake_cluster.apiserver import selectors
+
+Obj = dict[str, Any]
+AdmissionHook = Callable[[str, Obj | None, Obj | None], Obj | None]
+Listener = Callable[[str, Obj], None]
+DeleteHook = Callable[[Obj, int], bool]
+
+
+class ApiError(Exception):
+    """An error the API server answers with a `Status` body."""
+
+    def __init__(
+        self, code: int, reason: str, message: str, details: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+        self.details = dict(details or {})
+
+    def status(self) -> Obj:
+        """The `Status` object for the response body."""
+        body: Obj = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details:
+            body["details"] = self.details
+        return body
+
+
+def not_found(rtype: ResourceType, name: str) -> ApiError:
+    what = f"{rtype.plural}.{rtype.group}" if rtype.group else rtype.plural
+    details = {"name": name, "group": rtype.group, "kind": rtype.plural}
+    return ApiError(404, "NotFound", f'{what} "{name}" not found', details)
+
+
+def invalid(rtype: ResourceType, name: str, causes: list[tuple[str, str]]) -> ApiError:
+    """422 Invalid listing each (field path, message), as the apiserver words it."""
+    text = "; ".join(f"{path}: {message}" for path, message in causes)
+    details = {
+        "name": name,
+        "group": rtype.group,
+        "kind": rtype.kind,
+        "causes": [{"reason": "FieldValueInvalid", "message": m, "field": p} for p, m in causes],
+    }
+    return ApiError(422, "Invalid", f'{rtype.kind} "{name}" is invalid: {text}', details)
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    """One kind the server serves. Custom resources carry their OpenAPI schemas per version."""
+
+    group: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+    versions: tuple[str, ...] = ("v1",)
+    status_subresource: bool = True
+    builtin: bool = True  # strategic merge patch is allowed only on built-in kinds
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    schemas: Mapping[str, Obj] = field(default_factory=dict)  # version -> openAPIV3Schema
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.group, self.plural)
+
+    @property
+    def storage_version(self) -> str:
+        return self.versions[-1]
+
+    def api_version(self, version: str | None = None) -> str:
+        version = version or self.storage_version
+        return f"{self.group}/{version}" if self.group else version
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change: ADDED, MODIFIED, DELETED (or BOOKMARK from the server)."""
+
+    type: str
+    object: Obj
+    resource_version: int
+    key: tuple[str, str]
+
+
+class Subscription:
+    """A watch on one type: an async iterator of `WatchEvent`s until `close()`."""
+
+    def __init__(
+        self, store: Store, key: tuple[str, str], namespace: str | None, match: selectors.Matcher
+    ) -> None:
+        self._store, self.key, self.namespace, self._match = store, key, namespace, match
+        self._queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
+        self.closed = False
+
+    def _offer(self, event: WatchEvent, old: Obj | None) -> None:
+        if event.key != self.key:
+            return
+        if self.namespace and event.object["metadata"].get("namespace") != self.namespace:
+            return
+        now, before = self._match(event.object), old is not None and self._match(old)
+        if event.type == "MODIFIED" and now != before:
+            kind = "ADDED" if now else "DELETED"  # entering or leaving the selection
+            event = WatchEvent(kind, event.object, event.resource_version, event.key)
+        elif not now and not (event.type == "DELETED" and before):
+            return
+        self._queue.put_nowait(event)
+
+    def close(self) -> None:
+        """Stop the stream; the iterator ends."""
+        if not self.closed:
+            self.closed = True
+            self._store._subscriptions.discard(self)
+            self._queue.put_nowait(None)
+
+    def __aiter__(self) -> AsyncIterator[WatchEvent]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[WatchEvent]:
+        while (event := await self._queue.get()) is not None:
+            yield event
+
+
+def now_rfc3339() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Store:
+    """All objects of one fake cluster. Every method runs on the cluster's event loop."""
+
+    def __init__(self, *, history: int = 1000) -> None:
+        self.types: dict[tuple[str, str], ResourceType] = {}
+        self.resource_version = 1
+        self._objects: dict[tuple[str, str], dict[tuple[str, str], Obj]] = {}
+        self._history: collections.deque[tuple[WatchEvent, Obj | None]] = collections.deque(
+            maxlen=history
+        )
+        self._subscriptions: set[Subscription] = set()
+        self._admission: dict[tuple[str, str], list[AdmissionHook]] = {}
+        self._listeners: dict[tuple[str, str], list[Listener]] = {}
+        self._delete_hooks: dict[tuple[str, str], list[DeleteHook]] = {}
+
+    # -- registry and hooks ------------------------------------------------------------------
+
+    def register(self, rtype: ResourceType) -> None:
+        """Serve `rtype` (re-registering replaces its definition, keeping its objects)."""
+        self.types[rtype.key] = rtype
+        self._objects.setdefault(rtype.key, {})
+
+    def type(self, group: str, plural: str) -> ResourceType:
+        """The registered type, or 404 as for an unknown resource path."""
+        rtype = self.types.get((group, plural))
+        if rtype is None:
+            what = f"{plural}.{group}" if group else plural
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource ({what})"
+            )
+        return rtype
+
+    def add_admission(self, group: str, plural: str, hook: AdmissionHook) -> None:
+        """`hook(operation, new, old)` runs inside CREATE/UPDATE/DELETE writes, in order.
+
+        It returns the (possibly mutated) new object, or None to keep it, and raises ApiError
+        to reject the write. `new` is None for DELETE; `old` is None for CREATE.
+        """
+        self._admission.setdefault((group, plural), []).append(hook)
+
+    def add_listener(self, group: str, plural: str, listener: Listener) -> None:
+        """`listener(event_type, obj)` runs after each committed change, soon on the loop."""
+        self._listeners.setdefault((group, plural), []).append(listener)
+
+    def add_delete_hook(self, group: str, plural: str, hook: DeleteHook) -> None:
+        """`hook(obj, grace_seconds) -> True` takes over a graceful delete (a kubelet stopping a
+        running pod): the object only gets `deletionTimestamp` until deleted again with grace 0."""
+        self._delete_hooks.setdefault((group, plural), []).append(hook)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get(self, group: str, plural: str, namespace: str | None, name: str) -> Obj:
+        """A copy of one object; 404 if absent."""
+        rtype = self.type(group, plural)
+        found = self._objects[rtype.key].get(self._name_key(rtype, namespace, name))
+        if found is None:
+            raise not_found(rtype, name)
+        return copy.deepcopy(found)
+
+    def list_objects(
+        self,
+        group: str,
+        plural: str,
+        namespace: str | None = None,
+        *,
+        labels: str = "",
+        fields: str = "",
+    ) -> tuple[list[Obj], int]:
+        """Copies of the matching objects, sorted by namespace and name, and the current RV."""
+        rtype = self.type(group, plural)
+        match = self._matcher(labels, fields)
+        items = [
+            copy.deepcopy(obj)
+            for (ns, _), obj in sorted(self._objects[rtype.key].items())
+            if (not namespace or ns == namespace) and match(obj)
+        ]
+        return items, self.resource_version
+
+    def objects(self, group: str, plural: str) -> Iterator[Obj]:
+        """The stored objects themselves, read-only, for controllers that scan often."""
+        yield from self._objects.get((group, plural), {}).values()
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def create(self, group: str, plural: str, namespace: str | None, obj: Obj) -> Obj:
+        """POST: assign metadata, admit, validate, store; 409 if the name is taken."""
+        rtype = self.type(group, plural)
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        if rtype.namespaced:
+            if meta.get("namespace") not in (None, "", namespace):
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    "the namespace of the provided object does not match the namespace sent "
+                    "on the request",
+                )
+            meta["namespace"] = namespace
+            if rtype.key != ("", "namespaces"):
+                self._require_namespace(namespace or "")
+        else:
+            meta.pop("namespace", None)
+        if not meta.get("name"):
+            if not meta.get("generateName"):
+                raise invalid(
+                    rtype,
+                    "",
+                    [("metadata.name", "Required value: name or generateName is required")],
+                )
+            alphabet = string.ascii_lowercase + string.digits
+            meta["name"] = meta["generateName"] + "".join(
+                secrets.choice(alphabet) for _ in range(5)
+            )
+        obj["apiVersion"], obj["kind"] = rtype.api_version(), rtype.kind
+        if rtype.status_subresource and not rtype.builtin:
+            obj.pop("status", None)  # a custom resource's status is written through /status only
+        obj = self._admit(rtype, "CREATE", obj, None)
+        key = self._name_key(rtype, meta.get("namespace"), meta["name"])
+        if key in self._objects[rtype.key]:
+            what = f"{rtype.plural}.{rtype.group}" if rtype.group else rtype.plural
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'{what} "{meta["name"]}" already exists',
+                {"name": meta["name"], "group": rtype.group, "kind": rtype.plural},
+            )
+        meta = obj["metadata"]
+        meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
+        meta.pop("deletionTimestamp", None)
+        obj = self._validated(rtype, obj)
+        return self._commit(rtype, "ADDED", obj, None)
+
+    def replace(
+        self,
+        group: str,
+        plural: str,
+        namespace: str | None,
+        name: str,
+        obj: Obj,
+        *,
+        subresource: str = "",
+    ) -> Obj:
+        """PUT: 409 Conflict on a stale `metadata.resourceVersion`."""
+        rtype = self.type(group, plural)
+        old = self.get(group, plural, namespace, name)
+        wanted = (obj.get("metadata") or {}).get("resourceVersion")
+        if wanted and wanted != old["metadata"]["resourceVersion"]:
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {rtype.plural} "{name}": the object has been '
+                "modified; please apply your changes to the latest version and try again",
+                {"name": name, "group": rtype.group, "kind": rtype.plural},
+            )
+        return self._update(rtype, old, copy.deepcopy(obj), subresource)
+
+    def patch(
+        self,
+        group: str,
+        plural: str,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        content_type: str,
+        *,
+        subresource: str = "",
+    ) -> Obj:
+        """PATCH with a JSON, merge or strategic merge patch (415 for SMP on custom kinds)."""
+        from kernel_queue_fake_cluster.apiserver import patches
+
+        rtype = self.type(group, plural)
+        old = self.get(group, plural, namespace, name)
+        patched = patches.apply(old, body, content_type, strategic=rtype.builtin)
+        return self._update(rtype, old, patched, subresource)
+
+    def delete(
+        self,
+        group: str,
+        plural: str,
+        namespace: str | None,
+        name: str,
+        *,
+        grace_seconds: int | None = None,
+    ) -> Obj:
+        """DELETE: remove, or mark with `deletionTimestamp` while finalizers or a graceful
+        termination (delete hooks) hold the object. Returns the object as it now stands."""
+        rtype = self.type(group, plural)
+        old = self.get(group, plural, namespace, name)
+        self._admit(rtype, "DELETE", None, old)
+        meta = old["metadata"]
+        if grace_seconds is None:
+            grace_seconds = int((old.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
+        if meta.get("deletionTimestamp") and grace_seconds != 0:
+            return old  # already terminating; only a grace-0 delete can cut it short
+        if grace_seconds > 0 and meta.get("deletionTimestamp") is None:
+            for hook in self._delete_hooks.get(rtype.key, []):
+                if hook(copy.deepcopy(old), grace_seconds):
+                    new = copy.deepcopy(old)
+                    new["metadata"].update(
+                        deletionTimestamp=now_rfc3339(), deletionGracePeriodSeconds=grace_seconds
+                    )
+                    return self._commit(rtype, "MODIFIED", new, old)
+        if meta.get("finalizers"):
+            new = copy.deepcopy(old)
+            new["metadata"]["deletionGracePeriodSeconds"] = 0
+            new["metadata"].setdefault("deletionTimestamp", now_rfc3339())
+            return self._commit(rtype, "MODIFIED", new, old) if new != old else old
+        return self._remove(rtype, old)
+
+    def delete_collection(
+        self, group: str, plural: str, namespace: str | None, *, labels: str = "", fields: str = ""
+    ) -> list[Obj]:
+        """DELETE on a collection: delete every matching object."""
+        items, _ = self.list_objects(group, plural, namespace, labels=labels, fields=fields)
+        return [
+            self.delete(group, plural, item["metadata"].get("namespace"), item["metadata"]["name"])
+            for item in items
+        ]
+
+    # -- watch -----------------------------------------------------------------------------
+
+    def watch(
+        self,
+        group: str,
+        plural: str,
+        namespace: str | None = None,
+        *,
+        since: int | None = None,
+        labels: str = "",
+        fields: str = "",
+    ) -> Subscription:
+        """Subscribe and snapshot in one step. `since` None/0: ADDED for every current object
+        first; otherwise replay the log after `since`, or 410 Expired if it left the log."""
+        rtype = self.type(group, plural)
+        match = self._matcher(labels, fields)
+        subscription = Subscription(self, rtype.key, namespace, match)
+        if since:
+            oldest = (
+                self._history[0][0].resource_version if self._history else self.resource_version + 1
+            )
+            if since < oldest - 1 and since < self.resource_version:
+                raise ApiError(410, "Expired", f"too old resource version: {since} ({oldest - 1})")
+            for event, old in self._history:
+                if event.resource_version > since:
+                    subscription._offer(event, old)
+        else:
+            for (ns, _), obj in sorted(self._objects[rtype.key].items()):
+                if (not namespace or ns == namespace) and match(obj):
+                    rv = int(obj["metadata"]["resourceVersion"])
+                    subscription._offer(
+                        WatchEvent("ADDED", copy.deepcopy(obj), rv, rtype.key), None
+                    )
+        self._subscriptions.add(subscription)
+        return subscription
+
+    def close_watches(self) -> None:
+        """End every open watch stream (the fake's "drop watches" fault, and shutdown)."""
+        for subscription in list(self._subscriptions):
+            subscription.close()
+
+    @property
+    def open_watches(self) -> int:
+        return len(self._subscriptions)
+
+    # -- internals -------------------------------------------------------------------------
+
+    @staticmethod
+    def _name_key(rtype: ResourceType, namespace: str | None, name: str) -> tuple[str, str]:
+        return ((namespace or "") if rtype.namespaced else "", name)
+
+    @staticmethod
+    def _matcher(labels: str, fields: str) -> selectors.Matcher:
+        try:
+            by_labels, by_fields = selectors.labels(labels), selectors.fields(fields)
+        except ValueError as exc:
+            raise ApiError(400, "BadRequest", str(exc)) from None
+        return lambda obj: by_labels(obj) and by_fields(obj)
+
+    def _require_namespace(self, namespace: str) -> None:
+        if ("", namespace) not in self._objects.get(("", "namespaces"), {}):
+            raise ApiError(
+                404,
+                "NotFound",
+                f'namespaces "{namespace}" not found',
+                {"name": namespace, "kind": "namespaces"},
+            )
+
+    def _admit(self, rtype: ResourceType, op: str, new: Obj | None, old: Obj | None) -> Obj:
+        for hook in self._admission.get(rtype.key, []):
+            changed = hook(op, new, old)
+            if changed is not None:
+                new = changed
+        return new if new is not None else {}
+
+    def _validated(self, rtype: ResourceType, obj: Obj) -> Obj:
+        schema = rtype.schemas.get(rtype.storage_version)
+        if not schema:
+            return obj
+        from kernel_queue_fake_cluster.apiserver import schema as openapi
+
+        obj, causes = openapi.prune_default_validate(obj, schema)
+        if causes:
+            raise invalid(rtype, obj["metadata"].get("name", ""), causes)
+        return obj
+
+    def _update(self, rtype: ResourceType, old: Obj, new: Obj, subresource: str) -> Obj:
+        if subresource not in ("", "status"):
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource ({subresource})"
+            )
+        if subresource == "status":
+            status = new.get("status")
+            new = copy.deepcopy(old)
+            if status is None:
+                new.pop("status", None)
+            else:
+                new["status"] = status
+        elif rtype.status_subresource and "status" in old:
+            new["status"] = copy.deepcopy(old["status"])
+        elif rtype.status_subresource:
+            new.pop("status", None)
+        meta, old_meta = new.setdefault("metadata", {}), old["metadata"]
+        for kept in (
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "resourceVersion",
+        ):
+            if kept in old_meta:
+                meta[kept] = old_meta[kept]
+            else:
+                meta.pop(kept, None)
+        new["apiVersion"], new["kind"] = old["apiVersion"], old["kind"]
+        new = self._admit(rtype, "UPDATE", new, old)
+        if subresource == "" and _spec(new) != _spec(old):
+            new["metadata"]["generation"] = int(old_meta.get("generation", 1)) + 1
+        new = self._validated(rtype, new)
+        if new == old:
+            return old  # a no-op write does not bump the resourceVersion
+        deleting = old_meta.get("deletionTimestamp") and not old_meta.get(
+            "deletionGracePeriodSeconds"
+        )
+        if deleting and not new["metadata"].get("finalizers"):
+            return self._remove(rtype, new)  # the last finalizer is gone
+        return self._commit(rtype, "MODIFIED", new, old)
+
+    def _commit(self, rtype: ResourceType, kind: str, obj: Obj, old: Obj | None) -> Obj:
+        self.resource_version += 1
+        obj["metadata"]["resourceVersion"] = str(self.resource_version)
+        meta = obj["metadata"]
+        self._objects[rtype.key][self._name_key(rtype, meta.get("namespace"), meta["name"])] = obj
+        self._publish(rtype, kind, obj, old)
+        return copy.deepcopy(obj)
+
+    def _remove(self, rtype: ResourceType, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        self._objects[rtype.key].pop(
+            self._name_key(rtype, meta.get("namespace"), meta["name"]), None
+        )
+        self.resource_version += 1
+        gone = copy.deepcopy(obj)
+        gone["metadata"]["resourceVersion"] = str(self.resource_version)
+        self._publish(rtype, "DELETED", gone, obj)
+        return copy.deepcopy(gone)
+
+    def _publish(self, rtype: ResourceType, kind: str, obj: Obj, old: Obj | None) -> None:
+        event = WatchEvent(kind, copy.deepcopy(obj), self.resource_version, rtype.key)
+        previous = copy.deepcopy(old) if old is not None else None
+        self._history.append((event, previous))
+        for subscription in list(self._subscriptions):
+            subscription._offer(event, previous)
+        listeners = self._listeners.get(rtype.key, [])
+        if not listeners:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        for listener in listeners:
+            if loop is None:
+                listener(kind, copy.deepcopy(obj))
+            else:
+                loop.call_soon(listener, kind, copy.deepcopy(obj))
+
+
+def _spec(obj: Obj) -> Obj:
+    """Everything but metadata and status: what bumps `generation` when it changes."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}

@@ -1,0 +1,3 @@
+"""The fake node: one kubelet running every pod's containers as local processes, and the
+Service network (Endpoints, each Service's loopback address forwarding to its ready pods).
+"""

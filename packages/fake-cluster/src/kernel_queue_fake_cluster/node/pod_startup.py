@@ -1,0 +1,289 @@
+"""Getting a pod to where its containers can start, and the simulated faults that hold it there.
+
+`PodStarter` binds each pod to the node (held while an `unschedulable` `Fault` matches or a
+claim is missing), mounts its volumes, "pulls" its images (held by `fail_image` faults:
+ErrImagePull, then ImagePullBackOff) and resolves each container's argv, env and working dir.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernel_queue_fake_cluster.apiserver import selectors
+from kernel_queue_fake_cluster.apiserver.store import ApiError, Obj, Store, now_rfc3339
+from kernel_queue_fake_cluster.node import network, pods
+from kernel_queue_fake_cluster.node.pod_status import ContainerRecord, PodRecord, StatusManager
+
+log = logging.getLogger(__name__)
+
+BASE_ENV_KEYS = ("HOME", "LANG")  # copied from this process; PATH gets the venv's bin first
+NO_GPU = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+PULL_FAILED = (
+    'Failed to pull image "{image}": rpc error: code = NotFound desc = failed to pull and '
+    'unpack image "{image}": not found'
+)
+
+
+def base_env(pod_name: str, bin_dir: str | None = None) -> dict[str, str]:
+    """What every container starts with before its spec's env: PATH (`bin_dir`, else this
+    interpreter's bin, first: so `python` is that virtualenv's), HOME and LANG from this
+    process, HOSTNAME."""
+    first = bin_dir or os.path.dirname(sys.executable)
+    path = os.pathsep.join([first, os.environ.get("PATH", os.defpath)])
+    env = {"PATH": path, "HOSTNAME": pod_name}
+    env.update({key: os.environ[key] for key in BASE_ENV_KEYS if key in os.environ})
+    return env
+
+
+@dataclass
+class Fault:
+    """A simulated failure for the pods it matches; `clear()` ends it (held pods then go on)."""
+
+    kind: str  # "unschedulable" or "image"
+    message: str
+    pod: str | None = None
+    namespace: str | None = None
+    selector: str = ""
+    image: str | None = None  # fnmatch pattern; image faults fail only matching containers
+    owner: PodStarter | None = field(default=None, repr=False)
+
+    def matches(self, pod: Obj) -> bool:
+        meta = pod["metadata"]
+        if self.namespace and meta.get("namespace") != self.namespace:
+            return False
+        if self.pod and meta.get("name") != self.pod:
+            return False
+        if self.selector and not selectors.labels(self.selector)(pod):
+            return False
+        return any(self.fails(c) for c in pod["spec"]["containers"])
+
+    def fails(self, container: Obj) -> bool:
+        return self.image is None or fnmatch.fnmatch(container.get("image", ""), self.image)
+
+    def clear(self) -> None:
+        if self.owner is not None:
+            self.owner.clear_faults(self)
+
+
+class PodStarter:
+    """Schedules and prepares the kubelet's pods (`schedule`, then `prepare`); owns the faults.
+
+    Both re-check whenever `notify()` says something changed (a pod, Secret, ConfigMap or claim,
+    a cleared fault), and at least every second. The fault API is `FakeKubelet`'s."""
+
+    def __init__(
+        self,
+        store: Store,
+        root: Path,
+        status: StatusManager,
+        pod_ips: network.AddressPool,
+        *,
+        node_name: str,
+        pull_backoff: float,
+        image_paths: Mapping[str, str] | None = None,
+    ) -> None:
+        self.store, self.root, self.status, self.pod_ips = store, root, status, pod_ips
+        self.node_name, self.pull_backoff = node_name, pull_backoff
+        self.image_paths = dict(image_paths or {})
+        self._faults: list[Fault] = []
+        self._changed = asyncio.Event()
+
+    # -- faults ----------------------------------------------------------------------------
+
+    def unschedulable(
+        self,
+        pod: str | None = None,
+        *,
+        namespace: str | None = None,
+        selector: str = "",
+        message: str = NO_GPU,
+    ) -> Fault:
+        """Keep matching pods (by name and/or label selector; all if neither) unscheduled:
+        PodScheduled=False, reason Unschedulable, a FailedScheduling event. Bound pods are kept."""
+        return self._add(Fault("unschedulable", message, pod, namespace, selector))
+
+    def fail_image(
+        self,
+        pod: str | None = None,
+        *,
+        namespace: str | None = None,
+        selector: str = "",
+        image: str | None = None,
+        message: str = PULL_FAILED,
+    ) -> Fault:
+        """Fail the image pull of matching containers (image fnmatch pattern; all if None):
+        waiting ErrImagePull, then ImagePullBackOff after `pull_backoff`. `{image}` is filled in."""
+        return self._add(Fault("image", message, pod, namespace, selector, image))
+
+    def clear_faults(self, *faults: Fault) -> None:
+        """End the given faults, or all of them."""
+        self._faults = [f for f in self._faults if faults and f not in faults]
+        self.notify()
+
+    def _add(self, fault: Fault) -> Fault:
+        fault.owner = self
+        self._faults.append(fault)
+        return fault
+
+    def notify(self) -> None:
+        """Wake the holds to re-check: something they wait on may have changed."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # -- scheduling and preparation --------------------------------------------------------
+
+    async def schedule(self, record: PodRecord) -> bool:
+        while True:
+            changed = self._changed
+            pod = self.status.live(record)
+            if pod is None:
+                return False
+            message = next(
+                (f.message for f in self._faults if f.kind == "unschedulable" and f.matches(pod)),
+                "",
+            )
+            for claim in pods.missing_claims(self.store, pod)[:1]:
+                message = f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found.'
+            if not message:
+                break
+            if message != record.unschedulable:
+                record.unschedulable = message
+                self.status.publish(record)
+                self.status.event(pod, "Warning", "FailedScheduling", message, "default-scheduler")
+            await _wait(changed, 1.0)
+        record.unschedulable = ""
+        pod["spec"]["nodeName"] = self.node_name
+        try:
+            self.store.replace("", "pods", record.namespace, record.name, pod)
+        except ApiError as exc:
+            log.warning("cannot bind pod %s/%s: %s", record.namespace, record.name, exc)
+            return False
+        record.ip, record.bound = self.pod_ips.allocate(record.uid), True
+        record.start_time = now_rfc3339()
+        where = f"Successfully assigned {record.namespace}/{record.name} to {self.node_name}"
+        self.status.event(pod, "Normal", "Scheduled", where, "default-scheduler")
+        self.status.publish(record)
+        return True
+
+    async def prepare(self, record: PodRecord) -> bool:
+        """Mount volumes, pull images (faults), resolve env: retry until every container can
+        start, showing why not in its waiting state (and one event per new reason)."""
+        pulled_at: dict[str, float] = {}
+        loop = asyncio.get_running_loop()
+        while True:
+            changed = self._changed
+            pod = self.status.live(record)
+            if pod is None:
+                return False
+            faults = [f for f in self._faults if f.kind == "image" and f.matches(pod)]
+            blocked, wait = False, 1.0
+            try:
+                dirs = pods.prepare_volumes(self.store, pod, self.root, record.dir)
+            except pods.ConfigError as exc:  # FailedMount: one event, on the first container
+                dirs, blocked = {}, True
+                for i, container in enumerate(record.containers.values()):
+                    event = ("Warning", exc.reason, exc.message) if i == 0 else None
+                    self._wait_on(pod, container, ("ContainerCreating", ""), event)
+            for container in record.containers.values() if not blocked else ():
+                fault = next((f for f in faults if f.fails(container.spec)), None)
+                if fault is not None:
+                    blocked, image = True, container.spec.get("image", "")
+                    since = pulled_at.setdefault(container.name, loop.time())
+                    if loop.time() - since < self.pull_backoff:
+                        message = fault.message.format(image=image)
+                        event = ("Warning", "Failed", message)
+                        self._wait_on(pod, container, ("ErrImagePull", message), event)
+                        wait = self.pull_backoff
+                    else:
+                        message = f'Back-off pulling image "{image}"'
+                        event = ("Normal", "BackOff", message)
+                        self._wait_on(pod, container, ("ImagePullBackOff", message), event)
+                    continue
+                pulled_at.pop(container.name, None)
+                try:
+                    self._plan(record, container, pod, dirs)
+                except pods.ConfigError as exc:
+                    blocked, event = True, ("Warning", "Failed", f"Error: {exc.message}")
+                    self._wait_on(pod, container, (exc.reason, exc.message), event)
+            if not blocked:
+                return True
+            self.status.publish(record)
+            await _wait(changed, wait)
+
+    def _wait_on(
+        self,
+        pod: Obj,
+        container: ContainerRecord,
+        waiting: tuple[str, str],
+        event: tuple[str, str, str] | None,
+    ) -> None:
+        """Show `waiting` on the container; post `event` (type, reason, message) once."""
+        container.waiting = waiting
+        if event is not None and container.last_event != event:
+            container.last_event = event
+            self.status.event(pod, *event)
+
+    def _bin_dir(self, container: Obj) -> str | None:
+        """The directory `image_paths` maps the container's image to (fnmatch patterns)."""
+        image = str(container.get("image", ""))
+        return next((d for p, d in self.image_paths.items() if fnmatch.fnmatch(image, p)), None)
+
+    def _plan(
+        self, record: PodRecord, container: ContainerRecord, pod: Obj, dirs: dict[str, Path]
+    ) -> None:
+        """Resolve argv, env and working directory (mountPaths rewritten to directories)."""
+        spec = container.spec
+        mounts = pods.Mounts.of(spec, dirs)
+        container.env, raw = pods.container_env(
+            self.store, pod, spec, mounts, base_env(record.name, self._bin_dir(spec))
+        )
+        command = [str(a) for a in (spec.get("command") or [])]
+        if not command:
+            message = "the fake kubelet runs no images: the container needs a `command`"
+            raise pods.ConfigError("CreateContainerError", message)
+        args = command + [str(a) for a in (spec.get("args") or [])]
+        container.argv = [mounts.rewrite(pods.expand(a, raw)) for a in args]
+        # terminationMessagePath: the kubelet mounts a file there; here it is a file of the pod's
+        # directory, and values naming the path are pointed at it, as mountPaths are.
+        path = str(spec.get("terminationMessagePath") or TERMINATION_MESSAGE_PATH)
+        local = record.dir / f"termination-{container.name}"
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.touch(mode=0o600)
+        container.termination_file = local
+        container.argv = [str(local) if a == path else a for a in container.argv]
+        container.env = {k: str(local) if v == path else v for k, v in container.env.items()}
+        workdir = mounts.rewrite(spec.get("workingDir") or "")
+        if not workdir or not os.path.isdir(workdir):  # missing: a fresh dir under the pod root
+            scratch = record.dir / "rootfs" / workdir.lstrip("/")
+            scratch.mkdir(parents=True, exist_ok=True)
+            workdir = str(scratch)
+        container.cwd = workdir
+
+
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+# The kubelet keeps at most this much of a termination message.
+TERMINATION_MESSAGE_LIMIT = 4096
+
+
+def termination_message(container: ContainerRecord) -> str:
+    """What the container wrote to its termination-message file (truncated as the kubelet does)."""
+    if container.termination_file is None:
+        return ""
+    try:
+        data = container.termination_file.read_bytes()[:TERMINATION_MESSAGE_LIMIT]
+    except OSError:
+        return ""
+    return data.decode(errors="replace").strip()
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)
