@@ -3,10 +3,13 @@
 Submitting creates a Secret (the key), a ClusterIP Service (a stable address across pod
 replacement) and the group's pods, each labelled with the kernel and this server's owner id and
 taken as ours on a 409 only when it carries both (`kube.ownership`); Kueue gates, admits, evicts.
+Before anything is created the queue, priority class and claim are checked (`kube.preflight`).
 One shared informer per namespace and kind (pods, Workloads) feeds every kernel's status from
-memory; queue positions come from Kueue's visibility API (`kube.positions`). A release deletes
-every object until each is gone (`kube.cleanup`); what keeps failing, and what a crash left, the
-reaper deletes (`kube.reaper`). Every background task is owned (`kube.tasks`).
+memory (`kube.caches`); `pod_groups` turns it into each group's status and acts on it
+(replacement pods after an eviction, queue positions from Kueue's visibility API through
+`kube.positions`). A release deletes every object until each is gone (`kube.cleanup`); what keeps
+failing, and what a crash left, the reaper deletes (`kube.reaper`). Every background task is
+owned and ended by `aclose` (`kube.tasks`).
 """
 
 from __future__ import annotations
@@ -14,29 +17,24 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from kernel_queue import errors
-from kernel_queue.backends import feed
+from kernel_queue.backends import feed, pod_groups
 from kernel_queue.kube import (
+    caches,
     cleanup,
     explain,
     kueue,
-    manifests,
     names,
     ownership,
-    positions,
     preflight,
-    replacements,
     settings,
     submission,
     tasks,
-    verbs,
 )
 from kernel_queue.kube import owner as owners
-from kernel_queue.kube import status as group_status
-from kernel_queue.kube.informer import Informer, Informers
 from kernel_queue.kube.reaper import Reaper
 from kernel_queue.kube.verbs import KubeApi
 from kernel_queue.model import (
@@ -44,36 +42,12 @@ from kernel_queue.model import (
     GroupRef,
     GroupSpec,
     GroupStatus,
-    QueuePlace,
     StopCause,
     short_id,
 )
 
 Obj = dict[str, Any]
 _TERMINAL = feed.TERMINAL
-_LOG_LINES = 20
-_LOG_SECONDS = 5.0
-_POD_SELECTOR = f"{kueue.MANAGED_BY_LABEL}={kueue.MANAGED_BY}"
-
-
-@dataclass(eq=False)
-class _Group:
-    """One kernel's current pod group as this backend tracks it."""
-
-    ref: GroupRef
-    queue: str
-    spec: GroupSpec | None = None  # None for a group adopted after a server restart
-    status: GroupStatus = field(default_factory=lambda: GroupStatus(GroupPhase.PENDING))
-    place: QueuePlace | None = None
-    watchers: set[asyncio.Queue[GroupStatus]] = field(default_factory=set)
-    was_running: bool = False
-    had_workload: bool = False
-    replacing: bool = False
-    attempt: int = 0
-    ending: bool = False  # its deletion began: no more statuses, no replacement pods
-    ended: asyncio.Task[None] | None = None  # the deletion, shared by every caller
-    failure_logged: bool = False
-    saved: str = ""  # what the last preempted pod's checkpoint saved; kept after it is deleted
 
 
 class KubernetesBackend(settings.BackendSettings):
@@ -86,17 +60,23 @@ class KubernetesBackend(settings.BackendSettings):
         super().__init__(**kwargs)
         self._api: KubeApi | None = None
         self._api_lock = asyncio.Lock()
-        self._informers = Informers()
-        self._groups: dict[str, _Group] = {}  # group name -> group
+        self._groups: dict[str, pod_groups.Group] = {}  # group name -> group
         self._launches: dict[str, int] = {}  # kernel id -> launches so far
         self._kernels: dict[str, str] = {}  # kernel id -> namespace, while it holds objects
         self._busy: collections.Counter[str] = collections.Counter()  # submits, releases
-        self._positions: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self._warned = positions.Warned()
-        self._namespaces: dict[str, tuple[Informer, Informer]] = {}  # ns -> (pods, workloads)
-        # (namespace, group) -> pod name -> pod: each group's pods without scanning them all
-        self._pods_by_group: dict[tuple[str, str], dict[str, Obj]] = {}
         self._tasks = tasks.Tasks(self.log)
+        self._caches = caches.Caches(lambda name: self._statuses.refresh(name))
+        self._statuses = pod_groups.Statuses(
+            self._groups,
+            caches=self._caches,
+            tasks=self._tasks,
+            connect=self._client,
+            create=self._create,
+            owner=self.owner_id,
+            namespace=lambda: self.namespace,
+            position_interval=lambda: self.position_interval,
+            log=self.log,
+        )
         self._handed: set[str] = set()  # kernels whose objects were handed to the reaper
         self.reaper = Reaper(
             owner=self.owner_id, known=lambda: owners.REGISTRY.known(self.owner_id), log=self.log
@@ -157,7 +137,7 @@ class KubernetesBackend(settings.BackendSettings):
         self._kernels[spec.kernel_id] = namespace
         connection = submission.connection(spec, address)
         ref = GroupRef(self.name, name, spec.kernel_id, connection, namespace=namespace)
-        self._groups[name] = _Group(ref=ref, queue=spec.queue, spec=spec)
+        self._groups[name] = pod_groups.Group(ref=ref, queue=spec.queue, spec=spec)
         self.log.info(
             "kernel %s submitted as pod group %s in %s/%s needing %s",
             short_id(spec.kernel_id),
@@ -166,7 +146,7 @@ class KubernetesBackend(settings.BackendSettings):
             spec.queue,
             spec.needs(),
         )
-        self._refresh(name)
+        self._statuses.refresh(name)
         return ref
 
     async def watch(self, ref: GroupRef) -> AsyncIterator[GroupStatus]:
@@ -221,8 +201,8 @@ class KubernetesBackend(settings.BackendSettings):
         API client."""
         owners.REGISTRY.remove(self)
         await self._tasks.aclose()
-        self._positions.clear()
-        await self._informers.aclose()
+        self._statuses.positions.clear()
+        await self._caches.aclose()
         if self._api is not None:
             await self._api.aclose()
             self._api = None
@@ -250,7 +230,7 @@ class KubernetesBackend(settings.BackendSettings):
 
     def _swept(self) -> set[str]:
         """The namespaces the reaper sweeps: the default one and every one kernels used."""
-        return {self.namespace, *self._namespaces, *self._kernels.values()}
+        return {self.namespace, *self._caches.namespaces(), *self._kernels.values()}
 
     async def _create(
         self, api: KubeApi, kind: kueue.Kind, namespace: str, body: Obj, who: str
@@ -299,7 +279,7 @@ class KubernetesBackend(settings.BackendSettings):
                 self.log.warning("kernel %s: %s failed (%s); %s", short_id(kernel), what, exc, then)
             return False
 
-    async def _end_group(self, group: _Group, *, grace: float | None = None) -> None:
+    async def _end_group(self, group: pod_groups.Group, *, grace: float | None = None) -> None:
         """Delete the group's Workload and pods, once: later callers wait for the same deletion,
         which runs to its end even if they are cancelled; then forget the group."""
         if group.ended is None:
@@ -310,7 +290,7 @@ class KubernetesBackend(settings.BackendSettings):
             )
         await asyncio.shield(group.ended)
 
-    async def _delete_group(self, group: _Group, grace: int | None) -> None:
+    async def _delete_group(self, group: pod_groups.Group, grace: int | None) -> None:
         namespace, kernel = group.ref.namespace or self.namespace, group.ref.kernel_id
 
         async def delete(api: KubeApi) -> list[str]:
@@ -328,198 +308,20 @@ class KubernetesBackend(settings.BackendSettings):
     async def _watch_namespace(self, namespace: str) -> None:
         """One pod informer and one Workload informer per namespace, for every kernel; their
         first lists retry within `api_retry_seconds`, then this gives up (they keep trying)."""
-        if namespace in self._namespaces:
-            return
         api = await self._client()
-        try:
-            async with asyncio.timeout(self.api_retry_seconds + 30):
-                pods = await self._informers.get(api, kueue.PODS, namespace, _POD_SELECTOR)
-                workloads = await self._informers.get(api, kueue.WORKLOADS, namespace)
-        except TimeoutError:
-            message = f'list pods in namespace "{namespace}": the API server did not answer'
-            raise verbs.Unavailable(0, "Timeout", message) from None
-        if namespace not in self._namespaces:
-            self._namespaces[namespace] = (pods, workloads)
-            for pod in pods.items():
-                self._index(pod, deleted=False)
-            pods.add_handler(self._on_pod)
-            workloads.add_handler(self._on_workload)
+        await self._caches.watch(api, namespace, within=self.api_retry_seconds + 30)
 
-    async def _adopt(self, ref: GroupRef) -> _Group:
+    async def _adopt(self, ref: GroupRef) -> pod_groups.Group:
         await self._client()  # resolves `namespace`
         namespace = ref.namespace or self.namespace
-        group = _Group(ref=ref, queue="", was_running=True, had_workload=True)
+        group = pod_groups.Group(ref=ref, queue="", was_running=True, had_workload=True)
         self._groups[ref.name] = group  # known to the reaper from now on
         self._kernels[ref.kernel_id] = namespace
         await self._watch_namespace(namespace)
-        pods = self._group_pods(namespace, ref.name)
+        pods = self._caches.pods(namespace, ref.name)
         if pods:
             labels = pods[0]["metadata"].get("labels", {})
             group.queue = labels.get(kueue.QUEUE_NAME_LABEL, "")
             group.was_running = any(kueue.pod_ready(p) for p in pods)
-        self._refresh(ref.name)
+        self._statuses.refresh(ref.name)
         return group
-
-    # -- status --------------------------------------------------------------------------
-
-    def _on_pod(self, event: str, pod: Obj, old: Obj | None) -> None:
-        name = self._index(pod, deleted=event == "DELETED")
-        if name in self._groups:
-            self._refresh(name)
-
-    def _index(self, pod: Obj, *, deleted: bool) -> str:
-        """Keep `_pods_by_group` current; return the pod's group name."""
-        meta = pod["metadata"]
-        name = meta.get("labels", {}).get(kueue.POD_GROUP_NAME_LABEL, "")
-        key = (meta.get("namespace", ""), name)
-        if deleted:
-            self._pods_by_group.get(key, {}).pop(meta["name"], None)
-            if not self._pods_by_group.get(key, True):
-                del self._pods_by_group[key]
-        else:
-            self._pods_by_group.setdefault(key, {})[meta["name"]] = pod
-        return str(name)
-
-    def _on_workload(self, event: str, workload: Obj, old: Obj | None) -> None:
-        if workload["metadata"]["name"] in self._groups:
-            self._refresh(workload["metadata"]["name"])
-
-    def _group_pods(self, namespace: str, name: str) -> list[Obj]:
-        return list(self._pods_by_group.get((namespace, name), {}).values())
-
-    def _refresh(self, name: str) -> None:
-        """Recompute one group's status from the informers' caches and act on it."""
-        group = self._groups.get(name)
-        if group is None or group.ending:
-            return
-        namespace = group.ref.namespace or self.namespace
-        informers = self._namespaces.get(namespace)
-        workload = informers[1].get(name) if informers else None
-        pods = self._group_pods(namespace, name)
-        pod_ip = group.spec is not None and group.spec.connect == "pod-ip"
-        group.saved = group_status.saved_message(workload, pods) or group.saved
-        status = group_status.group_status(
-            workload,
-            pods,
-            place=group.place,
-            was_running=group.was_running,
-            had_workload=group.had_workload,
-            pod_ip_address=pod_ip,
-            saved=group.saved,
-        )
-        group.had_workload = group.had_workload or workload is not None
-        if status.phase is GroupPhase.RUNNING:
-            group.was_running, group.saved = True, ""
-        if group_status.needs_replacement(workload, pods) and not group.replacing:
-            group.replacing = True
-            self._tasks.spawn(self._replace(group, pods), f"replace {name}")
-        if status.phase is GroupPhase.QUEUED:
-            self._follow_positions(namespace, group.queue)
-        if status.phase is GroupPhase.FAILED:
-            # Published once, by the task that adds the pod's last log lines to the message.
-            if not group.failure_logged:
-                group.failure_logged = True
-                self._tasks.spawn(self._fail_with_logs(group, pods, status), f"fail {name}")
-            return
-        feed.publish(group, status)
-
-    async def _fail_with_logs(self, group: _Group, pods: list[Obj], status: GroupStatus) -> None:
-        """A pod that failed before it was ready: its last log lines make the error."""
-        lead = group_status.head(pods)
-        tail = ""
-        if lead is not None:
-            api = await self._client()
-            try:
-                async with asyncio.timeout(_LOG_SECONDS):
-                    text = await api.read_log(
-                        lead["metadata"]["namespace"],
-                        lead["metadata"]["name"],
-                        container="kernel",
-                        tail_lines=_LOG_LINES,
-                    )
-                if text.strip():
-                    tail = f"; its last log lines:\n{text.rstrip()}"
-            except (errors.ClusterApiError, TimeoutError) as exc:
-                self.log.debug("no log lines of %s: %s", lead["metadata"]["name"], exc)
-        feed.publish(group, status.evolve(message=status.message + tail))
-
-    async def _replace(self, group: _Group, pods: list[Obj]) -> None:
-        """Replacement pods after an eviction: the same shape, so Kueue keeps the Workload.
-        Transient create failures are retried; a lasting one fails the kernel with a sentence."""
-        who = f"kernel {short_id(group.ref.kernel_id)}"
-        namespace = group.ref.namespace or self.namespace
-        try:
-            api = await self._client()
-            group.attempt += 1
-            if group.spec is not None:
-                spec = group.spec
-                fresh = manifests.pods(
-                    spec,
-                    group.ref.name,
-                    group.attempt,
-                    kernel_env=spec.env,
-                    checkpoint_claim=preflight.claim(spec),
-                    owner=self.owner_id,
-                )
-            else:  # adopted after a server restart: copy the pods Kueue last saw
-                fresh = replacements.copies(pods, group.attempt)
-            for pod in fresh:
-                if group.ending:
-                    return  # released meanwhile (a failed kernel, a shutdown): make nothing
-                await self._create(api, kueue.PODS, namespace, pod, who)
-                if group.ending:  # released while this one was created: it may not be listed
-                    await api.delete(
-                        kueue.PODS, namespace, pod["metadata"]["name"], grace_seconds=0
-                    )
-                    return
-            self.log.info(
-                "%s: replacement pods created for group %s (round %d)",
-                who,
-                group.ref.name,
-                group.attempt,
-            )
-        except errors.ClusterApiError as exc:
-            if group.ending:
-                return
-            text = str(explain.failure(exc, who=who, doing="create its replacement pod"))
-            self.log.warning("%s", text)
-            feed.publish(group, GroupStatus(GroupPhase.FAILED, message=_without(who, text)))
-        finally:
-            group.replacing = False
-
-    # -- queue positions -------------------------------------------------------------------
-
-    def _follow_positions(self, namespace: str, queue: str) -> None:
-        key = (namespace, queue)
-        task = self._positions.get(key)
-        if queue and (task is None or task.done()) and not self._tasks.closed:
-            self._positions[key] = self._tasks.spawn(
-                self._position_loop(namespace, queue), f"positions {namespace}/{queue}"
-            )
-
-    async def _position_loop(self, namespace: str, queue: str) -> None:
-        """Read the LocalQueue's pending Workloads while any of our kernels waits there."""
-        api = await self._client()
-        while True:
-            waiting = [
-                g
-                for g in self._groups.values()
-                if g.queue == queue
-                and (g.ref.namespace or self.namespace) == namespace
-                and g.status.phase in (GroupPhase.QUEUED, GroupPhase.PENDING)
-                and not g.ending
-            ]
-            if not waiting:
-                return
-            places = await positions.read_places(
-                api, namespace, queue, warned=self._warned, log=self.log
-            )
-            for group in waiting:
-                group.place = places.get(group.ref.name, places.get(""))
-                self._refresh(group.ref.name)
-            await asyncio.sleep(self.position_interval)
-
-
-def _without(who: str, text: str) -> str:
-    """`text` without its leading "kernel 1a2b3c4d: " (the lifecycle names the kernel itself)."""
-    return text.removeprefix(f"{who}: ")

@@ -2,13 +2,16 @@
 
 `read_places` returns Workload name -> `QueuePlace`; when the visibility API is unavailable it
 falls back to the LocalQueue's pending count for every kernel (key ""), and says so in the log
-once until it answers again (`Warned`).
+once until it answers again (`Warned`). `Readers` runs one reading task per LocalQueue, only
+while kernels wait there, in tasks the backend owns.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
 
 from kernel_queue import errors
 from kernel_queue.kube import kueue
@@ -57,3 +60,57 @@ async def read_places(
         )
         for index, item in enumerate(items)
     }
+
+
+class Spawner(Protocol):
+    """Who owns the reader tasks (the backend's `tasks.Tasks`)."""
+
+    closed: bool
+
+    def spawn(self, work: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]: ...
+
+
+class Readers:
+    """One reader task per LocalQueue where kernels wait: it reads the queue's places every
+    `interval()` seconds and hands each waiting group its own (`place(name, place)`), until
+    `waiting(namespace, queue)` names no group; the next kernel to wait there starts another."""
+
+    def __init__(
+        self,
+        *,
+        connect: Callable[[], Awaitable[KubeApi]],
+        tasks: Spawner,
+        waiting: Callable[[str, str], list[str]],
+        place: Callable[[str, QueuePlace | None], None],
+        interval: Callable[[], float],
+        log: logging.Logger | logging.LoggerAdapter[Any],
+    ) -> None:
+        self._connect, self._tasks, self._log = connect, tasks, log
+        self._waiting, self._place, self._interval = waiting, place, interval
+        self._readers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._warned = Warned()
+
+    def follow(self, namespace: str, queue: str) -> None:
+        """Make sure a reader of `queue` runs (not once the tasks are closed)."""
+        key = (namespace, queue)
+        task = self._readers.get(key)
+        if queue and (task is None or task.done()) and not self._tasks.closed:
+            self._readers[key] = self._tasks.spawn(
+                self._read(namespace, queue), f"positions {namespace}/{queue}"
+            )
+
+    def clear(self) -> None:
+        """Forget the readers (their owner cancelled them)."""
+        self._readers.clear()
+
+    async def _read(self, namespace: str, queue: str) -> None:
+        """Read the LocalQueue's pending Workloads while any of our kernels waits there."""
+        api = await self._connect()
+        while True:
+            waiting = self._waiting(namespace, queue)
+            if not waiting:
+                return
+            places = await read_places(api, namespace, queue, warned=self._warned, log=self._log)
+            for name in waiting:
+                self._place(name, places.get(name, places.get("")))
+            await asyncio.sleep(self._interval())

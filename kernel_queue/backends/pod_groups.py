@@ -1,0 +1,217 @@
+"""Each kernel's pod group as the kubernetes backend tracks it, and what its status asks for.
+
+`Group` is the record of one group. `Statuses.refresh` recomputes a group's status from the
+informers' caches (`kube.caches`) on every pod or Workload event and acts on it: it publishes the
+status to the group's watchers (`feed`), creates replacement pods after an eviction (the same
+shape, so Kueue keeps the Workload), follows the queue's positions while the group waits
+(`kube.positions`), and adds a failed pod's last log lines to its error. Every task it starts
+belongs to the backend's `tasks.Tasks`; it creates objects only through the backend's
+owner-checked `create`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernel_queue import errors
+from kernel_queue.backends import feed
+from kernel_queue.kube import (
+    caches,
+    explain,
+    kueue,
+    manifests,
+    positions,
+    preflight,
+    replacements,
+    tasks,
+)
+from kernel_queue.kube import status as group_status
+from kernel_queue.kube.verbs import KubeApi
+from kernel_queue.model import GroupPhase, GroupRef, GroupSpec, GroupStatus, QueuePlace, short_id
+
+Obj = dict[str, Any]
+Create = Callable[[KubeApi, kueue.Kind, str, Obj, str], Awaitable[Obj]]
+"""`create(api, kind, namespace, body, who)`: the backend's owner-checked create."""
+LOG_LINES = 20
+"""Log lines of a pod that failed before it was ready, added to the kernel's error."""
+LOG_SECONDS = 5.0
+"""Seconds the API may take to give those lines; the error is published without them after."""
+
+
+@dataclass(eq=False)
+class Group:
+    """One kernel's current pod group as this backend tracks it."""
+
+    ref: GroupRef
+    queue: str
+    spec: GroupSpec | None = None  # None for a group adopted after a server restart
+    status: GroupStatus = field(default_factory=lambda: GroupStatus(GroupPhase.PENDING))
+    place: QueuePlace | None = None
+    watchers: set[asyncio.Queue[GroupStatus]] = field(default_factory=set)
+    was_running: bool = False
+    had_workload: bool = False
+    replacing: bool = False
+    attempt: int = 0
+    ending: bool = False  # its deletion began: no more statuses, no replacement pods
+    ended: asyncio.Task[None] | None = None  # the deletion, shared by every caller
+    failure_logged: bool = False
+    saved: str = ""  # what the last preempted pod's checkpoint saved; kept after it is deleted
+
+
+class Statuses:
+    """Keeps the statuses of `groups` (group name -> `Group`, the backend's table) current."""
+
+    def __init__(
+        self,
+        groups: dict[str, Group],
+        *,
+        caches: caches.Caches,
+        tasks: tasks.Tasks,
+        connect: Callable[[], Awaitable[KubeApi]],
+        create: Create,
+        owner: str,
+        namespace: Callable[[], str],
+        position_interval: Callable[[], float],
+        log: logging.Logger | logging.LoggerAdapter[Any],
+    ) -> None:
+        self.groups, self.caches, self.tasks, self.log = groups, caches, tasks, log
+        self._connect, self._create, self._owner = connect, create, owner
+        self._namespace = namespace  # the default namespace, known once the client connected
+        self.positions = positions.Readers(
+            connect=connect,
+            tasks=tasks,
+            waiting=self.waiting,
+            place=self.place,
+            interval=position_interval,
+            log=log,
+        )
+
+    def namespace_of(self, group: Group) -> str:
+        """The group's namespace (the backend's default when its ref names none)."""
+        return group.ref.namespace or self._namespace()
+
+    def refresh(self, name: str) -> None:
+        """Recompute one group's status from the informers' caches and act on it."""
+        group = self.groups.get(name)
+        if group is None or group.ending:
+            return
+        namespace = self.namespace_of(group)
+        workload = self.caches.workload(namespace, name)
+        pods = self.caches.pods(namespace, name)
+        pod_ip = group.spec is not None and group.spec.connect == "pod-ip"
+        group.saved = group_status.saved_message(workload, pods) or group.saved
+        status = group_status.group_status(
+            workload,
+            pods,
+            place=group.place,
+            was_running=group.was_running,
+            had_workload=group.had_workload,
+            pod_ip_address=pod_ip,
+            saved=group.saved,
+        )
+        group.had_workload = group.had_workload or workload is not None
+        if status.phase is GroupPhase.RUNNING:
+            group.was_running, group.saved = True, ""
+        if group_status.needs_replacement(workload, pods) and not group.replacing:
+            group.replacing = True
+            self.tasks.spawn(self._replace(group, pods), f"replace {name}")
+        if status.phase is GroupPhase.QUEUED:
+            self.positions.follow(namespace, group.queue)
+        if status.phase is GroupPhase.FAILED:
+            # Published once, by the task that adds the pod's last log lines to the message.
+            if not group.failure_logged:
+                group.failure_logged = True
+                self.tasks.spawn(self._fail_with_logs(group, pods, status), f"fail {name}")
+            return
+        feed.publish(group, status)
+
+    def waiting(self, namespace: str, queue: str) -> list[str]:
+        """The groups that wait in `queue` of `namespace` (their places are worth reading)."""
+        return [
+            name
+            for name, g in self.groups.items()
+            if g.queue == queue
+            and self.namespace_of(g) == namespace
+            and g.status.phase in (GroupPhase.QUEUED, GroupPhase.PENDING)
+            and not g.ending
+        ]
+
+    def place(self, name: str, place: QueuePlace | None) -> None:
+        """The group's place in its queue, as the visibility API last said."""
+        group = self.groups.get(name)
+        if group is not None:
+            group.place = place
+            self.refresh(name)
+
+    async def _fail_with_logs(self, group: Group, pods: list[Obj], status: GroupStatus) -> None:
+        """A pod that failed before it was ready: its last log lines make the error."""
+        lead = group_status.head(pods)
+        tail = ""
+        if lead is not None:
+            api = await self._connect()
+            try:
+                async with asyncio.timeout(LOG_SECONDS):
+                    text = await api.read_log(
+                        lead["metadata"]["namespace"],
+                        lead["metadata"]["name"],
+                        container="kernel",
+                        tail_lines=LOG_LINES,
+                    )
+                if text.strip():
+                    tail = f"; its last log lines:\n{text.rstrip()}"
+            except (errors.ClusterApiError, TimeoutError) as exc:
+                self.log.debug("no log lines of %s: %s", lead["metadata"]["name"], exc)
+        feed.publish(group, status.evolve(message=status.message + tail))
+
+    async def _replace(self, group: Group, pods: list[Obj]) -> None:
+        """Replacement pods after an eviction: the same shape, so Kueue keeps the Workload.
+        Transient create failures are retried; a lasting one fails the kernel with a sentence."""
+        who = f"kernel {short_id(group.ref.kernel_id)}"
+        namespace = self.namespace_of(group)
+        try:
+            api = await self._connect()
+            group.attempt += 1
+            if group.spec is not None:
+                spec = group.spec
+                fresh = manifests.pods(
+                    spec,
+                    group.ref.name,
+                    group.attempt,
+                    kernel_env=spec.env,
+                    checkpoint_claim=preflight.claim(spec),
+                    owner=self._owner,
+                )
+            else:  # adopted after a server restart: copy the pods Kueue last saw
+                fresh = replacements.copies(pods, group.attempt)
+            for pod in fresh:
+                if group.ending:
+                    return  # released meanwhile (a failed kernel, a shutdown): make nothing
+                await self._create(api, kueue.PODS, namespace, pod, who)
+                if group.ending:  # released while this one was created: it may not be listed
+                    await api.delete(
+                        kueue.PODS, namespace, pod["metadata"]["name"], grace_seconds=0
+                    )
+                    return
+            self.log.info(
+                "%s: replacement pods created for group %s (round %d)",
+                who,
+                group.ref.name,
+                group.attempt,
+            )
+        except errors.ClusterApiError as exc:
+            if group.ending:
+                return
+            text = str(explain.failure(exc, who=who, doing="create its replacement pod"))
+            self.log.warning("%s", text)
+            feed.publish(group, GroupStatus(GroupPhase.FAILED, message=_without(who, text)))
+        finally:
+            group.replacing = False
+
+
+def _without(who: str, text: str) -> str:
+    """`text` without its leading "kernel 1a2b3c4d: " (the lifecycle names the kernel itself)."""
+    return text.removeprefix(f"{who}: ")
