@@ -221,3 +221,30 @@ async def test_a_waiting_kernel_is_placed_and_cancelled_and_a_preempted_one_come
     assert GroupPhase.QUEUED in phases[phases.index(GroupPhase.EVICTED) :]
     await backend.release(low)
     await low_followed.until(lambda f: f.ended)
+
+
+def backend_tasks() -> list[str]:
+    """The unfinished tasks running kernel-queue's own code (not the fake cluster's, not ours)."""
+    package = Path(backends.__file__).parent.parent
+    found = []
+    for task in asyncio.all_tasks():
+        code = getattr(task.get_coro(), "cr_code", None)
+        if code is not None and not task.done() and Path(code.co_filename).is_relative_to(package):
+            found.append(f"{task.get_name()}: {code.co_qualname}")
+    return found
+
+
+async def test_aclose_ends_every_task_the_backend_started(contract: Contract) -> None:
+    backend = contract.backend
+    running, running_followed = await submitted(contract, "low")
+    await running_followed.running(running)
+    _, waiting_followed = await submitted(contract, "low")  # it waits for the one GPU
+    await waiting_followed.until(lambda f: f.phase is GroupPhase.QUEUED)
+    # A stop with a grace period: the local backend's kill after it is still pending.
+    await backend.stop(running, grace=30, cause=StopCause.SHUTDOWN)
+    for followed in contract.followed:
+        await followed.aclose()
+    contract.followed.clear()
+    assert backend_tasks() != []  # the launcher's run, or a position reader and the informers
+    await backend.aclose()
+    assert backend_tasks() == []

@@ -28,6 +28,7 @@ from kernel_queue import spec as kernelspecs
 from kernel_queue.backends import feed, launchers, quota, records
 from kernel_queue.backends import gpus as gpu_detection
 from kernel_queue.backends import ports as held_ports
+from kernel_queue.kube import tasks
 from kernel_queue.launcher import contract
 from kernel_queue.model import (
     ConnectionInfo,
@@ -179,6 +180,7 @@ class LocalBackend(LoggingConfigurable):
         # kernel id -> its checkpoint store and the root it lies in, deleted at release
         self._checkpoints: dict[str, tuple[Path, Path]] = {}
         self._closed = False
+        self._tasks = tasks.Tasks(self.log)  # each admitted kernel's run, its kill after grace
         self._ledger = records.Ledger(
             Path(jupyter_runtime_dir()) / "kernel-queue" / "kernels", self.log
         )
@@ -319,7 +321,7 @@ class LocalBackend(LoggingConfigurable):
         # Signal and return, as Popen.terminate does; the launcher is killed if it outlives grace.
         self._signal(group, signal.SIGTERM)
         kill_after = grace + contract.LOCAL_KILL_MARGIN_SECONDS
-        asyncio.get_running_loop().call_later(kill_after, group.process.signal, signal.SIGKILL)
+        self._tasks.spawn(_kill_after(group.process, kill_after), f"kill {group.spec.name}")
 
     async def send_signal(self, ref: GroupRef, signum: int) -> None:
         """Send `signum` to the launcher, which forwards it to the kernel."""
@@ -352,9 +354,11 @@ class LocalBackend(LoggingConfigurable):
         )
 
     async def aclose(self) -> None:
-        """Release every group; nothing is admitted or submitted afterwards."""
+        """Release every group, then end every task this backend started and wait for its
+        records; nothing is admitted or submitted afterwards."""
         self._closed = True
         await asyncio.gather(*(self.release(g.ref) for g in list(self._groups.values())))
+        await self._tasks.aclose()
         await self._ledger.aclose()
 
     def _find(self, ref: GroupRef) -> _Group | None:
@@ -423,7 +427,7 @@ class LocalBackend(LoggingConfigurable):
         group.admitted = admission.Admitted(group.request, grant.flavors, time.monotonic())
         feed.publish(group, GroupStatus(GroupPhase.ADMITTED, flavor=quota.FLAVOR, devices=devices))
         self.log.info("kernel %s admitted with GPUs %s", short_id(group.spec.kernel_id), devices)
-        group.task = asyncio.get_running_loop().create_task(self._run(group))
+        group.task = self._tasks.spawn(self._run(group), f"run {group.spec.name}")
 
     def _evict(self, victim: _Group, preemptor: _Group) -> None:
         needs = preemptor.spec.needs()
@@ -604,3 +608,11 @@ class LocalBackend(LoggingConfigurable):
         except TimeoutError:
             process.signal(signal.SIGKILL)
             await process.exited.wait()
+
+
+async def _kill_after(process: launchers.LauncherProcess, seconds: float) -> None:
+    """SIGKILL the launcher if it still runs `seconds` from now."""
+    try:
+        await asyncio.wait_for(process.exited.wait(), timeout=seconds)
+    except TimeoutError:
+        process.signal(signal.SIGKILL)
