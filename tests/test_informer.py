@@ -15,6 +15,7 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 from kernel_queue import errors
 from kernel_queue.kube.api import PODS, KubernetesApi
 from kernel_queue.kube.informer import Informer, Informers
+from tests import polling
 
 NS = "default"
 Event = tuple[str, str, str | None]  # (type, name, old resourceVersion)
@@ -51,10 +52,9 @@ def recorder(events: list[Event]) -> Callable[[str, dict[str, Any], dict[str, An
     return handler
 
 
-async def eventually(check: Callable[[], bool], within: float = 10) -> None:
-    async with asyncio.timeout(within):
-        while not check():  # noqa: ASYNC110 - the informer's task updates memory we read
-            await asyncio.sleep(0.01)
+async def eventually(check: Callable[[], object], what: str, within: float = 10) -> None:
+    """Let the informer's task (in this loop) update the memory `check` reads."""
+    await polling.until(check, what, within=within, every=0.01)
 
 
 async def cache_equals_a_fresh_list(api: KubernetesApi, informer: Informer) -> None:
@@ -65,7 +65,7 @@ async def cache_equals_a_fresh_list(api: KubernetesApi, informer: Informer) -> N
         cached = {i["metadata"]["name"]: i["metadata"]["resourceVersion"] for i in informer.items()}
         return cached == fresh
 
-    await eventually(same)
+    await eventually(same, "the cache equal to a fresh list")
 
 
 async def test_the_first_sync_fills_the_cache_and_reads_cost_no_requests(tmp_path: Path) -> None:
@@ -75,7 +75,7 @@ async def test_the_first_sync_fills_the_cache_and_reads_cost_no_requests(tmp_pat
         informer = Informer(api, PODS, NS)
         try:
             await informer.start()
-            await eventually(lambda: fake.stats.watches == 1)
+            await eventually(lambda: fake.stats.watches == 1, "one watch stream open on the server")
             requests = sum(fake.stats.requests.values())
             assert sorted(i["metadata"]["name"] for i in informer.items()) == ["a", "b", "c"]
             assert informer.get("a") == await api.get(PODS, NS, "a")
@@ -97,7 +97,7 @@ async def test_changes_reach_handlers_with_the_old_object(tmp_path: Path) -> Non
             created = await api.create(PODS, NS, pod("a"))
             await api.patch(PODS, NS, "a", {"metadata": {"labels": {"x": "1"}}}, patch_type="merge")
             await api.delete(PODS, NS, "a", grace_seconds=0)
-            await eventually(lambda: len(events) == 3)
+            await eventually(lambda: len(events) == 3, "three events handled")
             first = created["metadata"]["resourceVersion"]
             assert [e[:2] for e in events] == [("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a")]
             assert events[0][2] is None and events[1][2] == first
@@ -105,7 +105,7 @@ async def test_changes_reach_handlers_with_the_old_object(tmp_path: Path) -> Non
 
             informer.remove_handler(handler)
             await api.create(PODS, NS, pod("b"))
-            await eventually(lambda: informer.get("b") is not None)
+            await eventually(lambda: informer.get("b") is not None, "pod b in the cache")
             assert len(events) == 3
         finally:
             await informer.aclose()
@@ -121,17 +121,19 @@ async def test_fifty_subscribers_share_one_list_and_one_watch(tmp_path: Path) ->
             for index, informer in enumerate(shared):
                 informer.add_handler(lambda *_, i=index: counts.__setitem__(i, counts[i] + 1))
             await api.create(PODS, NS, pod("a"))
-            await eventually(lambda: all(counts))
+            await eventually(lambda: all(counts), "every handler called")
             assert fake.stats.requests[("list", "pods")] == 1
             assert fake.stats.requests[("watch", "pods")] == 1
             assert (fake.stats.watches, fake.stats.peak_watches) == (1, 1)
 
             other = await informers.get(api, PODS, NS, label_selector="x=1")
             assert other is not shared[0]
-            await eventually(lambda: fake.stats.watches == 2)  # its own stream, once listed
+            await eventually(
+                lambda: fake.stats.watches == 2, "two watch streams open on the server"
+            )  # its own stream, once listed
         finally:
             await informers.aclose()
-        await eventually(lambda: fake.stats.watches == 0)
+        await eventually(lambda: fake.stats.watches == 0, "no watch stream open on the server")
 
 
 async def test_a_dropped_watch_resumes_without_losing_events(tmp_path: Path) -> None:
@@ -143,12 +145,12 @@ async def test_a_dropped_watch_resumes_without_losing_events(tmp_path: Path) -> 
         informer.add_handler(recorder(events))
         try:
             await informer.start()
-            await eventually(lambda: fake.stats.watches == 1)
+            await eventually(lambda: fake.stats.watches == 1, "one watch stream open on the server")
             fake.drop_watches()
             # Written while no watch is open (no await between the drop and these writes).
             fake.store.create("", "pods", NS, pod("new"))
             fake.store.delete("", "pods", NS, "doomed", grace_seconds=0)
-            await eventually(lambda: informer.get("new") is not None)
+            await eventually(lambda: informer.get("new") is not None, "pod new in the cache")
             await cache_equals_a_fresh_list(api, informer)
             assert ("ADDED", "new", None) in events and ("DELETED", "doomed") in [
                 e[:2] for e in events
@@ -169,7 +171,7 @@ async def test_an_expired_resource_version_relists_and_reports_the_difference(
         informer.add_handler(recorder(events))
         try:
             await informer.start()
-            await eventually(lambda: fake.stats.watches == 1)
+            await eventually(lambda: fake.stats.watches == 1, "one watch stream open on the server")
             events.clear()
             before, doomed = informer.get("changed"), informer.get("doomed")
             assert before is not None and doomed is not None
@@ -179,7 +181,7 @@ async def test_an_expired_resource_version_relists_and_reports_the_difference(
             fake.store.delete("", "pods", NS, "doomed", grace_seconds=0)
             patch = {"metadata": {"labels": {"x": "1"}}}
             fake.store.patch("", "pods", NS, "changed", patch, "application/merge-patch+json")
-            await eventually(lambda: informer.relists == 1)
+            await eventually(lambda: informer.relists == 1, "one relist")
             await cache_equals_a_fresh_list(api, informer)
             assert sorted(events) == sorted(
                 [
@@ -210,7 +212,7 @@ async def test_server_errors_back_off_then_recover(tmp_path: Path) -> None:
             fake.fail_next("list", "pods", 503, 1)
             fake.expire_next_watch()
             fake.drop_watches()
-            await eventually(lambda: informer.relists == 1)
+            await eventually(lambda: informer.relists == 1, "one relist")
             assert fake.stats.requests[("list", "pods")] == 5
         finally:
             await informer.aclose()
@@ -236,9 +238,12 @@ async def test_a_watch_that_times_out_resumes_from_the_last_version(tmp_path: Pa
         informer = Informer(api, PODS, NS, timeout_seconds=1)
         try:
             await informer.start()
-            await eventually(lambda: informer.watches >= 2)
+            await eventually(lambda: informer.watches >= 2, "a second watch")
             await api.create(PODS, NS, pod("a"))
-            await eventually(lambda: informer.watches >= 3 and informer.get("a") is not None)
+            await eventually(
+                lambda: informer.watches >= 3 and informer.get("a") is not None,
+                "a third watch with pod a cached",
+            )
             assert informer.lists == 1 and fake.stats.requests[("list", "pods")] == 1
             assert fake.stats.peak_watches == 1
         finally:
@@ -256,7 +261,11 @@ async def test_bookmarks_advance_the_resource_version(tmp_path: Path) -> None:
             other = await api.create(PODS, NS, pod("unrelated"))  # not selected: no event
             target = int(other["metadata"]["resourceVersion"])
             assert target > listed
-            await eventually(lambda: int(informer.resource_version) >= target, within=5)
+            await eventually(
+                lambda: int(informer.resource_version) >= target,
+                "the cache at the target resourceVersion",
+                within=5,
+            )
             assert events == [] and informer.lists == 1
         finally:
             await informer.aclose()
@@ -266,12 +275,13 @@ async def test_aclose_leaves_no_watch_open_on_the_server(tmp_path: Path) -> None
     async with connected(tmp_path) as (fake, api):
         informer = Informer(api, PODS, NS)
         await informer.start()
-        await eventually(lambda: fake.stats.watches == 1)
+        await eventually(lambda: fake.stats.watches == 1, "one watch stream open on the server")
+        running = informer._task
         await informer.aclose()
-        await eventually(lambda: fake.stats.watches == 0, within=5)
-        watched = informer.watches
-        await asyncio.sleep(0.2)
-        assert informer.watches == watched  # nothing runs any more
+        assert running is not None and running.done()  # nothing of it runs any more
+        await eventually(
+            lambda: fake.stats.watches == 0, "no watch stream open on the server", within=5
+        )
 
 
 async def test_an_outage_is_one_warning_and_its_end_one_info_line(
@@ -289,9 +299,11 @@ async def test_an_outage_is_one_warning_and_its_end_one_info_line(
             with caplog.at_level(logging.DEBUG, logger="kernel_queue.kube.informer"):
                 fake.fail_next("watch", "pods", 500, 5)
                 fake.drop_watches()
-                await eventually(lambda: fake.faults_pending == 0)
+                await eventually(lambda: fake.faults_pending == 0, "the injected faults spent")
                 await api.create(PODS, NS, pod("after"))
-                await eventually(lambda: informer.get("after") is not None)
+                await eventually(
+                    lambda: informer.get("after") is not None, "pod after in the cache"
+                )
             warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
             assert len(warned) == 1, [r.getMessage() for r in warned]
             assert any("answers again" in r.getMessage() for r in caplog.records)
