@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kernel_queue_fake_cluster.apiserver import crds as crd_files
 
 from kernel_queue.events import SCHEMA_ID
 
@@ -29,6 +30,9 @@ REPO = Path(__file__).resolve().parent.parent
 SERVER_CONFIG = REPO / "etc" / "jupyter" / "jupyter_server_config.d" / "kernel_queue.json"
 KUEUE_DATA = REPO.parent / "shared" / "data" / "kueue"
 """Kueue's CRDs and example manifests next to the checkout (never copied into it)."""
+KUEUE_CRDS = Path(os.environ.get(crd_files.ENVIRONMENT_VARIABLE) or KUEUE_DATA / "crds")
+"""The CRDs the fake cluster reads in these tests: the variable's path, else the checkout's."""
+os.environ.setdefault(crd_files.ENVIRONMENT_VARIABLE, str(KUEUE_CRDS))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,8 +1,10 @@
-"""`jupyter kernel-queue fake-cluster` as a user runs it, and its sample queues, which are
-etc/kubernetes/queues.yaml."""
+"""The product's doors to the fake cluster (a distribution of its own): `jupyter kernel-queue
+fake-cluster` as a user runs it, its sample queues (etc/kubernetes/queues.yaml), what it says
+without Kueue's CRDs, and the `kernel_queue.testing` compatibility shim."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -10,7 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+from kernel_queue_fake_cluster.apiserver import crds as crd_files
 from kubernetes import client, config
 
 from tests.conftest import KUEUE_DATA, skip_unless_ci
@@ -88,3 +92,63 @@ def test_fake_cluster_sample_queues_are_etc_kubernetes_queues() -> None:
 
     shipped = Path(__file__).resolve().parents[1] / "etc" / "kubernetes" / "queues.yaml"
     assert list(yaml.safe_load_all(shipped.read_text())) == sample_queue_objects()
+
+
+def fake_cluster_command(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run the command to its end, without $KERNEL_QUEUE_FAKE_CLUSTER_CRDS unless in `env`."""
+    environ = {k: v for k, v in os.environ.items() if k != crd_files.ENVIRONMENT_VARIABLE}
+    jupyter = str(Path(sys.executable).parent / "jupyter")
+    return subprocess.run(
+        [jupyter, "kernel-queue", "fake-cluster", *args],
+        env={**environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_fake_cluster_command_without_crds_says_how_to_give_them(tmp_path: Path) -> None:
+    result = fake_cluster_command(f"--dir={tmp_path / 'c'}")
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        "jupyter kernel-queue fake-cluster: The fake cluster needs Kueue's CRDs and none was "
+        "given: pass crds=PATH (--crds PATH to `jupyter kernel-queue fake-cluster`), or set "
+        "KERNEL_QUEUE_FAKE_CLUSTER_CRDS, to a directory of Kueue's CRD files or to Kueue's "
+        "release manifests.yaml (https://github.com/kubernetes-sigs/kueue/releases/download/"
+    )
+    assert not (tmp_path / "c").exists()
+
+
+def test_fake_cluster_command_names_a_missing_crds_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    result = fake_cluster_command(f"--crds={missing}")
+    assert result.returncode == 2
+    assert f"No Kueue CRDs at {missing} (from crds): pass crds=PATH" in result.stderr
+
+
+def test_kernel_queue_testing_is_the_fake_cluster_when_it_is_installed() -> None:
+    import kernel_queue_fake_cluster.plugin
+    from kernel_queue_fake_cluster.cluster import FakeCluster
+
+    import kernel_queue.testing
+    import kernel_queue.testing.plugin
+
+    assert kernel_queue.testing.FakeCluster is FakeCluster
+    assert kernel_queue.testing.plugin.fake_cluster is kernel_queue_fake_cluster.plugin.fake_cluster
+
+
+def test_kernel_queue_testing_says_how_to_install_a_missing_fake_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import kernel_queue.testing
+
+    for name in [n for n in sys.modules if n.split(".")[0] == "kernel_queue_fake_cluster"]:
+        monkeypatch.delitem(sys.modules, name)
+    unfound = [p for p in sys.path if not (Path(p) / "kernel_queue_fake_cluster").is_dir()]
+    monkeypatch.setattr(sys, "path", unfound)  # as if it were not installed
+    with pytest.raises(ImportError) as caught:
+        kernel_queue.testing.FakeCluster  # noqa: B018
+    assert str(caught.value) == (
+        "the fake cluster is a distribution of its own, kernel-queue-fake-cluster, which is not "
+        "installed; from a checkout of kernel-queue: pip install ./packages/fake-cluster"
+    )

@@ -130,12 +130,10 @@ async def test_owned_tasks_are_logged_once_when_they_fail_and_all_ended_at_aclos
 
 @contextlib.asynccontextmanager
 async def connected(tmp_path: Path) -> AsyncIterator[tuple[FakeCluster, KubernetesApi]]:
-    from kernel_queue_fake_cluster.apiserver import resources
+    from tests.conftest import KUEUE_CRDS, skip_unless_ci
 
-    from tests.conftest import skip_unless_ci
-
-    if not resources.KUEUE_CRDS.is_dir():
-        skip_unless_ci(f"Kueue's CRDs are not at {resources.KUEUE_CRDS}")
+    if not KUEUE_CRDS.exists():
+        skip_unless_ci(f"Kueue's CRDs are not at {KUEUE_CRDS}")
     async with (
         asyncio.timeout(60),
         FakeCluster(root_dir=tmp_path / "cluster", kubelet=False, kueue=False) as fake,

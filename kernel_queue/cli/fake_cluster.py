@@ -32,7 +32,12 @@ class FakeClusterApp(JupyterApp):
     description = __doc__
     port = Int(0, config=True, help="Port to listen on (0: any free port).")
     directory = Unicode("", config=True, help="Where the cluster keeps its files (default: temp).")
-    crds = Unicode("", config=True, help="Directory of Kueue's CRD files (default: ../shared).")
+    crds = Unicode(
+        "",
+        config=True,
+        help="Kueue's CRDs: a directory of CRD files, or the manifests.yaml of a Kueue release "
+        "(default: $KERNEL_QUEUE_FAKE_CLUSTER_CRDS).",
+    )
     sample_queues = Bool(False, config=True, help="Create the sample queues at start.")
     aliases = {
         **JupyterApp.aliases,
@@ -51,7 +56,7 @@ class FakeClusterApp(JupyterApp):
 
     async def _serve(self) -> None:
         try:
-            from kernel_queue_fake_cluster.apiserver import resources
+            from kernel_queue_fake_cluster.apiserver import crds as crd_files
             from kernel_queue_fake_cluster.cluster import FakeCluster
         except ModuleNotFoundError as exc:
             if exc.name != "kernel_queue_fake_cluster":
@@ -62,14 +67,11 @@ class FakeClusterApp(JupyterApp):
             self.exit(2)
         import yaml  # a dependency of the fake cluster
 
-        crds = Path(self.crds) if self.crds else resources.KUEUE_CRDS
-        if not crds.is_dir():
-            print(
-                f"jupyter kernel-queue fake-cluster: no Kueue CRD files at {crds}; pass --crds "
-                "with the directory of Kueue's CRD YAML files (config/components/crd/bases of "
-                "a Kueue release)",
-                file=sys.stderr,
-            )
+        crds = self.crds or None  # unset: the fake reads $KERNEL_QUEUE_FAKE_CLUSTER_CRDS
+        try:
+            crd_files.load(crds)  # read once here (cached), so a missing source stops us first
+        except crd_files.CrdsNotFound as exc:
+            print(f"jupyter kernel-queue fake-cluster: {exc}", file=sys.stderr)
             self.exit(2)
         root = Path(self.directory or tempfile.mkdtemp(prefix="kernel-queue-fake-cluster-"))
         cluster = FakeCluster(root_dir=root, crds=crds, port=self.port)

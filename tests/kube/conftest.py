@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from jupyter_server.serverapp import ServerApp
-from kernel_queue_fake_cluster.apiserver import rbac, resources
+from kernel_queue_fake_cluster.apiserver import rbac
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
-from tests.conftest import skip_unless_ci
+from tests.conftest import KUEUE_CRDS, skip_unless_ci
 from tests.kube.support import ADMIN_TOKEN, GPU_QUOTA, OWNER, QUEUES, RBAC, SERVER_TOKEN
 
 
@@ -28,8 +28,8 @@ def cluster(
     tmp_path: Path, jp_asyncio_loop: asyncio.AbstractEventLoop, cluster_options: dict[str, Any]
 ) -> Iterator[FakeCluster]:
     """A fake cluster enforcing etc/kubernetes/rbac.yaml, with etc/kubernetes/queues.yaml."""
-    if not resources.KUEUE_CRDS.is_dir():
-        skip_unless_ci(f"Kueue's CRDs are not at {resources.KUEUE_CRDS} (../shared is absent)")
+    if not KUEUE_CRDS.exists():
+        skip_unless_ci(f"Kueue's CRDs are not at {KUEUE_CRDS} (../shared is absent)")
     tokens = {
         ADMIN_TOKEN: rbac.User("admin", ("system:masters",)),
         SERVER_TOKEN: "system:serviceaccount:default:kernel-queue",
@@ -38,7 +38,7 @@ def cluster(
     options = {"tokens": tokens, "rbac_objects": policy, **cluster_options}
     fake = FakeCluster(root_dir=tmp_path / "cluster", **options)
     jp_asyncio_loop.run_until_complete(fake.start())
-    if options.get("crds", True) is not None:
+    if options.get("crds") is not False:
         fake.apply(QUEUES)
         assert fake.kueue is not None
         fake.kueue.set_quota("cluster-queue", "default-flavor", GPU_QUOTA)

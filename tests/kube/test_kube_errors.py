@@ -38,7 +38,7 @@ async def nothing_left(
     assert ours(cluster) == {}
 
 
-@pytest.mark.parametrize("cluster_options", [{"crds": None, "kueue": False}])
+@pytest.mark.parametrize("cluster_options", [{"crds": False, "kueue": False}])
 async def test_kueue_not_installed_says_so(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
 ) -> None:

@@ -1,7 +1,8 @@
 """Where the fake cluster's tests find Kueue's own files, and how a missing one is reported.
 
-Kueue's CRDs and example manifests are read from the checkout's `../shared/data/kueue` (beside
-the repository); nothing of Kueue is copied into the repository.
+Kueue's CRDs come from $KERNEL_QUEUE_FAKE_CLUSTER_CRDS, which conftest.py sets to the checkout's
+`../shared/data/kueue/crds` (beside the repository) when it is unset; Kueue's example manifests
+are read from `../shared/data/kueue/examples`. Nothing of Kueue is copied into the repository.
 """
 
 from __future__ import annotations
@@ -11,8 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from kernel_queue_fake_cluster.apiserver import crds as crd_files
+
 KUEUE_DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "kueue"
 """Kueue's CRDs (`crds/`) and example manifests (`examples/`) next to the checkout."""
+KUEUE_CRDS = Path(os.environ.get(crd_files.ENVIRONMENT_VARIABLE) or KUEUE_DATA / "crds")
+"""The CRDs the fake reads in these tests: the variable's path, else the checkout's."""
 
 
 def skip_unless_ci(message: str) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from kernel_queue_fake_cluster.apiserver import faults
 from kernel_queue_fake_cluster.cluster import FakeCluster
-from prerequisites import skip_unless_ci
+from prerequisites import KUEUE_CRDS, skip_unless_ci
 
 PODS = "/api/v1/namespaces/default/pods"
 SECRETS = "/api/v1/namespaces/default/secrets"
@@ -22,10 +22,8 @@ SECRETS = "/api/v1/namespaces/default/secrets"
 
 @pytest.fixture
 def cluster(tmp_path: Path, jp_asyncio_loop: asyncio.AbstractEventLoop) -> Iterator[FakeCluster]:
-    from kernel_queue_fake_cluster.apiserver import resources
-
-    if not resources.KUEUE_CRDS.is_dir():
-        skip_unless_ci(f"Kueue's CRDs are not at {resources.KUEUE_CRDS}")
+    if not KUEUE_CRDS.exists():
+        skip_unless_ci(f"Kueue's CRDs are not at {KUEUE_CRDS}")
     fake = FakeCluster(root_dir=tmp_path / "cluster", kubelet=False, kueue=False)
     jp_asyncio_loop.run_until_complete(fake.start())
     yield fake

@@ -47,7 +47,7 @@ SERVE = textwrap.dedent(
 async def cluster(root: Path, **options: Any) -> AsyncIterator[tuple[Store, FakeKubelet]]:
     """A store with the core kinds and a fake kubelet installed; closed on exit."""
     store = Store()
-    resources.install(store, crds=None, namespaces=(NS,))
+    resources.install(store, crds=(), namespaces=(NS,))
     options.setdefault("probe_floor", 0.02)
     options.setdefault("pull_backoff", 0.2)
     kubelet = FakeKubelet(store, root / "cluster", **options)

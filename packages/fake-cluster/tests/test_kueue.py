@@ -18,6 +18,7 @@ import jsonschema
 import pytest
 import yaml
 
+from kernel_queue_fake_cluster.apiserver import crds as crd_files
 from kernel_queue_fake_cluster.apiserver import resources
 from kernel_queue_fake_cluster.apiserver import schema as openapi
 from kernel_queue_fake_cluster.apiserver.store import ApiError, Store
@@ -42,7 +43,9 @@ class Cluster:
     def __init__(self, **options: Any) -> None:
         self.store = Store()
         namespaces = ("default", "kube-system", "kueue-system", NS, "team-b")
-        resources.install(self.store, crds=KUEUE_DATA / "crds", namespaces=namespaces)
+        resources.install(
+            self.store, crds=crd_files.load(KUEUE_DATA / "crds"), namespaces=namespaces
+        )
         self.kueue = FakeKueue(self.store, **options)
         self.kueue.install()
         pod_rules.install(self.store)

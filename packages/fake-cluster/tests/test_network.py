@@ -49,7 +49,7 @@ def test_a_pool_outside_loopback_is_refused_and_a_full_pool_says_so() -> None:
 @contextlib.asynccontextmanager
 async def services(**options: Any) -> AsyncIterator[tuple[Store, network.ServiceNetwork]]:
     store = Store()
-    resources.install(store, crds=None, namespaces=(NS,))
+    resources.install(store, crds=(), namespaces=(NS,))
     net = network.ServiceNetwork(store, pool="127.42.0.0/16", **options)
     net.install()
     try:

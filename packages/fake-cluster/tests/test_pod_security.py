@@ -60,7 +60,7 @@ def label(store: Store, namespace: str, labels: dict[str, str]) -> None:
 @pytest.fixture
 def store() -> Iterator[Store]:
     found = Store()
-    resources.install(found, crds=None, namespaces=("default", "secure", "base"))
+    resources.install(found, crds=(), namespaces=("default", "secure", "base"))
     label(found, "secure", {ENFORCE: "restricted"})
     label(found, "base", {ENFORCE: "baseline", f"{ENFORCE}-version": "v1.30"})
     pods.install(found)
@@ -186,7 +186,7 @@ def test_the_default_service_account_is_always_there(store: Store) -> None:
 async def test_the_refusal_reaches_clients_as_a_403_status(
     jp_asyncio_loop: asyncio.AbstractEventLoop, tmp_path: Any
 ) -> None:
-    async with FakeCluster(root_dir=tmp_path, crds=None, kueue=False, kubelet=False) as cluster:
+    async with FakeCluster(root_dir=tmp_path, crds=False, kueue=False, kubelet=False) as cluster:
         label(cluster.store, "default", {ENFORCE: "restricted"})
         pod = with_changes(hostPID=True)
         pod["metadata"]["namespace"] = "default"

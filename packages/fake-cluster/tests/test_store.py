@@ -16,7 +16,7 @@ PODS = ("", "pods")
 
 def make_store(**kwargs: Any) -> Store:
     store = Store(**kwargs)
-    resources.install(store, crds=None, namespaces=("default",))
+    resources.install(store, crds=(), namespaces=("default",))
     return store
 
 

@@ -5,14 +5,16 @@ processes.
 Three wings, each a subpackage: `apiserver` (the store and its HTTP server, admission, RBAC,
 CRDs), `node` (the kubelet, pod start-up and status, Services and Endpoints) and `kueue` (the
 pod webhook, group reconciler, scheduler and visibility API). `FakeCluster` (`cluster.py`)
-composes them; `plugin.py` is a pytest plugin with a `fake_cluster` fixture.
+composes them; `plugin.py` is a pytest plugin with a `fake_cluster` fixture. Kueue's CRDs come
+from the caller or $KERNEL_QUEUE_FAKE_CLUSTER_CRDS (`apiserver/crds.py`); `CrdsNotFound` says
+how to give them when neither does.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FakeCluster"]
+__all__ = ["CrdsNotFound", "FakeCluster"]
 
 
 def __getattr__(name: str) -> Any:
@@ -20,4 +22,8 @@ def __getattr__(name: str) -> Any:
         from kernel_queue_fake_cluster.cluster import FakeCluster
 
         return FakeCluster
+    if name == "CrdsNotFound":
+        from kernel_queue_fake_cluster.apiserver.crds import CrdsNotFound
+
+        return CrdsNotFound
     raise AttributeError(f"module 'kernel_queue_fake_cluster' has no attribute {name!r}")

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from kernel_queue_fake_cluster.apiserver import crds as crd_files
 from kernel_queue_fake_cluster.apiserver import pod_security, rbac, resources
 from kernel_queue_fake_cluster.apiserver.server import Server, Stats
 from kernel_queue_fake_cluster.apiserver.store import ApiError, Obj, Store
@@ -33,7 +34,10 @@ SERVICE_IP_POOL = "127.20.0.0/16"
 class FakeCluster:
     """A Kubernetes API server with Kueue and a kubelet, on 127.0.0.1, for tests and demos.
 
-    `crds`: the directory of Kueue's CRD files (None: serve no Kueue kinds). `kueue` and
+    `crds`: Kueue's CRDs, a directory of CRD YAML files or one multi-document YAML such as
+    Kueue's release manifests.yaml; None: the path in $KERNEL_QUEUE_FAKE_CLUSTER_CRDS; False:
+    no custom kinds (then `kueue=False`). They are read here, so a missing source raises
+    `CrdsNotFound` (`apiserver/crds.py`) at once, saying how to give one. `kueue` and
     `kubelet`: run those controllers. `manual_admission`: Kueue admits only on `kueue.admit()`.
     `tokens`: bearer token → user name, which turns RBAC on with `rbac_objects` as policy.
     `image_paths`: image (fnmatch pattern) → directory put first on a container's PATH, so
@@ -44,7 +48,7 @@ class FakeCluster:
         self,
         *,
         root_dir: str | Path | None = None,
-        crds: str | Path | None = resources.KUEUE_CRDS,
+        crds: crd_files.Source = None,
         kueue: bool = True,
         kubelet: bool = True,
         manual_admission: bool = False,
@@ -54,11 +58,13 @@ class FakeCluster:
         port: int = 0,
         image_paths: Mapping[str, str] | None = None,
     ) -> None:
+        if crds is False and kueue:
+            raise ValueError("the fake Kueue needs Kueue's CRDs: with crds=False pass kueue=False")
+        self._crds = crd_files.load(crds)
         self._own_root = root_dir is None
         self.root = Path(root_dir or tempfile.mkdtemp(prefix="kernel-queue-fake-cluster-"))
         self.root.mkdir(parents=True, exist_ok=True)
         self.store = Store(history=history)
-        self._crds = crds
         self._tokens = dict(tokens) if tokens is not None else None
         self.server = Server(self.store, tokens=tokens, rbac_objects=rbac_objects, port=port)
         self.kueue = FakeKueue(self.store, manual=manual_admission) if kueue else None
