@@ -10,7 +10,7 @@ import pytest
 
 from kernel_queue_fake_cluster import CrdsNotFound
 from kernel_queue_fake_cluster.apiserver import crds as crd_files
-from kernel_queue_fake_cluster.apiserver.store import ResourceType
+from kernel_queue_fake_cluster.apiserver.kinds import ResourceType
 from kernel_queue_fake_cluster.cluster import FakeCluster
 from prerequisites import KUEUE_DATA, skip_unless_ci
 

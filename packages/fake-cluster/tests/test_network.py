@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from kernel_queue_fake_cluster.apiserver import resources
-from kernel_queue_fake_cluster.apiserver.store import ApiError, Obj, Store
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import Obj
+from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.node import network
 
 NS = "default"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kernel_queue_fake_cluster.apiserver import patches
-from kernel_queue_fake_cluster.apiserver.store import ApiError
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
 
 JSON = "application/json-patch+json"
 MERGE = "application/merge-patch+json"

@@ -12,9 +12,10 @@ import kubernetes.aio.client
 import pytest
 
 from kernel_queue_fake_cluster.apiserver import rbac, resources
+from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.rbac import Attributes, User
 from kernel_queue_fake_cluster.apiserver.server import Server
-from kernel_queue_fake_cluster.apiserver.store import Obj, Store
+from kernel_queue_fake_cluster.apiserver.store import Store
 
 SA = "system:serviceaccount:team-a:kernel"
 KERNEL = User(SA)

@@ -20,8 +20,9 @@ import kubernetes.watch
 import pytest
 
 from kernel_queue_fake_cluster.apiserver import resources
+from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.server import Server
-from kernel_queue_fake_cluster.apiserver.store import Obj, Store
+from kernel_queue_fake_cluster.apiserver.store import Store
 from prerequisites import KUEUE_DATA
 
 API_ERRORS = (kubernetes.client.ApiException, kubernetes.aio.client.ApiException)

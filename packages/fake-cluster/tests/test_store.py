@@ -8,7 +8,10 @@ from typing import Any
 import pytest
 
 from kernel_queue_fake_cluster.apiserver import resources
-from kernel_queue_fake_cluster.apiserver.store import ApiError, Obj, Store, Subscription
+from kernel_queue_fake_cluster.apiserver.changes import Subscription
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import Obj
+from kernel_queue_fake_cluster.apiserver.store import Store
 
 SECRETS = ("", "secrets")
 PODS = ("", "pods")

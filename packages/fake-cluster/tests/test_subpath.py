@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel_queue_fake_cluster.apiserver.store import Obj, Store
+from kernel_queue_fake_cluster.apiserver.kinds import Obj
+from kernel_queue_fake_cluster.apiserver.store import Store
 from test_kubelet import NS, cluster, find, phase, python_pod, until
 
 LIST_AND_PLANT = """

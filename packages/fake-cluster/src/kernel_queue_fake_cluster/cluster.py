@@ -20,8 +20,10 @@ import yaml
 
 from kernel_queue_fake_cluster.apiserver import crds as crd_files
 from kernel_queue_fake_cluster.apiserver import pod_security, rbac, resources
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.server import Server, Stats
-from kernel_queue_fake_cluster.apiserver.store import ApiError, Obj, Store
+from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.kueue.controller import FakeKueue
 from kernel_queue_fake_cluster.node import network, pods
 from kernel_queue_fake_cluster.node.kubelet import FakeKubelet

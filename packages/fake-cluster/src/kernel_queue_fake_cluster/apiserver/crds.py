@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import yaml
 
-from kernel_queue_fake_cluster.apiserver.store import ResourceType
+from kernel_queue_fake_cluster.apiserver.kinds import ResourceType
 
 ENVIRONMENT_VARIABLE = "KERNEL_QUEUE_FAKE_CLUSTER_CRDS"
 RELEASE_MANIFESTS = (

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernel_queue_fake_cluster.apiserver import rbac
-from kernel_queue_fake_cluster.apiserver.store import ApiError, Obj, ResourceType, Store
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import Obj, ResourceType
+from kernel_queue_fake_cluster.apiserver.store import Store
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 _PREFIX = re.compile(r"/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))(?P<rest>/.*)?")

@@ -12,7 +12,7 @@ from typing import Any
 
 import jsonpatch
 
-from kernel_queue_fake_cluster.apiserver.store import ApiError
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver.store import ApiError, Obj, Store
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import Obj
+from kernel_queue_fake_cluster.apiserver.store import Store
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
 VERSION_LABEL = "pod-security.kubernetes.io/enforce-version"

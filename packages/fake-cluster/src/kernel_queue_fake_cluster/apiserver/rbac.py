@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver.store import ApiError
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
 
 Rule = Mapping[str, Any]
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kernel_queue_fake_cluster.apiserver import crds as crd_files
-from kernel_queue_fake_cluster.apiserver.store import ApiError, ResourceType, Store
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import ResourceType
+from kernel_queue_fake_cluster.apiserver.store import Store
 
 RBAC_GROUP = "rbac.authorization.k8s.io"
 

@@ -24,14 +24,11 @@ import tornado.netutil
 import tornado.web
 
 from kernel_queue_fake_cluster.apiserver import discovery, faults, rbac, watches
+from kernel_queue_fake_cluster.apiserver.changes import Subscription
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import Obj, ResourceType
 from kernel_queue_fake_cluster.apiserver.resources import RBAC_GROUP
-from kernel_queue_fake_cluster.apiserver.store import (
-    ApiError,
-    Obj,
-    ResourceType,
-    Store,
-    Subscription,
-)
+from kernel_queue_fake_cluster.apiserver.store import Store
 
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 LOCAL_QUEUE_PENDING = (

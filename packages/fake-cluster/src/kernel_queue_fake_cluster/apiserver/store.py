@@ -2,155 +2,33 @@
 
 Objects are plain JSON dicts keyed by (group, plural, namespace, name), so one object is served
 at every version of its type. The store assigns metadata (uid, resourceVersion, generation,
-creationTimestamp, generateName), keeps the status subresource apart, handles finalizers and
+creationTimestamp, generateName), keeps the status subresource apart (`updates.py`), handles
+finalizers and
 graceful deletion, validates custom resources against their schema, and keeps a bounded event
-log for watches. Admission hooks (webhooks) run inside each write; listeners (controllers) are
-told after each commit. No HTTP here: `server.py` serves it, controllers call it directly.
+log for watches (`changes.py`). Admission hooks (webhooks) run inside each write; listeners
+(controllers) are told after each commit. No HTTP here: `server.py` serves it, controllers call
+it directly.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import copy
-import datetime
 import secrets
 import string
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver import selectors
+from kernel_queue_fake_cluster.apiserver import patches, selectors, updates
+from kernel_queue_fake_cluster.apiserver import schema as openapi
+from kernel_queue_fake_cluster.apiserver.changes import ChangeLog, Subscription, WatchEvent
+from kernel_queue_fake_cluster.apiserver.errors import ApiError, invalid, not_found
+from kernel_queue_fake_cluster.apiserver.kinds import Obj, ResourceType, now_rfc3339
 
-Obj = dict[str, Any]
 AdmissionHook = Callable[[str, Obj | None, Obj | None], Obj | None]
 Listener = Callable[[str, Obj], None]
 DeleteHook = Callable[[Obj, int], bool]
-
-
-class ApiError(Exception):
-    """An error the API server answers with a `Status` body."""
-
-    def __init__(
-        self, code: int, reason: str, message: str, details: Mapping[str, Any] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
-        self.details = dict(details or {})
-
-    def status(self) -> Obj:
-        """The `Status` object for the response body."""
-        body: Obj = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        }
-        if self.details:
-            body["details"] = self.details
-        return body
-
-
-def not_found(rtype: ResourceType, name: str) -> ApiError:
-    what = f"{rtype.plural}.{rtype.group}" if rtype.group else rtype.plural
-    details = {"name": name, "group": rtype.group, "kind": rtype.plural}
-    return ApiError(404, "NotFound", f'{what} "{name}" not found', details)
-
-
-def invalid(rtype: ResourceType, name: str, causes: list[tuple[str, str]]) -> ApiError:
-    """422 Invalid listing each (field path, message), as the apiserver words it."""
-    text = "; ".join(f"{path}: {message}" for path, message in causes)
-    details = {
-        "name": name,
-        "group": rtype.group,
-        "kind": rtype.kind,
-        "causes": [{"reason": "FieldValueInvalid", "message": m, "field": p} for p, m in causes],
-    }
-    return ApiError(422, "Invalid", f'{rtype.kind} "{name}" is invalid: {text}', details)
-
-
-@dataclass(frozen=True)
-class ResourceType:
-    """One kind the server serves. Custom resources carry their OpenAPI schemas per version."""
-
-    group: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-    versions: tuple[str, ...] = ("v1",)
-    status_subresource: bool = True
-    builtin: bool = True  # strategic merge patch is allowed only on built-in kinds
-    singular: str = ""
-    short_names: tuple[str, ...] = ()
-    schemas: Mapping[str, Obj] = field(default_factory=dict)  # version -> openAPIV3Schema
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.group, self.plural)
-
-    @property
-    def storage_version(self) -> str:
-        return self.versions[-1]
-
-    def api_version(self, version: str | None = None) -> str:
-        version = version or self.storage_version
-        return f"{self.group}/{version}" if self.group else version
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    """One change: ADDED, MODIFIED, DELETED (or BOOKMARK from the server)."""
-
-    type: str
-    object: Obj
-    resource_version: int
-    key: tuple[str, str]
-
-
-class Subscription:
-    """A watch on one type: an async iterator of `WatchEvent`s until `close()`."""
-
-    def __init__(
-        self, store: Store, key: tuple[str, str], namespace: str | None, match: selectors.Matcher
-    ) -> None:
-        self._store, self.key, self.namespace, self._match = store, key, namespace, match
-        self._queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
-        self.closed = False
-
-    def _offer(self, event: WatchEvent, old: Obj | None) -> None:
-        if event.key != self.key:
-            return
-        if self.namespace and event.object["metadata"].get("namespace") != self.namespace:
-            return
-        now, before = self._match(event.object), old is not None and self._match(old)
-        if event.type == "MODIFIED" and now != before:
-            kind = "ADDED" if now else "DELETED"  # entering or leaving the selection
-            event = WatchEvent(kind, event.object, event.resource_version, event.key)
-        elif not now and not (event.type == "DELETED" and before):
-            return
-        self._queue.put_nowait(event)
-
-    def close(self) -> None:
-        """Stop the stream; the iterator ends."""
-        if not self.closed:
-            self.closed = True
-            self._store._subscriptions.discard(self)
-            self._queue.put_nowait(None)
-
-    def __aiter__(self) -> AsyncIterator[WatchEvent]:
-        return self._events()
-
-    async def _events(self) -> AsyncIterator[WatchEvent]:
-        while (event := await self._queue.get()) is not None:
-            yield event
-
-
-def now_rfc3339() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Store:
@@ -160,10 +38,7 @@ class Store:
         self.types: dict[tuple[str, str], ResourceType] = {}
         self.resource_version = 1
         self._objects: dict[tuple[str, str], dict[tuple[str, str], Obj]] = {}
-        self._history: collections.deque[tuple[WatchEvent, Obj | None]] = collections.deque(
-            maxlen=history
-        )
-        self._subscriptions: set[Subscription] = set()
+        self._changes = ChangeLog(history)
         self._admission: dict[tuple[str, str], list[AdmissionHook]] = {}
         self._listeners: dict[tuple[str, str], list[Listener]] = {}
         self._delete_hooks: dict[tuple[str, str], list[DeleteHook]] = {}
@@ -321,8 +196,6 @@ class Store:
         subresource: str = "",
     ) -> Obj:
         """PATCH with a JSON, merge or strategic merge patch (415 for SMP on custom kinds)."""
-        from kernel_queue_fake_cluster.apiserver import patches
-
         rtype = self.type(group, plural)
         old = self.get(group, plural, namespace, name)
         patched = patches.apply(old, body, content_type, strategic=rtype.builtin)
@@ -388,34 +261,27 @@ class Store:
         first; otherwise replay the log after `since`, or 410 Expired if it left the log."""
         rtype = self.type(group, plural)
         match = self._matcher(labels, fields)
-        subscription = Subscription(self, rtype.key, namespace, match)
-        if since:
-            oldest = (
-                self._history[0][0].resource_version if self._history else self.resource_version + 1
-            )
-            if since < oldest - 1 and since < self.resource_version:
-                raise ApiError(410, "Expired", f"too old resource version: {since} ({oldest - 1})")
-            for event, old in self._history:
-                if event.resource_version > since:
-                    subscription._offer(event, old)
-        else:
-            for (ns, _), obj in sorted(self._objects[rtype.key].items()):
-                if (not namespace or ns == namespace) and match(obj):
-                    rv = int(obj["metadata"]["resourceVersion"])
-                    subscription._offer(
-                        WatchEvent("ADDED", copy.deepcopy(obj), rv, rtype.key), None
-                    )
-        self._subscriptions.add(subscription)
-        return subscription
+        snapshot = (
+            obj
+            for (ns, _), obj in sorted(self._objects[rtype.key].items())
+            if (not namespace or ns == namespace) and match(obj)
+        )
+        return self._changes.subscribe(
+            rtype.key,
+            namespace,
+            match,
+            since=since,
+            current=self.resource_version,
+            snapshot=snapshot,
+        )
 
     def close_watches(self) -> None:
         """End every open watch stream (the fake's "drop watches" fault, and shutdown)."""
-        for subscription in list(self._subscriptions):
-            subscription.close()
+        self._changes.close_all()
 
     @property
     def open_watches(self) -> int:
-        return len(self._subscriptions)
+        return self._changes.open
 
     # -- internals -------------------------------------------------------------------------
 
@@ -451,47 +317,16 @@ class Store:
         schema = rtype.schemas.get(rtype.storage_version)
         if not schema:
             return obj
-        from kernel_queue_fake_cluster.apiserver import schema as openapi
-
         obj, causes = openapi.prune_default_validate(obj, schema)
         if causes:
             raise invalid(rtype, obj["metadata"].get("name", ""), causes)
         return obj
 
     def _update(self, rtype: ResourceType, old: Obj, new: Obj, subresource: str) -> Obj:
-        if subresource not in ("", "status"):
-            raise ApiError(
-                404, "NotFound", f"the server could not find the requested resource ({subresource})"
-            )
-        if subresource == "status":
-            status = new.get("status")
-            new = copy.deepcopy(old)
-            if status is None:
-                new.pop("status", None)
-            else:
-                new["status"] = status
-        elif rtype.status_subresource and "status" in old:
-            new["status"] = copy.deepcopy(old["status"])
-        elif rtype.status_subresource:
-            new.pop("status", None)
-        meta, old_meta = new.setdefault("metadata", {}), old["metadata"]
-        for kept in (
-            "name",
-            "namespace",
-            "uid",
-            "creationTimestamp",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-            "generation",
-            "resourceVersion",
-        ):
-            if kept in old_meta:
-                meta[kept] = old_meta[kept]
-            else:
-                meta.pop(kept, None)
-        new["apiVersion"], new["kind"] = old["apiVersion"], old["kind"]
+        new = updates.merged(rtype, old, new, subresource)
         new = self._admit(rtype, "UPDATE", new, old)
-        if subresource == "" and _spec(new) != _spec(old):
+        old_meta = old["metadata"]
+        if subresource == "" and updates.spec(new) != updates.spec(old):
             new["metadata"]["generation"] = int(old_meta.get("generation", 1)) + 1
         new = self._validated(rtype, new)
         if new == old:
@@ -525,9 +360,7 @@ class Store:
     def _publish(self, rtype: ResourceType, kind: str, obj: Obj, old: Obj | None) -> None:
         event = WatchEvent(kind, copy.deepcopy(obj), self.resource_version, rtype.key)
         previous = copy.deepcopy(old) if old is not None else None
-        self._history.append((event, previous))
-        for subscription in list(self._subscriptions):
-            subscription._offer(event, previous)
+        self._changes.publish(event, previous)
         listeners = self._listeners.get(rtype.key, [])
         if not listeners:
             return
@@ -540,8 +373,3 @@ class Store:
                 listener(kind, copy.deepcopy(obj))
             else:
                 loop.call_soon(listener, kind, copy.deepcopy(obj))
-
-
-def _spec(obj: Obj) -> Obj:
-    """Everything but metadata and status: what bumps `generation` when it changes."""
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status")}

@@ -15,14 +15,10 @@ from typing import Protocol
 import tornado.iostream
 
 from kernel_queue_fake_cluster.apiserver import discovery
-from kernel_queue_fake_cluster.apiserver.store import (
-    ApiError,
-    Obj,
-    ResourceType,
-    Store,
-    Subscription,
-    WatchEvent,
-)
+from kernel_queue_fake_cluster.apiserver.changes import Subscription, WatchEvent
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import Obj, ResourceType
+from kernel_queue_fake_cluster.apiserver.store import Store
 
 
 class Stream(Protocol):

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import uuid
 
-from kernel_queue_fake_cluster.apiserver.store import ApiError, Obj, Store, now_rfc3339
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
+from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.kueue import constants as k
 
 G = k.KUEUE_GROUP

@@ -13,7 +13,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver.store import ApiError, Obj, Store
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import Obj
+from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.kueue import constants as k
 from kernel_queue_fake_cluster.kueue import queues
 from kernel_queue_fake_cluster.kueue import workload as kw

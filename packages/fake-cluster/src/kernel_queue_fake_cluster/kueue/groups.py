@@ -14,7 +14,8 @@ import logging
 import re
 from collections.abc import Callable
 
-from kernel_queue_fake_cluster.apiserver.store import ApiError, Obj, now_rfc3339
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
 from kernel_queue_fake_cluster.kueue import constants as k
 from kernel_queue_fake_cluster.kueue import pods
 from kernel_queue_fake_cluster.kueue import workload as kw

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from kernel_queue import admission
 
-from kernel_queue_fake_cluster.apiserver.store import Obj
+from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.kueue import constants as k
 from kernel_queue_fake_cluster.kueue import pods, queues
 from kernel_queue_fake_cluster.kueue import workload as kw

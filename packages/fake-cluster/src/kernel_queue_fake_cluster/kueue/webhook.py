@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from kernel_queue_fake_cluster.apiserver import schema
-from kernel_queue_fake_cluster.apiserver.store import ApiError, Store
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.kueue import constants as k
 from kernel_queue_fake_cluster.kueue import pods
 

@@ -11,7 +11,7 @@ import copy
 import datetime
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver.store import now_rfc3339
+from kernel_queue_fake_cluster.apiserver.kinds import now_rfc3339
 from kernel_queue_fake_cluster.kueue import constants as k
 from kernel_queue_fake_cluster.kueue import pods
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 
 from kernel_queue_fake_cluster.apiserver import selectors
-from kernel_queue_fake_cluster.apiserver.store import ApiError, Obj, Store
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import Obj
+from kernel_queue_fake_cluster.apiserver.store import Store
 
 
 def target_port(port: Obj, pod: Obj) -> int | None:

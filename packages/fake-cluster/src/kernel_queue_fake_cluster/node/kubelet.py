@@ -19,7 +19,9 @@ from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver.store import ApiError, Obj, Store, now_rfc3339
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
+from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.node import network, pod_startup, pods
 from kernel_queue_fake_cluster.node.pod_startup import PodStarter
 from kernel_queue_fake_cluster.node.pod_status import ContainerRecord, PodRecord, StatusManager

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernel_queue_fake_cluster.apiserver import selectors
-from kernel_queue_fake_cluster.apiserver.store import ApiError, Obj, Store, invalid
+from kernel_queue_fake_cluster.apiserver.errors import ApiError, invalid
+from kernel_queue_fake_cluster.apiserver.kinds import Obj
+from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.node import endpoints
 
 log = logging.getLogger(__name__)

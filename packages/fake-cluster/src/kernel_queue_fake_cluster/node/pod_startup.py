@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernel_queue_fake_cluster.apiserver import selectors
-from kernel_queue_fake_cluster.apiserver.store import ApiError, Obj, Store, now_rfc3339
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
+from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.node import network, pods
 from kernel_queue_fake_cluster.node.pod_status import ContainerRecord, PodRecord, StatusManager
 

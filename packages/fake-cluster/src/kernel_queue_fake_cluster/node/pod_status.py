@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver.store import ApiError, Obj, Store, now_rfc3339
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
+from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.node import pods
 
 HOST_IP = "127.0.0.1"

@@ -21,7 +21,9 @@ from typing import Any
 
 from kernel_queue import quantities
 
-from kernel_queue_fake_cluster.apiserver.store import ApiError, Obj, Store, invalid, now_rfc3339
+from kernel_queue_fake_cluster.apiserver.errors import ApiError, invalid
+from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
+from kernel_queue_fake_cluster.apiserver.store import Store
 
 FAKE_MOUNT_PREFIX = "KUBE_FAKE_MOUNT_"
 _INSTALLED: weakref.WeakSet[Store] = weakref.WeakSet()

@@ -1,0 +1,47 @@
+"""What every part of the fake cluster says about objects: `Obj` (an object as plain JSON),
+`ResourceType` (one kind the API server serves) and the timestamps metadata carries.
+
+Plain data, no behaviour; the store keeps objects, `resources.py` and `crds.py` describe kinds.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    """One kind the server serves. Custom resources carry their OpenAPI schemas per version."""
+
+    group: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+    versions: tuple[str, ...] = ("v1",)
+    status_subresource: bool = True
+    builtin: bool = True  # strategic merge patch is allowed only on built-in kinds
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    schemas: Mapping[str, Obj] = field(default_factory=dict)  # version -> openAPIV3Schema
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.group, self.plural)
+
+    @property
+    def storage_version(self) -> str:
+        return self.versions[-1]
+
+    def api_version(self, version: str | None = None) -> str:
+        version = version or self.storage_version
+        return f"{self.group}/{version}" if self.group else version
+
+
+def now_rfc3339() -> str:
+    """Now, as metadata and conditions write it (UTC, whole seconds)."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
