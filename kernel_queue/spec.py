@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_queue import backends, errors, ids, options, quantities
+from kernel_queue.backends import local_settings
 from kernel_queue.kube import names, pod_policy
 from kernel_queue.launcher import contract
 from kernel_queue.model import CheckpointSettings, ConnectionInfo, GroupSpec, group_name
@@ -144,7 +145,7 @@ def _build(
     memory = _quantity(provisioner.memory, "memory", quantities.bytes_)
     checkpoint, grace = checkpoint_settings(provisioner.checkpoint, backend)
     if backend == "local" and checkpoint.enabled and checkpoint.path:
-        problem = directory_problem(Path(checkpoint.path))
+        problem = local_settings.directory_problem(Path(checkpoint.path))
         if problem is not None:
             raise Problem(
                 "checkpoint.path",
@@ -308,21 +309,6 @@ def _check_grace(grace: float, backend: str) -> None:
         f"is {grace:g}, which leaves no time to save: {how}",
         f"use {min_grace_seconds(backend)} or more seconds",
     )
-
-
-def directory_problem(directory: Path) -> str | None:
-    """Why this process could not create and write in `directory`; None when it can.
-
-    Looks at the nearest existing ancestor and creates nothing. The local backend calls it at
-    launch for the checkpoint directory it will use."""
-    probe = directory
-    while not probe.exists() and not probe.is_symlink() and probe.parent != probe:
-        probe = probe.parent
-    if not probe.is_dir():
-        return f"{probe} is not a directory"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"this server cannot write in {probe}"
-    return None
 
 
 def _text(key: str, value: Any) -> None:

@@ -1,0 +1,173 @@
+"""One kernel of the local backend: its record, and what its launcher's life means for it.
+
+`Group` is what `LocalBackend` keeps of each kernel: its spec, queue request and admission, its
+held ports and its launcher. Its methods do what needs no view of the other kernels: signal and
+terminate the launcher, render the launcher's inputs, turn the launcher's events into statuses
+(a kernel process started or exited, a checkpoint saved), put a preempted kernel back in line,
+and say in a sentence why a launcher's exit or a lost port ends the kernel. Queueing, admission
+and preemption, which weigh the kernels against each other, stay in `local`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kernel_queue import admission
+from kernel_queue.backends import feed, launchers
+from kernel_queue.backends import ports as held_ports
+from kernel_queue.launcher import contract
+from kernel_queue.model import GroupPhase, GroupRef, GroupSpec, GroupStatus, StopCause, short_id
+
+
+@dataclass(eq=False)
+class Group:
+    """One submitted kernel as the local backend tracks it."""
+
+    spec: GroupSpec
+    ref: GroupRef
+    request: admission.Request
+    status: GroupStatus
+    log_path: Path
+    ports: held_ports.HeldPorts
+    watchers: set[asyncio.Queue[GroupStatus]] = field(default_factory=set)
+    admitted: admission.Admitted | None = None
+    process: launchers.LauncherProcess | None = None
+    task: asyncio.Task[None] | None = None
+    evicting: str = ""  # the preemption message while the kernel is being stopped
+    saved: str = ""  # what the last preemption's checkpoint saved, as the kernel reported it
+    stopping: StopCause | None = None
+    launches: int = 0  # launchers started so far (a later one resumes the kernel)
+
+    @property
+    def who(self) -> str:
+        """ "kernel 1a2b3c4d", as sentences name it."""
+        return f"kernel {short_id(self.spec.kernel_id)}"
+
+    def signal(self, signum: int) -> None:
+        """Send `signum` to the launcher, if one runs."""
+        if self.process is not None:
+            self.process.signal(signum)
+
+    async def terminate(self, grace: float) -> None:
+        """SIGTERM the launcher (it stops the kernel), SIGKILL it if it outlives `grace`."""
+        if self.process is None:
+            return
+        self.signal(signal.SIGTERM if grace > 0 else signal.SIGKILL)
+        process = self.process
+        try:
+            kill_after = max(grace, 0) + contract.LOCAL_KILL_MARGIN_SECONDS
+            await asyncio.wait_for(process.exited.wait(), timeout=kill_after)
+        except TimeoutError:
+            process.signal(signal.SIGKILL)
+            await process.exited.wait()
+
+    def launch_request(self, checkpoint_dir: Path | None) -> launchers.LaunchRequest:
+        """How to start the kernel's launcher: its ports, key and checkpoint store. Its stop
+        timeout is the whole grace period (this backend kills the launcher only after it)."""
+        spec, connection = self.spec, self.ref.connection
+        launch = contract.Launch(
+            grace_seconds=spec.grace_seconds,
+            pod=False,
+            ports=connection.ports,
+            ip=connection.ip,
+            key=connection.key,
+            transport=connection.transport,
+            signature_scheme=connection.signature_scheme,
+            parent_death=True,
+            checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
+            keep_checkpoints=spec.checkpoint.keep,
+        )
+        return launchers.LaunchRequest(
+            kernel_id=spec.kernel_id,
+            argv=spec.argv,
+            env=spec.env,
+            cwd=spec.cwd,
+            launch=launch,
+            devices=self.status.devices,
+            log_path=self.log_path,
+        )
+
+    def on_launcher_event(
+        self,
+        event: dict[str, Any],
+        *,
+        started: Callable[[int], None],
+        log: logging.Logger | logging.LoggerAdapter[Any],
+    ) -> None:
+        """A status line of the launcher: a kernel process started (`started(launcher pid)`
+        records the launcher) or exited, or a checkpoint was saved."""
+        if event.get("event") == "checkpoint":
+            self.saved = str(event.get("summary") or "")
+            log.info("%s: %s", self.who, self.saved)
+            return
+        status = self.status
+        if event.get("event") == "started" and self.process is not None and self.process.pid:
+            started(self.process.pid)
+        if event.get("event") == "started" and not self.evicting:
+            self.saved = ""
+            feed.publish(
+                self,
+                status.evolve(
+                    phase=GroupPhase.RUNNING,
+                    message="",
+                    generation=int(event.get("generation", 0)),
+                    kernel_alive=True,
+                ),
+            )
+        elif event.get("event") == "exited" and not self.evicting:
+            feed.publish(self, status.evolve(kernel_alive=False))
+
+    def requeue(self, created: float) -> None:
+        """Back in the queue after its preemption's launcher exited: no admission, its ports
+        held again while it waits (a port lost now is retried at admission), at the back of the
+        line (`created`, as Kueue requeues by eviction time)."""
+        self.evicting = ""
+        self.admitted = None
+        self.ports.hold()
+        self.request = replace(self.request, created=created)
+        self.status = GroupStatus(GroupPhase.QUEUED, message=self.saved)
+
+    def exit_message(self, code: int) -> tuple[str, bool]:
+        """Why the kernel ends now that its launcher exited with `code`, and whether that is a
+        failure: a port taken while it ran, an exit before the kernel started, or its end."""
+        if self.stopping is None:  # the kernel ended on its own: did someone take a port?
+            taken = self.ports.hold()
+            if taken:
+                ports, verb = self.ports.describe(taken), "is" if len(taken) == 1 else "are"
+                message = (
+                    f"the kernel exited with code {code}: {ports} {verb} taken by another "
+                    "process, so the kernel could not listen there; start the kernel again and "
+                    "it gets new ports"
+                )
+                return message + launchers.log_tail(self.log_path), True
+        if self.stopping is None and self.status.phase is GroupPhase.ADMITTED:
+            message = f"the kernel exited with code {code} before it started"
+            return message + launchers.log_tail(self.log_path), True
+        return f"the kernel exited with code {code}", False
+
+    def cannot_listen(self, taken: list[int]) -> str:
+        """Why the kernel cannot start or resume: `taken` of its ports are another process's."""
+        ports, verb = self.ports.describe(taken), "is" if len(taken) == 1 else "are"
+        if self.launches:
+            return (
+                f"{self.who} cannot resume: {ports}, where its clients reconnect, {verb} taken "
+                "by another process; start the kernel again and it gets new ports"
+            )
+        return (
+            f"{self.who} cannot start: {ports} {verb} taken by another process; start the "
+            "kernel again and it gets new ports"
+        )
+
+
+async def kill_after(process: launchers.LauncherProcess, seconds: float) -> None:
+    """SIGKILL the launcher if it still runs `seconds` from now."""
+    try:
+        await asyncio.wait_for(process.exited.wait(), timeout=seconds)
+    except TimeoutError:
+        process.signal(signal.SIGKILL)
