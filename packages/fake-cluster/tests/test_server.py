@@ -23,6 +23,7 @@ from kernel_queue_fake_cluster.apiserver import resources
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.server import Server
 from kernel_queue_fake_cluster.apiserver.store import Store
+from kernel_queue_fake_cluster.kueue import visibility
 from prerequisites import KUEUE_DATA
 
 API_ERRORS = (kubernetes.client.ApiException, kubernetes.aio.client.ApiException)
@@ -636,9 +637,7 @@ async def test_pending_workloads_are_served_through_the_visibility_routes(
     def by_local_queue(namespace: str, name: str) -> list[Obj] | None:
         return items if (namespace, name) == ("default", "user-queue") else None
 
-    cluster.serve_pending_workloads(
-        by_local_queue, lambda name: items[:1] if name == "cq" else None
-    )
+    visibility.serve(cluster, by_local_queue, lambda name: items[:1] if name == "cq" else None)
     base = f"{cluster.url}/apis/visibility.kueue.x-k8s.io/v1beta2"
     status, summary = await fetch(
         "GET", f"{base}/namespaces/default/localqueues/user-queue/pendingworkloads?offset=1"
@@ -692,7 +691,7 @@ def kubectl_runner(url: str, home: Path) -> Callable[..., Awaitable[str]]:
 @pytest.mark.skipif(not EXAMPLES.is_dir(), reason=f"no Kueue examples at {EXAMPLES}")
 async def test_kubectl_gets_applies_labels_and_deletes(cluster: Server, tmp_path: Path) -> None:
     kubectl = kubectl_runner(cluster.url, tmp_path)
-    cluster.serve_pending_workloads(lambda ns, name: [], lambda name: [])  # an extra group
+    visibility.serve(cluster, lambda ns, name: [], lambda name: [])  # an extra group
     assert "No resources found in default namespace" in await kubectl(
         "get", "pods", "-n", "default"
     )

@@ -24,6 +24,7 @@ from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.server import Server, Stats
 from kernel_queue_fake_cluster.apiserver.store import Store
+from kernel_queue_fake_cluster.kueue import visibility
 from kernel_queue_fake_cluster.kueue.controller import FakeKueue
 from kernel_queue_fake_cluster.node import network, pods
 from kernel_queue_fake_cluster.node.kubelet import FakeKubelet
@@ -86,8 +87,8 @@ class FakeCluster:
         resources.install(self.store, crds=self._crds)
         if self.kueue is not None:
             self.kueue.install()
-            self.server.serve_pending_workloads(
-                self.kueue.local_queue_pending, self.kueue.cluster_queue_pending
+            visibility.serve(
+                self.server, self.kueue.local_queue_pending, self.kueue.cluster_queue_pending
             )
         pods.install(self.store)  # the apiserver's own pod rules, with or without a kubelet
         pod_security.install(self.store)  # ServiceAccount and Pod Security admission, last

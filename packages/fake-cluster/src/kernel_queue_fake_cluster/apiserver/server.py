@@ -1,10 +1,10 @@
 """The fake API server's HTTP layer: tornado on 127.0.0.1, in the caller's event loop.
 
 Maps `/api/v1/...` and `/apis/{group}/{version}/...` requests onto `store.Store` calls (path
-rules and discovery in `discovery.py`, watch streams in `watches.py`, RBAC rules in `rbac.py`),
-answers JSON with `Status` errors, serves extra routes (`add_route`: the fake Kueue's visibility
-API, the fake kubelet's pod logs), injects faults and counts requests. Object semantics live in
-the store, not here; no threads.
+rules and discovery in `discovery.py`, the resource verbs in `crud.py`, watch streams in
+`watches.py`, RBAC rules in `rbac.py`), answers JSON with `Status` errors, serves extra routes
+(`add_route`: the fake Kueue's visibility API, the fake kubelet's pod logs), injects faults and
+counts requests. Object semantics live in the store, not here; no threads.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import inspect
 import json
 import re
 import urllib.parse
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,25 +23,16 @@ import tornado.httpserver
 import tornado.netutil
 import tornado.web
 
-from kernel_queue_fake_cluster.apiserver import discovery, faults, rbac, watches
+from kernel_queue_fake_cluster.apiserver import crud, discovery, faults, rbac, watches
 from kernel_queue_fake_cluster.apiserver.changes import Subscription
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
-from kernel_queue_fake_cluster.apiserver.kinds import Obj, ResourceType
+from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.resources import RBAC_GROUP
 from kernel_queue_fake_cluster.apiserver.store import Store
 
-VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
-LOCAL_QUEUE_PENDING = (
-    r"/apis/visibility\.kueue\.x-k8s\.io/v1beta2/namespaces/(?P<namespace>[^/]+)"
-    r"/localqueues/(?P<name>[^/]+)/pendingworkloads"
-)
-CLUSTER_QUEUE_PENDING = (
-    r"/apis/visibility\.kueue\.x-k8s\.io/v1beta2/clusterqueues/(?P<name>[^/]+)/pendingworkloads"
-)
 POD_LOG = r"/api/v1/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)/log"
 
 _REASONS = faults.REASONS
-_JSON_TYPES = ("", "application/json", "*/*")
 
 
 @dataclass(frozen=True)
@@ -65,10 +56,6 @@ RouteHandler = Callable[[Request], RouteResult | Awaitable[RouteResult]]
 """Returns a JSON object (200, application/json) or text (200, text/plain); raises ApiError."""
 LogProvider = Callable[[str, str, str | None, int | None], str | None]
 """`logs(namespace, pod, container, tail_lines)`: the log text, or None (404)."""
-LocalQueuePending = Callable[[str, str], Sequence[Obj] | None]
-"""`(namespace, local_queue)` → PendingWorkload items in queue order, or None (404)."""
-ClusterQueuePending = Callable[[str], Sequence[Obj] | None]
-"""`(cluster_queue)` → PendingWorkload items in queue order, or None (404)."""
 
 
 @dataclass(frozen=True)
@@ -180,32 +167,6 @@ class Server:
             return text
 
         self.add_route("GET", POD_LOG, logs)
-
-    def serve_pending_workloads(
-        self, local_queue: LocalQueuePending, cluster_queue: ClusterQueuePending
-    ) -> None:
-        """Serve Kueue's visibility API (v1beta2 pendingworkloads) from two providers that
-        return PendingWorkload items in queue order; this applies `offset` and `limit`."""
-
-        def by_lq(request: Request) -> Obj:
-            namespace, name = request.params["namespace"], request.params["name"]
-            return _summary(request, local_queue(namespace, name), "localqueue", name)
-
-        def by_cq(request: Request) -> Obj:
-            name = request.params["name"]
-            return _summary(request, cluster_queue(name), "clusterqueue", name)
-
-        self.add_route("GET", LOCAL_QUEUE_PENDING, by_lq)
-        self.add_route("GET", CLUSTER_QUEUE_PENDING, by_cq)
-        for plural, kind, namespaced in (
-            ("clusterqueues", "ClusterQueue", False),
-            ("localqueues", "LocalQueue", True),
-        ):
-            entry = {"name": plural, "kind": kind, "namespaced": namespaced, "verbs": []}
-            self.add_api_resource(VISIBILITY_GROUP, "v1beta2", entry)
-            pending: Obj = {"name": f"{plural}/pendingworkloads", "namespaced": namespaced}
-            pending |= {"kind": "PendingWorkloadsSummary", "verbs": ["get"]}
-            self.add_api_resource(VISIBILITY_GROUP, "v1beta2", pending)
 
     # -- fault injection and stats -------------------------------------------------------
 
@@ -327,78 +288,11 @@ class Server:
         planted = fault.planted(handler.json_body()) if fault is not None else None
         if planted is not None:
             self.store.create(target.group, target.plural, target.namespace or None, planted)
-        answer = self._crud(handler, method, rtype, target, query)
+        media = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        answer = crud.serve(self.store, method, rtype, target, query, media, handler.json_body)
         if fault is not None and fault.after:
             raise fault.error(verb, resource)
         return answer
-
-    def _crud(
-        self,
-        handler: _Handler,
-        method: str,
-        rtype: ResourceType,
-        target: discovery.Target,
-        query: Mapping[str, str],
-    ) -> tuple[int, Obj]:
-        store, version = self.store, rtype.api_version(target.version)
-        key = (target.group, target.plural, target.namespace or None)
-        labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
-        name, sub = target.name, target.sub
-        if method == "GET" and not name:
-            items, rv = store.list_objects(*key, labels=labels, fields=fields)
-            return 200, _list(rtype, version, items, rv)
-        if method == "DELETE" and not name:
-            items = store.delete_collection(*key, labels=labels, fields=fields)
-            return 200, _list(rtype, version, items, store.resource_version)
-        if method == "GET":
-            return 200, discovery.at_version(store.get(*key, name), version)
-        if (method == "POST") == bool(name):
-            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on this path")
-        media = (handler.request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        if method in ("POST", "PUT") and media not in _JSON_TYPES:
-            message = "the body of the request was in an unknown format - accepted media types "
-            raise ApiError(415, "UnsupportedMediaType", message + "include: application/json")
-        body = handler.json_body()
-        if method == "PATCH":
-            return 200, discovery.at_version(
-                store.patch(*key, name, body, media, subresource=sub), version
-            )
-        if method == "DELETE":
-            options = body if isinstance(body, dict) else {}
-            grace = options.get("gracePeriodSeconds", discovery.number(query, "gracePeriodSeconds"))
-            return 200, discovery.at_version(store.delete(*key, name, grace_seconds=grace), version)
-        if not isinstance(body, dict):
-            raise ApiError(400, "BadRequest", "the request body must be a JSON object")
-        if method == "POST":
-            return 201, discovery.at_version(store.create(*key, body), version)
-        given = (body.get("metadata") or {}).get("name")
-        if given and given != name:
-            message = f"the name of the object ({given}) does not match the name on the URL"
-            raise ApiError(400, "BadRequest", f"{message} ({name})")
-        return 200, discovery.at_version(store.replace(*key, name, body, subresource=sub), version)
-
-
-def _summary(request: Request, items: Sequence[Obj] | None, kind: str, name: str) -> Obj:
-    if items is None:
-        details = {"name": name, "group": VISIBILITY_GROUP, "kind": kind}
-        raise ApiError(404, "NotFound", f'{kind}.{VISIBILITY_GROUP} "{name}" not found', details)
-    offset = max(discovery.number(request.query, "offset") or 0, 0)
-    limit = min(discovery.number(request.query, "limit") or 1000, 100_000)  # Kueue's bounds
-    return {
-        "kind": "PendingWorkloadsSummary",
-        "apiVersion": f"{VISIBILITY_GROUP}/v1beta2",
-        "metadata": {},
-        "items": list(items[offset : offset + limit]),
-    }
-
-
-def _list(rtype: ResourceType, version: str, items: list[Obj], rv: int) -> Obj:
-    return {
-        "kind": f"{rtype.kind}List",
-        "apiVersion": version,
-        "metadata": {"resourceVersion": str(rv)},
-        "items": [discovery.at_version(item, version) for item in items],
-    }
 
 
 def _quiet(handler: tornado.web.RequestHandler) -> None:

@@ -13,11 +13,10 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.kueue import constants as k
-from kernel_queue_fake_cluster.kueue import queues
+from kernel_queue_fake_cluster.kueue import queues, visibility
 from kernel_queue_fake_cluster.kueue import workload as kw
 from kernel_queue_fake_cluster.kueue.client import G, KueueClient, full_name
 from kernel_queue_fake_cluster.kueue.groups import GroupReconciler, Key
@@ -25,7 +24,6 @@ from kernel_queue_fake_cluster.kueue.scheduler import Scheduler
 from kernel_queue_fake_cluster.kueue.webhook import PodWebhook, default_namespace_selector
 
 log = logging.getLogger(__name__)
-VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 _CONFIG = ("localqueues", "clusterqueues", "resourceflavors", "workloadpriorityclasses")
 
 
@@ -276,24 +274,11 @@ class FakeKueue:
         """The body of `GET …/namespaces/<ns>/localqueues/<name>/pendingworkloads`; 404 if the
         LocalQueue does not exist."""
         items = self.local_queue_pending(namespace, name)
-        return _summary(items, "localqueue", name, limit, offset)
+        return visibility.summary(items, "localqueue", name, limit=limit, offset=offset)
 
     def pending_workloads_for_cluster_queue(
         self, name: str, *, limit: int = 1000, offset: int = 0
     ) -> Obj:
         """The body of `GET …/clusterqueues/<name>/pendingworkloads`; 404 if it does not exist."""
-        return _summary(self.cluster_queue_pending(name), "clusterqueue", name, limit, offset)
-
-
-def _summary(items: list[Obj] | None, kind: str, name: str, limit: int, offset: int) -> Obj:
-    """A `PendingWorkloadsSummary` page (`boundedLimitOffset`: limit at most 100000)."""
-    if items is None:
-        details = {"name": name, "group": VISIBILITY_GROUP, "kind": kind}
-        raise ApiError(404, "NotFound", f'{kind}.{VISIBILITY_GROUP} "{name}" not found', details)
-    offset, limit = max(offset, 0), min(max(limit, 0), 100_000)
-    return {
-        "kind": "PendingWorkloadsSummary",
-        "apiVersion": f"{VISIBILITY_GROUP}/v1beta2",
-        "metadata": {},
-        "items": items[offset : offset + limit],
-    }
+        items = self.cluster_queue_pending(name)
+        return visibility.summary(items, "clusterqueue", name, limit=limit, offset=offset)

@@ -1,0 +1,77 @@
+"""The resource verbs of the fake API server: one request on a resource path, onto the store.
+
+GET (one object or a list), POST, PUT, PATCH and DELETE (one object or a collection), with the
+apiserver's rules for which path takes which verb, the JSON-only bodies of POST and PUT (415
+otherwise), the DELETE options, and every answer at the version the path names. Watches,
+routing, RBAC and faults come before this, in `server.py`; object semantics after, in the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kernel_queue_fake_cluster.apiserver import discovery
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import Obj, ResourceType
+from kernel_queue_fake_cluster.apiserver.store import Store
+
+JSON_TYPES = ("", "application/json", "*/*")
+"""Content types a POST or PUT body may have (a client that sends none means JSON)."""
+
+
+def serve(
+    store: Store,
+    method: str,
+    rtype: ResourceType,
+    target: discovery.Target,
+    query: Mapping[str, str],
+    media: str,
+    body: Callable[[], Any],
+) -> tuple[int, Obj]:
+    """The status and body answering `method` on `target`; `media` is the request's content
+    type (lower case, no parameters), `body()` its parsed JSON (read only once it is needed)."""
+    version = rtype.api_version(target.version)
+    key = (target.group, target.plural, target.namespace or None)
+    labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
+    name, sub = target.name, target.sub
+    if method == "GET" and not name:
+        items, rv = store.list_objects(*key, labels=labels, fields=fields)
+        return 200, collection(rtype, version, items, rv)
+    if method == "DELETE" and not name:
+        items = store.delete_collection(*key, labels=labels, fields=fields)
+        return 200, collection(rtype, version, items, store.resource_version)
+    if method == "GET":
+        return 200, discovery.at_version(store.get(*key, name), version)
+    if (method == "POST") == bool(name):
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on this path")
+    if method in ("POST", "PUT") and media not in JSON_TYPES:
+        message = "the body of the request was in an unknown format - accepted media types "
+        raise ApiError(415, "UnsupportedMediaType", message + "include: application/json")
+    sent = body()
+    if method == "PATCH":
+        patched = store.patch(*key, name, sent, media, subresource=sub)
+        return 200, discovery.at_version(patched, version)
+    if method == "DELETE":
+        options = sent if isinstance(sent, dict) else {}
+        grace = options.get("gracePeriodSeconds", discovery.number(query, "gracePeriodSeconds"))
+        return 200, discovery.at_version(store.delete(*key, name, grace_seconds=grace), version)
+    if not isinstance(sent, dict):
+        raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+    if method == "POST":
+        return 201, discovery.at_version(store.create(*key, sent), version)
+    given = (sent.get("metadata") or {}).get("name")
+    if given and given != name:
+        message = f"the name of the object ({given}) does not match the name on the URL"
+        raise ApiError(400, "BadRequest", f"{message} ({name})")
+    return 200, discovery.at_version(store.replace(*key, name, sent, subresource=sub), version)
+
+
+def collection(rtype: ResourceType, version: str, items: list[Obj], rv: int) -> Obj:
+    """A `<Kind>List` of `items` at `version`, as of resourceVersion `rv`."""
+    return {
+        "kind": f"{rtype.kind}List",
+        "apiVersion": version,
+        "metadata": {"resourceVersion": str(rv)},
+        "items": [discovery.at_version(item, version) for item in items],
+    }

@@ -1,0 +1,83 @@
+"""Kueue's visibility API on the fake API server: the pending workloads of a LocalQueue or a
+ClusterQueue, in queue order, paged as Kueue pages them.
+
+Real Kueue serves `visibility.kueue.x-k8s.io/v1beta2` from an API server of its own, aggregated
+into the cluster's; here `serve` adds its two `pendingworkloads` routes (and their discovery
+entries) to the fake API server, answered from the fake Kueue's queue order. `summary` is the
+body both the routes and `FakeKueue.pending_workloads_for_*` give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from kernel_queue_fake_cluster.apiserver import discovery
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import Obj
+from kernel_queue_fake_cluster.apiserver.server import Request, Server
+
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+LOCAL_QUEUE_PENDING = (
+    r"/apis/visibility\.kueue\.x-k8s\.io/v1beta2/namespaces/(?P<namespace>[^/]+)"
+    r"/localqueues/(?P<name>[^/]+)/pendingworkloads"
+)
+CLUSTER_QUEUE_PENDING = (
+    r"/apis/visibility\.kueue\.x-k8s\.io/v1beta2/clusterqueues/(?P<name>[^/]+)/pendingworkloads"
+)
+MAX_LIMIT = 100_000
+"""The most items one page holds (Kueue's `boundedLimitOffset`)."""
+
+LocalQueuePending = Callable[[str, str], Sequence[Obj] | None]
+"""`(namespace, local_queue)` → PendingWorkload items in queue order, or None (404)."""
+ClusterQueuePending = Callable[[str], Sequence[Obj] | None]
+"""`(cluster_queue)` → PendingWorkload items in queue order, or None (404)."""
+
+
+def summary(
+    items: Sequence[Obj] | None, kind: str, name: str, *, limit: int = 1000, offset: int = 0
+) -> Obj:
+    """A `PendingWorkloadsSummary` page of `items`; 404 for the `kind` ("localqueue" or
+    "clusterqueue") named `name` when `items` is None (no such queue)."""
+    if items is None:
+        details = {"name": name, "group": VISIBILITY_GROUP, "kind": kind}
+        raise ApiError(404, "NotFound", f'{kind}.{VISIBILITY_GROUP} "{name}" not found', details)
+    offset, limit = max(offset, 0), min(max(limit, 0), MAX_LIMIT)
+    return {
+        "kind": "PendingWorkloadsSummary",
+        "apiVersion": f"{VISIBILITY_GROUP}/v1beta2",
+        "metadata": {},
+        "items": list(items[offset : offset + limit]),
+    }
+
+
+def serve(
+    server: Server, local_queue: LocalQueuePending, cluster_queue: ClusterQueuePending
+) -> None:
+    """Serve the v1beta2 `pendingworkloads` of LocalQueues and ClusterQueues on `server` from
+    two providers of PendingWorkload items in queue order; the query's `offset` and `limit`
+    page them (no `limit`, or 0: 1000 items)."""
+
+    def page(request: Request, items: Sequence[Obj] | None, kind: str, name: str) -> Obj:
+        limit = discovery.number(request.query, "limit") or 1000
+        offset = discovery.number(request.query, "offset") or 0
+        return summary(items, kind, name, limit=limit, offset=offset)
+
+    def by_local_queue(request: Request) -> Obj:
+        namespace, name = request.params["namespace"], request.params["name"]
+        return page(request, local_queue(namespace, name), "localqueue", name)
+
+    def by_cluster_queue(request: Request) -> Obj:
+        name = request.params["name"]
+        return page(request, cluster_queue(name), "clusterqueue", name)
+
+    server.add_route("GET", LOCAL_QUEUE_PENDING, by_local_queue)
+    server.add_route("GET", CLUSTER_QUEUE_PENDING, by_cluster_queue)
+    for plural, kind, namespaced in (
+        ("clusterqueues", "ClusterQueue", False),
+        ("localqueues", "LocalQueue", True),
+    ):
+        entry = {"name": plural, "kind": kind, "namespaced": namespaced, "verbs": []}
+        server.add_api_resource(VISIBILITY_GROUP, "v1beta2", entry)
+        pending: Obj = {"name": f"{plural}/pendingworkloads", "namespaced": namespaced}
+        pending |= {"kind": "PendingWorkloadsSummary", "verbs": ["get"]}
+        server.add_api_resource(VISIBILITY_GROUP, "v1beta2", pending)
