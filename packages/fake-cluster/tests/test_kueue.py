@@ -19,14 +19,13 @@ import pytest
 import yaml
 
 from kernel_queue_fake_cluster.apiserver import crds as crd_files
-from kernel_queue_fake_cluster.apiserver import resources
+from kernel_queue_fake_cluster.apiserver import pod_rules, resources
 from kernel_queue_fake_cluster.apiserver import schema as openapi
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.kueue import constants as k
 from kernel_queue_fake_cluster.kueue import pods as kueue_pods
 from kernel_queue_fake_cluster.kueue.controller import FakeKueue
-from kernel_queue_fake_cluster.node import pods as pod_rules
 from prerequisites import KUEUE_DATA, skip_unless_ci
 
 Obj = dict[str, Any]

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from kernel_queue_fake_cluster.apiserver import pod_rules as pods
 from kernel_queue_fake_cluster.apiserver import pod_security, resources
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.cluster import FakeCluster
-from kernel_queue_fake_cluster.node import pods
 
 ENFORCE = "pod-security.kubernetes.io/enforce"
 

@@ -2,6 +2,6 @@
 
 The object store (metadata, resourceVersions, finalizers, the status subresource, watches), the
 HTTP layer (paths, discovery, patch content types, `Status` errors, injected faults), RBAC, the
-built-in kinds and CRDs with their schemas, and the admission the apiserver itself runs
-(ServiceAccount and Pod Security).
+built-in kinds and CRDs with their schemas, and the admission the apiserver itself runs (pod
+rules, ServiceAccount and Pod Security).
 """

@@ -69,7 +69,8 @@ Check = Callable[[Obj], str | None]  # pod spec -> the forbidden detail, or None
 
 def install(store: Store) -> None:
     """Add the ServiceAccount and Pod Security admission of pods to `store`; after the
-    mutating hooks (the fake Kueue's webhook, `pods.install`), as a real apiserver orders them."""
+    mutating hooks (the fake Kueue's webhook, `pod_rules.install`), as a real apiserver orders
+    them."""
 
     def admit(operation: str, new: Obj | None, old: Obj | None) -> Obj | None:
         if operation == "CREATE" and new is not None:

@@ -19,10 +19,11 @@ from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
+from kernel_queue_fake_cluster.apiserver import pod_rules
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
 from kernel_queue_fake_cluster.apiserver.store import Store
-from kernel_queue_fake_cluster.node import network, pod_startup, pods
+from kernel_queue_fake_cluster.node import network, pod_startup, volumes
 from kernel_queue_fake_cluster.node.pod_startup import PodStarter
 from kernel_queue_fake_cluster.node.pod_status import ContainerRecord, PodRecord, StatusManager
 
@@ -92,11 +93,11 @@ class FakeKubelet:
 
     def claim_dir(self, namespace: str, claim: str) -> Path:
         """The directory that holds the files of claim `claim` in `namespace`."""
-        return pods.claim_dir(self.root, namespace, claim)
+        return volumes.claim_dir(self.root, namespace, claim)
 
     def install(self) -> None:
         """Pod admission rules, pod/volume-source listeners, the graceful-delete hook, Services."""
-        pods.install(self.store)
+        pod_rules.install(self.store)
         self.store.add_listener("", "pods", self._on_pod)
         for plural in ("secrets", "configmaps", "persistentvolumeclaims"):
             self.store.add_listener("", plural, lambda kind, obj: self.startup.notify())
@@ -176,7 +177,7 @@ class FakeKubelet:
                 self._spawn(record, self._terminate(record, 0))
         elif not self._runnable(pod):
             return
-        elif pods.gates(pod):
+        elif pod_rules.gates(pod):
             self.status.mark_gated(pod)
         else:
             record = self._record(pod)

@@ -21,7 +21,7 @@ from kernel_queue_fake_cluster.apiserver import selectors
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
 from kernel_queue_fake_cluster.apiserver.store import Store
-from kernel_queue_fake_cluster.node import network, pods
+from kernel_queue_fake_cluster.node import network, pod_env, volumes
 from kernel_queue_fake_cluster.node.pod_status import ContainerRecord, PodRecord, StatusManager
 
 log = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ class PodStarter:
                 (f.message for f in self._faults if f.kind == "unschedulable" and f.matches(pod)),
                 "",
             )
-            for claim in pods.missing_claims(self.store, pod)[:1]:
+            for claim in volumes.missing_claims(self.store, pod)[:1]:
                 message = f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found.'
             if not message:
                 break
@@ -188,8 +188,8 @@ class PodStarter:
             faults = [f for f in self._faults if f.kind == "image" and f.matches(pod)]
             blocked, wait = False, 1.0
             try:
-                dirs = pods.prepare_volumes(self.store, pod, self.root, record.dir)
-            except pods.ConfigError as exc:  # FailedMount: one event, on the first container
+                dirs = volumes.prepare_volumes(self.store, pod, self.root, record.dir)
+            except pod_env.ConfigError as exc:  # FailedMount: one event, on the first container
                 dirs, blocked = {}, True
                 for i, container in enumerate(record.containers.values()):
                     event = ("Warning", exc.reason, exc.message) if i == 0 else None
@@ -212,7 +212,7 @@ class PodStarter:
                 pulled_at.pop(container.name, None)
                 try:
                     self._plan(record, container, pod, dirs)
-                except pods.ConfigError as exc:
+                except pod_env.ConfigError as exc:
                     blocked, event = True, ("Warning", "Failed", f"Error: {exc.message}")
                     self._wait_on(pod, container, (exc.reason, exc.message), event)
             if not blocked:
@@ -243,16 +243,16 @@ class PodStarter:
     ) -> None:
         """Resolve argv, env and working directory (mountPaths rewritten to directories)."""
         spec = container.spec
-        mounts = pods.Mounts.of(spec, dirs)
-        container.env, raw = pods.container_env(
+        mounts = volumes.Mounts.of(spec, dirs)
+        container.env, raw = pod_env.container_env(
             self.store, pod, spec, mounts, base_env(record.name, self._bin_dir(spec))
         )
         command = [str(a) for a in (spec.get("command") or [])]
         if not command:
             message = "the fake kubelet runs no images: the container needs a `command`"
-            raise pods.ConfigError("CreateContainerError", message)
+            raise pod_env.ConfigError("CreateContainerError", message)
         args = command + [str(a) for a in (spec.get("args") or [])]
-        container.argv = [mounts.rewrite(pods.expand(a, raw)) for a in args]
+        container.argv = [mounts.rewrite(pod_env.expand(a, raw)) for a in args]
         # terminationMessagePath: the kubelet mounts a file there; here it is a file of the pod's
         # directory, and values naming the path are pointed at it, as mountPaths are.
         path = str(spec.get("terminationMessagePath") or TERMINATION_MESSAGE_PATH)

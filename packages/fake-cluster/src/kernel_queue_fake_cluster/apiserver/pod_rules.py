@@ -1,0 +1,171 @@
+"""The apiserver's own pod rules, with or without a node: admission of pods and their conditions.
+
+`install` adds the apiserver's pod admission (defaults, Pending status, SchedulingGated, the
+gate-removal rule, spec immutability); `gates`, `condition` and `scheduling_gated` say what a
+pod's gates and conditions are, for the node and the fake Kueue alike. What a spec means to the
+kubelet (env, volumes) is the node's (`node/pod_env.py`, `node/volumes.py`).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import weakref
+from typing import Any
+
+from kernel_queue_fake_cluster.apiserver.errors import invalid
+from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
+from kernel_queue_fake_cluster.apiserver.store import Store
+
+FAKE_MOUNT_PREFIX = "KUBE_FAKE_MOUNT_"
+_INSTALLED: weakref.WeakSet[Store] = weakref.WeakSet()
+_IMMUTABLE = (
+    "pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
+    "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set "
+    "to 1 if it was previously negative)"
+)
+
+
+def install(store: Store) -> None:
+    """Add the pod admission rules to `store` (once per store; later calls do nothing).
+
+    Install it after webhooks that add scheduling gates on CREATE (the fake Kueue), so the
+    SchedulingGated condition sees them; the fake kubelet also sets it after the commit.
+    """
+    if store in _INSTALLED:
+        return
+    _INSTALLED.add(store)
+
+    def admit(operation: str, new: Obj | None, old: Obj | None) -> Obj | None:
+        if new is None:
+            return None
+        causes = _create_causes(new) if old is None else _update_causes(new, old)
+        if causes:
+            raise invalid(store.type("", "pods"), new["metadata"].get("name", ""), causes)
+        return _defaulted(new) if old is None else None
+
+    store.add_admission("", "pods", admit)
+
+
+def gates(pod: Obj) -> list[str]:
+    """Names of the pod's scheduling gates."""
+    return [g.get("name", "") for g in (pod.get("spec") or {}).get("schedulingGates") or []]
+
+
+def scheduling_gated(now: str) -> Obj:
+    """The PodScheduled condition of a gated pod, as kube-scheduler writes it."""
+    return condition(
+        "PodScheduled",
+        False,
+        now,
+        "SchedulingGated",
+        "Scheduling is blocked due to non-empty scheduling gates",
+    )
+
+
+def condition(kind: str, status: bool, now: str, reason: str = "", message: str = "") -> Obj:
+    """One pod condition dict (`lastProbeTime` null, as the kubelet leaves it)."""
+    found: Obj = {"type": kind, "status": "True" if status else "False", "lastProbeTime": None}
+    found["lastTransitionTime"] = now
+    if reason:
+        found["reason"] = reason
+    if message:
+        found["message"] = message
+    return found
+
+
+def _create_causes(pod: Obj) -> list[tuple[str, str]]:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if not containers:
+        return [("spec.containers", "Required value")]
+    causes, seen = [], set()
+    for i, container in enumerate(containers):
+        name = container.get("name") or ""
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name):
+            causes.append((f"spec.containers[{i}].name", f'Invalid value: "{name}"'))
+        elif name in seen:
+            causes.append((f"spec.containers[{i}].name", f'Duplicate value: "{name}"'))
+        seen.add(name)
+        if not container.get("image"):
+            causes.append((f"spec.containers[{i}].image", "Required value"))
+    return causes
+
+
+def _defaulted(pod: Obj) -> Obj:
+    spec = pod["spec"]
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("schedulerName", "default-scheduler")
+    for container in [*spec["containers"], *spec.get("initContainers", [])]:
+        for kind in ("requests", "limits"):
+            amounts = (container.get("resources") or {}).get(kind) or {}
+            for name, amount in amounts.items():
+                amounts[name] = _quantity_text(amount)
+    for container in spec["containers"]:
+        latest = ":" not in container["image"].rsplit("/", 1)[-1] or container["image"].endswith(
+            ":latest"
+        )
+        container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+    status: Obj = {"phase": "Pending", "qosClass": _qos_class(spec["containers"])}
+    if gates(pod):
+        status["conditions"] = [scheduling_gated(now_rfc3339())]
+    pod["status"] = status  # the apiserver ignores a status sent with a create
+    return pod
+
+
+def _quantity_text(amount: Any) -> str:
+    """Quantities are strings on the wire: the apiserver makes `cpu: 3` "3" and 0.5 "500m"."""
+    if isinstance(amount, bool) or not isinstance(amount, int | float):
+        return str(amount)
+    if float(amount).is_integer():
+        return str(int(amount))
+    return f"{round(amount * 1000)}m"
+
+
+def _qos_class(containers: list[Obj]) -> str:
+    resources = [c.get("resources") or {} for c in containers]
+    if not any(r.get("requests") or r.get("limits") for r in resources):
+        return "BestEffort"
+    for r in resources:
+        limits, requests = r.get("limits") or {}, r.get("requests") or {}
+        if not all(k in limits for k in ("cpu", "memory")):
+            return "Burstable"
+        if any(str(requests.get(k, limits[k])) != str(limits[k]) for k in limits):
+            return "Burstable"
+    return "Guaranteed"
+
+
+def _update_causes(new: Obj, old: Obj) -> list[tuple[str, str]]:
+    """The real rules that are cheap to check; affinity changes while gated are not checked."""
+    spec, old_spec = copy.deepcopy(new.get("spec") or {}), copy.deepcopy(old.get("spec") or {})
+    if spec == old_spec:
+        return []
+    old_gates = gates(old)
+    for name in gates(new):
+        if name not in old_gates:
+            message = f"Forbidden: only deletion is allowed, but found new scheduling gate '{name}'"
+            return [("spec.schedulingGates", message)]
+    causes = []
+    old_tolerations = old_spec.get("tolerations") or []
+    if any(t not in (spec.get("tolerations") or []) for t in old_tolerations):
+        causes.append(("spec.tolerations", "Forbidden: existing toleration can not be modified"))
+    if old_gates:
+        selector, old_selector = spec.get("nodeSelector") or {}, old_spec.get("nodeSelector") or {}
+        if any(selector.get(k) != v for k, v in old_selector.items()):
+            message = "Invalid value: only additions to spec.nodeSelector are allowed"
+            causes.append(("spec.nodeSelector", message))
+        for s in (spec, old_spec):
+            s.pop("nodeSelector", None)
+            s.pop("affinity", None)
+    if not old_spec.get("nodeName"):
+        spec.pop("nodeName", None)  # binding: the scheduler sets it once
+    for s in (spec, old_spec):
+        for field in ("activeDeadlineSeconds", "tolerations", "schedulingGates"):
+            s.pop(field, None)
+        for kind in ("containers", "initContainers"):
+            for container in s.get(kind) or []:
+                container.pop("image", None)
+    if spec != old_spec:
+        causes.append(("spec", f"Forbidden: {_IMMUTABLE}"))
+    return causes
