@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kernel_queue_fake_cluster.apiserver import resources
+from kernel_queue_fake_cluster.apiserver import addresses, resources
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.store import Store
@@ -20,7 +20,7 @@ NS = "default"
 
 
 def test_a_pool_hands_out_distinct_loopback_addresses_and_keeps_one_per_holder() -> None:
-    pool = network.AddressPool("127.40.0.0/24")
+    pool = addresses.AddressPool("127.40.0.0/24")
     first, second = pool.allocate("a"), pool.allocate("b")
     assert first != second
     assert pool.allocate("a") == first
@@ -29,7 +29,7 @@ def test_a_pool_hands_out_distinct_loopback_addresses_and_keeps_one_per_holder()
         assert address.rsplit(".", 1)[1] not in ("0", "255")
     pool.release("a")
     assert pool.holders() == ["b"]
-    again = network.AddressPool("127.40.0.0/24")  # a second cluster in this process
+    again = addresses.AddressPool("127.40.0.0/24")  # a second cluster in this process
     assert again.allocate("a") not in (second,)
     with pytest.raises(ValueError, match="already allocated"):
         again.reserve("c", second)
@@ -40,8 +40,8 @@ def test_a_pool_hands_out_distinct_loopback_addresses_and_keeps_one_per_holder()
 
 def test_a_pool_outside_loopback_is_refused_and_a_full_pool_says_so() -> None:
     with pytest.raises(ValueError, match=r"127\.0\.0\.0/8"):
-        network.AddressPool("10.0.0.0/24")
-    pool = network.AddressPool("127.41.0.7/32")
+        addresses.AddressPool("10.0.0.0/24")
+    pool = addresses.AddressPool("127.41.0.7/32")
     assert pool.allocate("only") == "127.41.0.7"
     with pytest.raises(RuntimeError, match="exhausted"):
         pool.allocate("more")
@@ -63,7 +63,7 @@ async def services(**options: Any) -> AsyncIterator[tuple[Store, network.Service
 @contextlib.asynccontextmanager
 async def backend(reply: bytes) -> AsyncIterator[tuple[str, int]]:
     """A TCP server on its own loopback address that greets each client with `reply`."""
-    pool = network.AddressPool("127.43.0.0/16")
+    pool = addresses.AddressPool("127.43.0.0/16")
     ip = pool.allocate(reply.decode())
     writers: list[asyncio.StreamWriter] = []
 

@@ -18,15 +18,14 @@ from typing import Any, TypeVar
 
 import yaml
 
+from kernel_queue_fake_cluster.apiserver import addresses, pod_rules, pod_security, rbac, resources
 from kernel_queue_fake_cluster.apiserver import crds as crd_files
-from kernel_queue_fake_cluster.apiserver import pod_rules, pod_security, rbac, resources
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.server import Server, Stats
 from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.kueue import visibility
 from kernel_queue_fake_cluster.kueue.controller import FakeKueue
-from kernel_queue_fake_cluster.node import network
 from kernel_queue_fake_cluster.node.kubelet import FakeKubelet
 
 T = TypeVar("T")
@@ -93,7 +92,7 @@ class FakeCluster:
         pod_rules.install(self.store)  # the apiserver's own pod rules, with or without a kubelet
         pod_security.install(self.store)  # ServiceAccount and Pod Security admission, last
         if self.kubelet is None:  # the apiserver allocates ClusterIPs even with no node
-            network.ServiceNetwork(self.store, pool=SERVICE_IP_POOL).allocate_addresses()
+            addresses.ClusterIPs(self.store, SERVICE_IP_POOL).install()
         if self.kubelet is not None:
             self.kubelet.install()
             self.server.serve_logs(self.kubelet.logs)

@@ -19,7 +19,7 @@ from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver import pod_rules
+from kernel_queue_fake_cluster.apiserver import addresses, pod_rules
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
 from kernel_queue_fake_cluster.apiserver.store import Store
@@ -69,7 +69,7 @@ class FakeKubelet:
         image_paths: Mapping[str, str] | None = None,
     ) -> None:
         self.store, self.root = store, Path(root_dir)
-        self.pod_ips = network.AddressPool(pod_ip_pool)
+        self.pod_ips = addresses.AddressPool(pod_ip_pool)
         self.network = network.ServiceNetwork(
             store, pool=service_ip_pool, hold_seconds=service_hold_seconds
         )

@@ -1,7 +1,6 @@
-"""Loopback addresses and Services for the fake cluster: the jobs of IPAM and kube-proxy.
+"""Services on the fake node: the job of kube-proxy, over loopback addresses.
 
-`AddressPool` hands out distinct 127.x.y.z addresses (Linux routes all of 127/8 to `lo`) for pod
-IPs and Service ClusterIPs. `ServiceNetwork` allocates each Service's ClusterIP at admission,
+`ServiceNetwork` has the apiserver allocate each Service's ClusterIP (`addresses.ClusterIPs`),
 keeps its `Endpoints` in step (`endpoints`), and forwards TCP from clusterIP:port to a ready
 pod, so a replaced pod is reached at the same address. It runs on the store's event loop.
 """
@@ -11,81 +10,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import ipaddress
 import logging
-import random
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 from kernel_queue_fake_cluster.apiserver import selectors
-from kernel_queue_fake_cluster.apiserver.errors import ApiError, invalid
+from kernel_queue_fake_cluster.apiserver.addresses import ClusterIPs
+from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.node import endpoints
 
 log = logging.getLogger(__name__)
-
-_TAKEN: set[str] = set()  # addresses held by any pool of this process (several fake clusters)
-
-
-class AddressPool:
-    """Distinct addresses from one 127/8 subnet, keyed by their holder (pod uid, Service name).
-
-    Allocation walks forward from a random offset and skips x.y.z.0 and x.y.z.255, so a freed
-    address is not handed out again soon and two test processes rarely collide.
-    """
-
-    def __init__(self, cidr: str) -> None:
-        network = ipaddress.IPv4Network(cidr)
-        if not network.subnet_of(ipaddress.IPv4Network("127.0.0.0/8")):
-            raise ValueError(f"{cidr} is not inside 127.0.0.0/8 (only loopback reaches lo)")
-        self.network = network
-        edge = 1 if network.num_addresses > 2 else 0
-        self._first = int(network.network_address) + edge
-        self._size = network.num_addresses - 2 * edge
-        self._cursor = random.randrange(self._size)  # other test processes start elsewhere
-        self._by_key: dict[str, str] = {}
-
-    def allocate(self, key: str) -> str:
-        """The address held by `key`, taking a free one if it holds none."""
-        if key in self._by_key:
-            return self._by_key[key]
-        for step in range(self._size):
-            index = (self._cursor + step) % self._size
-            number = self._first + index
-            address = str(ipaddress.IPv4Address(number))
-            if (number & 0xFF in (0, 255) and self._size > 2) or address in _TAKEN:
-                continue
-            self._cursor = index + 1
-            _TAKEN.add(address)
-            self._by_key[key] = address
-            return address
-        raise RuntimeError(f"address pool {self.network} is exhausted")
-
-    def reserve(self, key: str, address: str) -> None:
-        """Give `key` a chosen address; ValueError if it is outside the pool or taken."""
-        if ipaddress.IPv4Address(address) not in self.network:
-            raise ValueError(
-                f"provided IP is not in the valid range. The range of valid IPs is {self.network}"
-            )
-        if self._by_key.get(key) == address:
-            return
-        if address in _TAKEN:
-            raise ValueError(f"provided IP is already allocated ({address})")
-        self.release(key)
-        _TAKEN.add(address)
-        self._by_key[key] = address
-
-    def release(self, key: str) -> None:
-        """Free the address `key` holds, if any."""
-        address = self._by_key.pop(key, None)
-        if address is not None:
-            _TAKEN.discard(address)
-
-    def holders(self) -> list[str]:
-        """Current holders."""
-        return list(self._by_key)
 
 
 @dataclass
@@ -126,7 +63,8 @@ class ServiceNetwork:
         hold_seconds: float = 30.0,
         connect_timeout: float = 5.0,
     ) -> None:
-        self.store, self.pool = store, AddressPool(pool)
+        self.store, self.cluster_ips = store, ClusterIPs(store, pool)
+        self.pool = self.cluster_ips.pool
         self.hold_seconds, self.connect_timeout = hold_seconds, connect_timeout
         self._services: dict[tuple[str, str], _Service] = {}
         self._links: dict[str, set[_Link]] = {}
@@ -136,13 +74,9 @@ class ServiceNetwork:
         self._changed = asyncio.Event()
         self._closed = False
 
-    def allocate_addresses(self) -> None:
-        """Only the apiserver's part: give each new Service a ClusterIP (no forwarding)."""
-        self.store.add_admission("", "services", self._admit)
-
     def install(self) -> None:
-        """Hook into the store: Service admission, Service and pod listeners."""
-        self.allocate_addresses()
+        """Hook into the store: Service admission (ClusterIPs), Service and pod listeners."""
+        self.cluster_ips.install()
         self.store.add_listener("", "services", self._on_service)
         self.store.add_listener("", "pods", self._on_pod)
         for service in list(self.store.objects("", "services")):
@@ -202,60 +136,6 @@ class ServiceNetwork:
         self._services.clear()
         for key in self.pool.holders():
             self.pool.release(key)
-
-    # -- admission: ClusterIP allocation ---------------------------------------------------
-
-    def _admit(self, operation: str, new: Obj | None, old: Obj | None) -> Obj | None:
-        if new is None:
-            return None
-        spec, meta = new.setdefault("spec", {}), new["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}"
-        rtype = self.store.type("", "services")
-        if old is not None:  # the ClusterIP stays for the Service's life
-            old_spec = old.get("spec") or {}
-            if spec.get("clusterIP") in (None, ""):
-                for kept in ("clusterIP", "clusterIPs"):
-                    if kept in old_spec:
-                        spec[kept] = old_spec[kept]
-            elif spec["clusterIP"] != old_spec.get("clusterIP"):
-                raise invalid(rtype, meta["name"], [("spec.clusterIPs[0]", "field is immutable")])
-            return new
-        spec.setdefault("type", "ClusterIP")
-        spec.setdefault("sessionAffinity", "None")
-        for port in spec.get("ports") or []:
-            port.setdefault("protocol", "TCP")
-            port.setdefault("targetPort", port.get("port"))
-        if spec["type"] == "ExternalName":
-            return new
-        wanted = spec.get("clusterIP")
-        if not spec.get("ports") and wanted != "None":
-            raise invalid(rtype, meta["name"], [("spec.ports", "Required value")])
-        self._reclaim(key)
-        if wanted == "None":
-            spec["clusterIPs"] = ["None"]
-        else:
-            try:
-                if wanted:
-                    self.pool.reserve(key, wanted)
-                else:
-                    wanted = self.pool.allocate(key)
-            except ValueError as exc:
-                cause = f'Invalid value: "{wanted}": {exc}'
-                raise invalid(rtype, meta["name"], [("spec.clusterIPs", cause)]) from None
-            spec["clusterIP"], spec["clusterIPs"] = wanted, [wanted]
-        spec.setdefault("ipFamilies", ["IPv4"])
-        spec.setdefault("ipFamilyPolicy", "SingleStack")
-        return new
-
-    def _reclaim(self, keep: str) -> None:
-        """Free addresses of Services that never got stored (a later hook rejected the create)."""
-        stored = {
-            f"{s['metadata']['namespace']}/{s['metadata']['name']}"
-            for s in self.store.objects("", "services")
-        }
-        for key in self.pool.holders():
-            if key != keep and key not in stored:
-                self.pool.release(key)
 
     # -- listeners -------------------------------------------------------------------------
 

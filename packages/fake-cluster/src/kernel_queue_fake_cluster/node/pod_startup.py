@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernel_queue_fake_cluster.apiserver import selectors
+from kernel_queue_fake_cluster.apiserver import addresses, selectors
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
 from kernel_queue_fake_cluster.apiserver.store import Store
-from kernel_queue_fake_cluster.node import network, pod_env, volumes
+from kernel_queue_fake_cluster.node import pod_env, volumes
 from kernel_queue_fake_cluster.node.pod_status import ContainerRecord, PodRecord, StatusManager
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class PodStarter:
         store: Store,
         root: Path,
         status: StatusManager,
-        pod_ips: network.AddressPool,
+        pod_ips: addresses.AddressPool,
         *,
         node_name: str,
         pull_backoff: float,
