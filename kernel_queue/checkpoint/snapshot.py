@@ -1,9 +1,9 @@
 """What a checkpoint holds: the kernel's namespace through dill, big arrays and tensors out of band.
 
-`save` test-pickles each user variable, skips (and reports) what cannot be pickled, and dumps the
-rest as dill's session pickle of the real `__main__`, sending numpy arrays and torch tensors of
-1 MiB or more to their own `.npy`/`.pt` files. `restore` checks every
-file's digest, then loads it back into a module. Runs inside the kernel: stdlib, dill and numpy
+`save` test-pickles each user variable (`selection`), skips (and reports) what cannot be pickled,
+and dumps the rest as dill's session pickle of the real `__main__`, sending numpy arrays and torch
+tensors of 1 MiB or more to their own `.npy`/`.pt` files. `restore` checks every file's digest,
+then loads it back into a module. Runs inside the kernel: stdlib, dill and numpy
 only; torch only if the user imported it.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
-import pickle
 import platform
 import sys
 import time
@@ -38,10 +37,11 @@ from kernel_queue.checkpoint import (
     packs,
     payloads,
     references,
+    selection,
 )
 
 NAMESPACE = "namespace.pkl"
-PICKLE_PROTOCOL = 5  # not HIGHEST_PROTOCOL: a newer Python must write what 3.11 reads
+PICKLE_PROTOCOL = selection.PICKLE_PROTOCOL
 CONSISTENCIES = ("consistent", "concurrent")
 _LAST = ("last_type", "last_value", "last_traceback", "last_exc")
 _DILL_LISTS = ("__dill_imported", "__dill_imported_as", "__dill_imported_top_level")
@@ -85,7 +85,7 @@ def save(
     try:
         with _without_last_exception():
             tensors = payloads.tensor_types()
-            saved, skipped = _select(module, hidden, deadline, tensors)
+            saved, skipped = selection.select(module, hidden, deadline, tensors)
             writer = store.begin()
             roots = _roots(module, {name for name, _, _ in saved})
             external = payloads.OutOfBand(writer, module, deadline, payload, tensors, roots)
@@ -224,34 +224,6 @@ def _read(checkpoint: Checkpoint, name: str) -> bytearray:
     return digests.read(checkpoint.path / name, int(record["bytes"]), str(record["digest"]))
 
 
-def _select(
-    module: ModuleType,
-    hidden: Collection[str],
-    deadline: float | None,
-    tensors: tuple[type, ...],
-) -> tuple[list[tuple[str, str, int]], list[tuple[str, str, str]]]:
-    """Test-pickle the user variables: (name, type, bytes) of those that pickle, and (name, type,
-    reason) of those that don't. Hidden, `_`-prefixed and module names are no variables; big
-    arrays and tensors are known to pickle and are not serialised twice."""
-    saved, skipped = [], []
-    for name, value in dict(module.__dict__).items():
-        if name in hidden or name.startswith("_") or isinstance(value, ModuleType):
-            continue
-        payloads.check(deadline)
-        refusal = references.refusal(value, tensors)
-        if refusal:
-            skipped.append((name, type(value).__name__, refusal))
-            continue
-        try:
-            size = payloads.size_of(value, tensors) or _plain_size(value)
-            size = size or _probe(value, module, tensors)
-        except Exception as exc:
-            skipped.append((name, type(value).__name__, _reason(exc)))
-        else:
-            saved.append((name, type(value).__name__, size))
-    return saved, skipped
-
-
 def _roots(module: ModuleType, names: set[str]) -> set[int]:
     """Ids of the saved variables that are arrays owning their memory: views onto them are
     saved as views (a view of anything else is saved as a copy of its elements, so a small
@@ -325,12 +297,14 @@ def _import_references(
         try:
             namespace[name] = find_class(module_name, attribute)
         except Exception as exc:
-            failed.append((name, "reference", f"{module_name}.{attribute}: {_reason(exc)}"))
+            failed.append(
+                (name, "reference", f"{module_name}.{attribute}: {selection.reason(exc)}")
+            )
     for module_name, name in namespace.pop("__dill_imported_top_level", ()):
         try:
             namespace[name] = importlib.import_module(module_name)
         except Exception as exc:
-            failed.append((name, "module", _reason(exc)))
+            failed.append((name, "module", selection.reason(exc)))
     return failed
 
 
@@ -341,65 +315,6 @@ def _stash(module: ModuleType) -> ModuleType:
             stash: ModuleType = dill.session._stash_modules(module)
             return stash
     raise RuntimeError("the namespace kept changing while it was being saved")
-
-
-_SCALARS = frozenset({str, int, float, bool, complex, bytes, type(None)})
-_CONTAINERS = frozenset({list, tuple, dict, set, frozenset})
-_PLAIN_LIMIT = 1_000_000  # elements looked at before giving the value to dill's probe
-
-
-def _plain_size(value: Any) -> int:
-    """`len(pickle.dumps(value))` by the C pickler if `value` holds only builtin scalars and
-    containers (which dill pickles as pickle does), else 0; much faster than dill's probe."""
-    stack, seen, visited = [value], 0, set()
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind in _SCALARS:
-            continue
-        if kind not in _CONTAINERS:
-            return 0
-        if id(item) in visited:  # shared or a cycle: looked at once
-            continue
-        visited.add(id(item))
-        seen += len(item)
-        if seen > _PLAIN_LIMIT:
-            return 0
-        stack.extend(item.items() if kind is dict else item)
-    return len(pickle.dumps(value, PICKLE_PROTOCOL))
-
-
-def _probe(value: Any, module: ModuleType, tensors: tuple[type, ...]) -> int:
-    """`len(dill.dumps(value))`, as the session pickle would pickle it, big arrays not counted
-    twice nor copied; raises what dill raises for an unpicklable value."""
-    sink, big = _Counter(), {}
-    names = references.Globals(module.__name__)
-
-    def persistent_id(obj: Any) -> tuple[str, ...] | None:
-        if obj is module or obj is module.__dict__:
-            return ("main",)
-        if type(obj) in payloads.PLAIN:
-            return None
-        refusal = references.refusal(obj, tensors)
-        if refusal:
-            raise TypeError(refusal)
-        reference = names.reference(obj)
-        if reference is not None:
-            return reference
-        size = payloads.size_of(obj, tensors)
-        if size:
-            big[id(obj)] = size
-            return ("big",)
-        if packs.packable(obj):  # written to small-arrays.bin, not into the pickle
-            big[id(obj)] = int(obj.nbytes)
-            return ("small",)
-        return None
-
-    pickler = dill.Pickler(sink, PICKLE_PROTOCOL)
-    pickler.persistent_id = persistent_id
-    pickler._main, pickler._byref, pickler._recurse = module, False, False
-    pickler.dump(value)
-    return sink.count + sum(big.values())
 
 
 @contextlib.contextmanager
@@ -414,21 +329,6 @@ def _without_last_exception() -> Iterator[None]:
     finally:
         for name, value in kept.items():
             setattr(sys, name, value)
-
-
-class _Counter:
-    """A write-only file that only counts bytes."""
-
-    count = 0
-
-    def write(self, data: bytes) -> int:
-        self.count += len(data)
-        return len(data)
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text if len(text) <= 200 else text[:199] + "…"
 
 
 def _versions() -> dict[str, str]:
