@@ -17,7 +17,7 @@ from collections.abc import Callable
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
 from kernel_queue_fake_cluster.kueue import constants as k
-from kernel_queue_fake_cluster.kueue import pods
+from kernel_queue_fake_cluster.kueue import group_status, pods
 from kernel_queue_fake_cluster.kueue import workload as kw
 from kernel_queue_fake_cluster.kueue.client import G, KueueClient, full_name, key
 
@@ -91,27 +91,29 @@ class GroupReconciler:
                 return
             members = kept
             self._adopt(wl, members)
-            self._waiting_for_replacement(wl, absent)
+            group_status.set_waiting_for_replacement(wl, absent)
         if kw.is_finished(wl):
             self._finalize_finished(wl, members)
         elif wl["metadata"].get("deletionTimestamp"):
             self._stop(members, k.WORKLOAD_DELETED, k.WORKLOAD_DELETED_MESSAGE, everything=True)
             self.client.finalize(self.pods(key(wl)))
             self.client.remove_finalizer(wl)
-        elif (done := self._finished(members)) is not None:
+        elif (done := group_status.finished(members)) is not None:
             kw.finish(wl, *done)
             self._finalize_finished(wl, members)
             message = f"Workload '{full_name(wl)}' is declared finished"
             self.client.event(members[0], "Normal", "FinishedWorkload", message)
         else:
-            self._pods_ready(wl, members)
+            group_status.set_pods_ready(wl, members)
             evicted = kw.condition(wl, k.EVICTED)
             if evicted is not None and evicted["status"] == "True":
                 self.client.write_status(wl)
                 reason = k.EVICTED_STOP_REASON + evicted["reason"]
                 self._stop(members, reason, evicted["message"])
                 if group:  # the stopped pods are missing now, before the quota is released
-                    self._waiting_for_replacement(wl, self._match(wl, self.pods(key(wl)))[1])
+                    group_status.set_waiting_for_replacement(
+                        wl, self._match(wl, self.pods(key(wl)))[1]
+                    )
                 self._release(wl, evicted, group)
             elif any(pods.is_suspended(p) for p in members):
                 if kw.is_true(wl, k.ADMITTED):
@@ -147,7 +149,7 @@ class GroupReconciler:
     def _create(self, group: Key, members: list[Obj]) -> None:
         """No Workload (steps 3, 3'): finalize a finished group, wait while a pod runs, else
         compose and create the Workload."""
-        if self._finished(members) is not None:
+        if group_status.finished(members) is not None:
             self.client.finalize(members)
             return
         if any(pods.is_active(p, _now()) for p in members):
@@ -243,57 +245,6 @@ class GroupReconciler:
             self.client.store.replace(G, "workloads", *key(wl), current)
             message = f"Added {len(added)} owner reference(s)"
             self.client.event(wl, "Normal", "OwnerReferencesAdded", message)
-
-    def _waiting_for_replacement(self, wl: Obj, absent: int) -> None:
-        """WaitingForReplacementPods: True with the eviction's reason (else PodsFailed) while
-        pods are missing, False PodsReady once they are back (kueue.md §2.1)."""
-        found = kw.condition(wl, k.WAITING_FOR_REPLACEMENT_PODS)
-        evicted = kw.condition(wl, k.EVICTED) or {}
-        if absent > 0 and evicted.get("status") == "True":
-            reason, message = evicted["reason"], evicted["message"]
-            kw.set_condition(wl, k.WAITING_FOR_REPLACEMENT_PODS, True, reason, message)
-        elif absent > 0 and (found is None or found["status"] != "True"):
-            message = k.PODS_FAILED_MESSAGE
-            kw.set_condition(wl, k.WAITING_FOR_REPLACEMENT_PODS, True, k.PODS_FAILED, message)
-        elif absent == 0 and found is not None and found["status"] != "False":
-            message = k.NO_REPLACEMENT_MESSAGE
-            kw.set_condition(wl, k.WAITING_FOR_REPLACEMENT_PODS, False, k.PODS_READY, message)
-
-    def _finished(self, members: list[Obj]) -> tuple[str, str] | None:
-        """`Finished()`: a group when all pods succeeded, or some pod is unretriable and none is
-        running (always `Succeeded`); a single pod once it terminated (kueue.md §3.3, §3.4)."""
-        first = members[0]
-        if not pods.group_name(first):
-            if not pods.is_terminated(first):
-                return None
-            reason = k.SUCCEEDED if pods.phase(first) == "Succeeded" else k.FAILED
-            return reason, str((first.get("status") or {}).get("message", ""))
-        if _annotation(first, k.GROUP_SERVING_ANNOTATION) == "true":
-            return None
-        total = pods.total_count(first)
-        succeeded = sum(1 for p in members if pods.phase(p) == "Succeeded")
-        unretriable = any(
-            _annotation(p, k.RETRIABLE_IN_GROUP_ANNOTATION) == "false" for p in members
-        )
-        if succeeded == total or (unretriable and all(pods.is_terminated(p) for p in members)):
-            return k.SUCCEEDED, f"Pods succeeded: {succeeded}/{total}."
-        return None
-
-    def _pods_ready(self, wl: Obj, members: list[Obj]) -> None:
-        """waitForPodsReady's PodsReady condition (its timeouts are not modelled)."""
-        current = kw.condition(wl, k.PODS_READY) or {}
-        first = members[0]
-        total = pods.total_count(first) if pods.group_name(first) else 1
-        if not kw.is_true(wl, k.ADMITTED):
-            ready = (False, k.WAIT_FOR_START, k.NOT_READY_MESSAGE)
-        elif len(members) >= total and all(pods.is_ready(p) for p in members):
-            recovering = current.get("reason") in (k.WAIT_FOR_RECOVERY, k.RECOVERED)
-            ready = (True, k.RECOVERED if recovering else k.STARTED, k.READY_MESSAGE)
-        elif current.get("status") == "True" or current.get("reason") == k.WAIT_FOR_RECOVERY:
-            ready = (False, k.WAIT_FOR_RECOVERY, k.RECOVERY_MESSAGE)
-        else:
-            ready = (False, k.WAIT_FOR_START, k.NOT_READY_MESSAGE)
-        kw.set_condition(wl, k.PODS_READY, *ready)
 
     def _release(self, wl: Obj, evicted: Obj, group: bool) -> None:
         """Step 6 after the stop: once no pod runs, Requeued and the reservation dropped."""
