@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -15,6 +14,7 @@ from typing import Any
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from tests.kube.support import REPO
+from tests.polling import NeverSaw, until
 
 EG_ENV_SCRIPT = REPO / "scripts" / "enterprise-gateway-env"
 
@@ -85,15 +85,17 @@ class GatewayProcess:
         """Start the server; return once `GET /api` answers."""
         process = self.spawn()
         client = AsyncHTTPClient()
-        async with asyncio.timeout(within):
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"gateway exited {process.returncode}:\n{self.log()}")
-                try:
-                    await client.fetch(f"{self.url}/api", request_timeout=2)
-                    return
-                except (OSError, HTTPClientError):
-                    await asyncio.sleep(0.1)
+
+        async def answering() -> bool:
+            if process.poll() is not None:
+                raise RuntimeError(f"gateway exited {process.returncode}:\n{self.log()}")
+            try:
+                await client.fetch(f"{self.url}/api", request_timeout=2)
+            except (OSError, HTTPClientError):
+                return False
+            return True
+
+        await until(answering, f"the gateway at {self.url} answering", within=within, every=0.1)
 
     async def stop(self, sig: int = signal.SIGTERM, within: float = 30) -> int | None:
         """Send `sig` (SIGKILL: a crash) and wait for the process to end; its exit status."""
@@ -102,10 +104,8 @@ class GatewayProcess:
             return None if process is None else process.returncode
         process.send_signal(sig)
         try:
-            async with asyncio.timeout(within):
-                while process.poll() is None:  # noqa: ASYNC110 - a child process, no event to await
-                    await asyncio.sleep(0.05)
-        except TimeoutError:
+            await until(lambda: process.poll() is not None, "the gateway exited", within=within)
+        except NeverSaw:
             process.kill()
             process.wait()
         return process.returncode

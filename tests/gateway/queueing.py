@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue import model
 from tests.gateway.gateways import GatewayProcess
+from tests.polling import until
 
 KERNEL_ID_LABEL = "kernel-queue.dev/kernel-id"
 
@@ -41,22 +39,16 @@ def gated_kernels(cluster: FakeCluster) -> set[str]:
     }
 
 
-async def wait_until(check: Callable[[], object], what: str, within: float = 60) -> object:
-    """Poll `check` (cluster state, a log) until it returns something truthy."""
-    try:
-        async with asyncio.timeout(within):
-            while not (found := check()):  # noqa: ASYNC110 - state in another process or store
-                await asyncio.sleep(0.05)
-    except TimeoutError:
-        raise AssertionError(f"never saw {what} within {within} s") from None
-    return found
+def position_reads(cluster: FakeCluster) -> int:
+    """How many times the server has read a LocalQueue's pending Workloads (the queue positions)."""
+    return cluster.stats.requests[("get", "localqueues/pendingworkloads")]
 
 
 async def requeued_and_kept_active(gateway: GatewayProcess, kernel: str) -> None:
     """Wait until the gateway's log shows the preempted `kernel` back in the queue, then check
     that it stays active meanwhile: the restarter polls every 3 s and each poll refreshes the
     kernel's last_activity, so the gateway's culler never sees it idle."""
-    await wait_until(
+    await until(
         lambda: (
             f"kernel {kernel[:8]}: preempted; requeued in 'user-queue', position 1 of 1"
             in gateway.log()
@@ -64,5 +56,8 @@ async def requeued_and_kept_active(gateway: GatewayProcess, kernel: str) -> None
         "the preempted kernel back in the queue",
     )
     before = (await gateway.kernel_model(kernel))["last_activity"]
-    await asyncio.sleep(3.5)
-    assert (await gateway.kernel_model(kernel))["last_activity"] > before
+
+    async def refreshed() -> bool:
+        return bool((await gateway.kernel_model(kernel))["last_activity"] > before)
+
+    await until(refreshed, "the requeued kernel's last_activity refreshed by a poll", within=15)

@@ -25,8 +25,9 @@ from tests.gateway.gateways import (
     free_port,
     gateway_env,
 )
-from tests.gateway.queueing import gated_kernels, requeued_and_kept_active, uids, wait_until
+from tests.gateway.queueing import gated_kernels, requeued_and_kept_active, uids
 from tests.kube.support import REPO, labelled, ours, wait_clean
+from tests.polling import until
 
 EG_IMAGE = "kernel-queue/eg-kernel"
 """The kernels' image: the fake kubelet runs it with `.venv-eg`'s python."""
@@ -141,8 +142,8 @@ async def test_a_queued_kernel_outwaits_eg_launch_timeout_and_runs_code_once_adm
         )
     )
     try:
-        (second,) = await wait_until(lambda: gated_kernels(cluster) - {first}, "a queued kernel")
-        await wait_until(
+        (second,) = await until(lambda: gated_kernels(cluster) - {first}, "a queued kernel")
+        await until(
             lambda: (
                 "queued in 'user-queue', position 1 of 1, needs 1 GPU" in enterprise_gateway.log()
             ),
@@ -199,7 +200,7 @@ async def test_a_client_that_stops_waiting_gets_a_clear_error_and_nothing_is_lef
     message = json.loads(caught.value.response.body)["message"]
     assert "without being admitted, as long as the gateway client waits" in message
     assert "GatewayClient.request_timeout" in message
-    await wait_until(lambda: not gated_kernels(cluster), "the queued kernel removed")
+    await until(lambda: not gated_kernels(cluster), "the queued kernel removed")
     await server.shutdown(first)
     await wait_clean(server, cluster, first)
     assert ours(cluster) == {}

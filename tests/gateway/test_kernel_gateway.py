@@ -17,8 +17,9 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 from tests.conftest import KernelspecFactory, Server
 from tests.gateway.conftest import REQUEST_TIMEOUT, backend_options, server_config, stop_gateway
 from tests.gateway.gateways import GatewayProcess, free_port, gateway_env
-from tests.gateway.queueing import gated_kernels, requeued_and_kept_active, wait_until
+from tests.gateway.queueing import gated_kernels, position_reads, requeued_and_kept_active
 from tests.kube.support import kube_spec, wait_clean
+from tests.polling import until
 
 KERNEL_GATEWAY = Path(sys.executable).parent / "jupyter-kernelgateway"
 
@@ -62,12 +63,14 @@ async def test_a_queued_kernel_behind_kernel_gateway_waits_then_runs_code(
     start = asyncio.ensure_future(
         server.fetch("api", "kernels", method="POST", body=body, request_timeout=REQUEST_TIMEOUT)
     )
-    (second,) = await wait_until(lambda: gated_kernels(cluster) - {first}, "a queued kernel")
-    await wait_until(
+    (second,) = await until(lambda: gated_kernels(cluster) - {first}, "a queued kernel")
+    await until(
         lambda: "queued in 'user-queue', position 1 of 1, needs 1 GPU" in kernel_gateway.log(),
         "the queue position in the gateway's log",
     )
-    await asyncio.sleep(1.0)
+    # Still waiting, its start request open, after the server has read the queue twice more.
+    reads = position_reads(cluster)
+    await until(lambda: position_reads(cluster) >= reads + 2, "two more reads of the queue")
     assert not start.done()
 
     await server.shutdown(first)
