@@ -1,4 +1,4 @@
-"""Kueue's behaviour table (kueue.md) as table-driven tests against the fake Kueue.
+"""Kueue's behaviour for plain pods and pod groups as table-driven tests against the fake Kueue.
 
 In-process against a `Store` with the real Kueue CRDs (`../shared/data/kueue/crds`) and the
 apiserver's pod rules; "the pods stop running" is written by the test as a kubelet would. Every
@@ -285,7 +285,7 @@ def _preempted_message(preemptor: Obj) -> str:
     )
 
 
-# -- §1.3 the pod webhook --------------------------------------------------------------------
+# -- the pod webhook -------------------------------------------------------------------------
 
 MANAGED = {"managed": True, "gates": [k.ADMISSION_GATE, k.TOPOLOGY_GATE], "queue": "user-queue"}
 UNTOUCHED = {"managed": False, "gates": []}
@@ -462,7 +462,7 @@ async def test_webhook_rejects_forbidden_changes(
     assert error in caught.value.message
 
 
-# -- §1.4 Workload naming and creation -------------------------------------------------------
+# -- Workload naming and creation ------------------------------------------------------------
 
 
 async def test_group_workload_waits_for_total_count_pods(cluster: Cluster) -> None:
@@ -604,7 +604,7 @@ async def test_missing_workload_priority_class_means_no_workload(cluster: Cluste
     }
 
 
-# -- §3.1 admission ----------------------------------------------------------------------------
+# -- admission ---------------------------------------------------------------------------------
 
 
 async def test_admission_reserves_quota_and_ungates_with_the_flavor(cluster: Cluster) -> None:
@@ -791,7 +791,7 @@ async def test_queueing_strategy_decides_whether_the_head_blocks(
     assert (cond(cluster.workload("small"), k.ADMITTED).get("status") == "True") is small_admitted
 
 
-# -- §3.2 eviction, preemption, replacement pods -----------------------------------------------
+# -- eviction, preemption, replacement pods ----------------------------------------------------
 
 
 async def test_preemption_stops_the_victim_and_waits_for_its_pods(cluster: Cluster) -> None:
@@ -1095,7 +1095,7 @@ async def test_a_deleted_pod_of_an_admitted_group_frees_nothing(cluster: Cluster
     assert k.POD_FINALIZER in cluster.the_pod("kernel-0")["metadata"]["finalizers"]
 
 
-# -- §4, §5 queues: visibility and status ------------------------------------------------------
+# -- queues: visibility and status -------------------------------------------------------------
 
 
 async def test_visibility_positions_per_cluster_queue_and_local_queue(

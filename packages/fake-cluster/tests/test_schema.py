@@ -60,7 +60,8 @@ CLUSTER_QUEUE: dict[str, Any] = {
 }
 
 T = "2026-08-22T10:00:00Z"
-# kueue.md §2.2 (conditions carry the lastTransitionTime Kueue always sets; owner uid filled in).
+# An admitted one-pod GPU kernel group, as Kueue writes it (conditions carry the
+# lastTransitionTime Kueue always sets; the owner's uid filled in).
 WORKLOAD: dict[str, Any] = {
     "apiVersion": "kueue.x-k8s.io/v1beta2",
     "kind": "Workload",
@@ -155,7 +156,7 @@ WORKLOAD: dict[str, Any] = {
         ],
     },
 }
-# The same Workload after preemption (§2.2, second part): no admission, eviction statistics.
+# The same Workload after preemption: no admission, eviction statistics.
 PREEMPTED_STATUS: dict[str, Any] = {
     "admission": None,
     "accumulatedPastExecutionTimeSeconds": 5400,

@@ -55,7 +55,8 @@ class KueueClient:
             self.store.replace(G, "workloads", *key(wl), current)
 
     def finalize(self, pods: list[Obj]) -> None:
-        """Remove Kueue's pod finalizer `kueue.x-k8s.io/managed` (kueue.md §3.5)."""
+        """Remove Kueue's pod finalizer `kueue.x-k8s.io/managed` (Kueue drops it once the
+        Workload finished or is deleted, or the pod was replaced, is excess or has no group)."""
         for pod in pods:
             current = self.get("pods", *key(pod))
             finalizers = (current or {}).get("metadata", {}).get("finalizers") or []

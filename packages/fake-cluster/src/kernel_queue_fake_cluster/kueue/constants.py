@@ -1,7 +1,7 @@
 """Kueue's vocabulary for the fake Kueue: the keys it reads and writes, condition types, reasons.
 
-Named as Kueue's Go constants name them (`pkg/controller/jobs/pod/constants`,
-`apis/kueue/v1beta2`), with the values of kueue.md §1.2 and §2.1. No behaviour here.
+Named as Kueue's Go constants name them, with their values (`pkg/controller/jobs/pod/constants`,
+`pkg/controller/constants`, `apis/kueue/v1beta2`). No behaviour here.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ DEFAULT_POD_SET_NAME = "main"  # kueue.DefaultPodSetName (single pods)
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 MUTATING_WEBHOOK, VALIDATING_WEBHOOK = "mpod.kb.io", "vpod.kb.io"
 
-# Pod labels and annotations (kueue.md §1.2).
+# Pod labels and annotations.
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
 GROUP_NAME_ANNOTATION = "kueue.x-k8s.io/pod-group-name"
@@ -43,7 +43,8 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 IS_GROUP_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/is-group-workload"
 RESOURCE_IN_USE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
 
-# Workload condition types (kueue.md §2.1) and the pod's TerminationTarget (§3.2).
+# Workload condition types, and the pod condition TerminationTarget that Kueue sets on the pods it
+# stops.
 QUOTA_RESERVED = "QuotaReserved"
 ADMITTED = "Admitted"
 EVICTED = "Evicted"
@@ -54,7 +55,7 @@ WAITING_FOR_REPLACEMENT_PODS = "WaitingForReplacementPods"
 FINISHED = "Finished"
 TERMINATION_TARGET = "TerminationTarget"
 
-# Reasons and fixed messages (v0.19.2 wording where `main` differs, kueue.md §2.1).
+# Reasons and fixed messages (Kueue v0.19.2's wording where its main branch differs).
 PENDING = "Pending"
 INADMISSIBLE = "Inadmissible"
 NO_RESERVATION = "NoReservation"

@@ -1,9 +1,10 @@
-"""The fake Kueue for plain pods and pod groups (kueue.md §9): wiring, loop, controls, visibility.
+"""The fake Kueue for plain pods and pod groups: wiring, loop, controls, visibility.
 
 `install()` adds the pod webhook and store listeners; each coalesced pass on the event loop
-reconciles every affected (namespace, Workload) (`kueue_groups`), then schedules every affected
-ClusterQueue through `kernel_queue.admission` (`kueue_scheduler`). Tests let it admit by policy
-or by hand (`manual` + `admit`), evict, preempt, change quota and read positions (kueue.md §5).
+reconciles every affected (namespace, Workload) (`groups`), then schedules every affected
+ClusterQueue through `kernel_queue.admission` (`scheduler`). Tests let it admit by policy or by
+hand (`manual` + `admit`), evict, preempt, change quota and read queue positions, the pending
+workloads of Kueue's visibility API (`visibility`).
 """
 
 from __future__ import annotations
@@ -190,7 +191,8 @@ class FakeKueue:
         message: str = "",
     ) -> None:
         """Evict an admitted Workload as Kueue does for `reason` (PodsReadyTimeout,
-        AdmissionCheck, …); its pods are stopped and its quota released as in kueue.md §3.2."""
+        AdmissionCheck, …): Evicted is set, each pod gets TerminationTarget and a graceful
+        DELETE, and the quota is released once no pod of the group runs."""
         wl = self._reserved(name, namespace)
         if not message and reason == "PodsReadyTimeout":
             message = f"Exceeded the PodsReady timeout {full_name(wl)}"
@@ -242,7 +244,7 @@ class FakeKueue:
             raise ValueError(f"Workload {full_name(wl)} holds no quota")
         return wl
 
-    # -- visibility (kueue.md §5) --------------------------------------------------------------
+    # -- visibility: pending workloads in queue order -----------------------------------------
 
     def cluster_queue_pending(self, name: str) -> list[Obj] | None:
         """PendingWorkload items of a ClusterQueue in queue order; None if it does not exist."""

@@ -1,6 +1,7 @@
-"""The fake Kueue's pod group reconciler, one (namespace, Workload) at a time (kueue.md §3).
+"""The fake Kueue's pod group reconciler, one (namespace, Workload) at a time.
 
-Kueue's `ReconcileGenericJob` step order with the pod integration's hooks: create or match the
+Kueue's `ReconcileGenericJob` (`pkg/controller/jobframework/reconciler.go`) step order with the
+pod integration's hooks (`pkg/controller/jobs/pod/pod_controller.go`): create or match the
 Workload (replacement pods), WaitingForReplacementPods, Finished, deletion, PodsReady, eviction
 (TerminationTarget + DELETE, requeue once no pod runs), ungating with the flavor's nodeSelector
 and tolerations; plus the workload controller's `spec.active` rule. Admission is the scheduler's.
@@ -82,7 +83,9 @@ class GroupReconciler:
             self._sync(wl, members)
 
     def _sync(self, wl: Obj, members: list[Obj]) -> None:
-        """A group with its Workload: steps 1b, finished, 1.1, 3, 5, 6, 7 and 8 (kueue.md §3)."""
+        """A group with its Workload, in `ReconcileGenericJob`'s order: WaitingForReplacementPods,
+        a finished Workload, a deleted one, pods that finished, PodsReady, eviction, start (gated
+        and admitted) and stop (running and not admitted)."""
         group = bool(pods.group_name(members[0]))
         if group:
             kept, absent = self._match(wl, members)
@@ -129,7 +132,9 @@ class GroupReconciler:
         self.client.remove_finalizer(wl)
 
     def _activation(self, wl: Obj) -> None:
-        """The workload controller's `spec.active` rule (kueue.md §6, §3.6 C)."""
+        """The `spec.active` rule of Kueue's workload controller
+        (`pkg/controller/core/workload_controller.go`): `active: false` evicts as Deactivated and
+        holds the Workload out of the queue; `true` again marks it Requeued, Reactivated."""
         if not kw.is_active(wl) and not kw.is_evicted(wl):
             had_admission = bool((wl.get("status") or {}).get("admission"))
             kw.evict(wl, k.DEACTIVATED, k.DEACTIVATED_MESSAGE)

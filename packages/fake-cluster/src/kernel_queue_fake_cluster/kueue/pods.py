@@ -1,7 +1,7 @@
 """How the fake Kueue reads a plain pod: group name and size, role hash, gates, phase predicates.
 
-Pure functions over pod dicts, after `pod_controller.go` and `pkg/util/pod` (kueue.md §1.2,
-§1.4, §3.2): which Workload a pod belongs to, which pods count as runnable or active, and the
+Pure functions over pod dicts, after Kueue's `pkg/controller/jobs/pod/pod_controller.go` and
+`pkg/util/pod`: which Workload a pod belongs to, which pods count as runnable or active, and the
 orders Kueue keeps and drops pods in when a group has too many.
 """
 
@@ -140,7 +140,8 @@ def runnable_or_succeeded(pod: Obj) -> bool:
 
 
 def is_active(pod: Obj, now: datetime.datetime) -> bool:
-    """`IsActive` for one pod: Running and not terminating past its grace period (§3.2 step 3)."""
+    """`IsActive` for one pod: Running and not terminating past its grace period (Kueue
+    releases an evicted group's quota only once none of its pods is active)."""
     if phase(pod) != "Running":
         return False
     meta = pod["metadata"]

@@ -3,7 +3,7 @@
 Maps a ClusterQueue's spec to `admission.ClusterQueue` and a Workload to `admission.Request`
 (quantities as integers: cpu in millicores, everything else in base units), and builds Kueue's
 reports: podSetAssignments, QuotaReserved=False messages, queue status counters and conditions,
-and PendingWorkload items of the visibility API (kueue.md §3.1, §4, §5). Pure functions.
+and PendingWorkload items of the visibility API. Pure functions.
 """
 
 from __future__ import annotations

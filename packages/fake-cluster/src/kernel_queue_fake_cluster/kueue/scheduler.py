@@ -3,7 +3,7 @@
 Collects each queue's pending and admitted Workloads, asks `admission.schedule` what to admit
 and whom to preempt, and writes Kueue's results: `status.admission` with QuotaReserved and
 Admitted, Evicted/Preempted on victims, QuotaReserved=False `Pending`/`Inadmissible` messages,
-the `stopPolicy` rules, and ClusterQueue/LocalQueue status (kueue.md §3.1, §3.2, §4, §5).
+the `stopPolicy` rules, and ClusterQueue/LocalQueue status, after Kueue's `pkg/scheduler`.
 """
 
 from __future__ import annotations

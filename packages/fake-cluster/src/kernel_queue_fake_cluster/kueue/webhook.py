@@ -1,7 +1,8 @@
 """The fake Kueue's pod webhooks: `mpod.kb.io` defaulting and `vpod.kb.io` validation.
 
-After `Default`, `ValidateCreate` and `ValidateUpdate` in Kueue's `pod_webhook.go` (kueue.md
-§1.1, §1.3): namespace filter, LocalQueue `default`, managed label, finalizer, gates, role hash;
+After `Default`, `ValidateCreate` and `ValidateUpdate` in Kueue's
+`pkg/controller/jobs/pod/pod_webhook.go`: the managed-namespace filter, the LocalQueue named
+`default`, the managed label, the finalizer, the scheduling gates and the role hash;
 bad group metadata and forbidden changes are refused with 403 Forbidden, as the apiserver relays
 a webhook's denial ("admission webhook "vpod.kb.io" denied the request: <field errors>").
 """
@@ -72,7 +73,9 @@ class PodWebhook:
         return new
 
     def default(self, pod: Obj) -> None:
-        """Kueue's `Default` (kueue.md §1.3 steps 1, 4 and 6), in place."""
+        """Kueue's `Default`, in place: a pod of an unmanaged namespace is left alone; with no
+        queue name, a LocalQueue named `default` in its namespace gives it that one; a pod with a
+        queue name gets the managed label and finalizer, the gates and the role hash."""
         meta = pod["metadata"]
         namespace = self.store.get("", "namespaces", None, meta["namespace"])
         found = {k.NAMESPACE_NAME_LABEL: meta["namespace"], **pods.labels_of(namespace)}

@@ -1,6 +1,6 @@
 """The Workload as the fake Kueue writes it: built from a pod group, and its status transitions.
 
-Pure functions on dicts after `jobframework` and `pkg/workload` (kueue.md §1.4, §2, §2.1):
+Pure functions on dicts after Kueue's `pkg/controller/jobframework` and `pkg/workload`:
 podSets per role hash, priority, owner references; QuotaReserved, Admitted, Evicted, Preempted,
 Requeued and Finished with Kueue's reasons and messages. Callers write the result to the store.
 """
@@ -216,7 +216,8 @@ def finish(wl: Obj, reason: str, message: str) -> None:
 
 
 def preemption_message(preemptor: Obj, cq_path: str) -> str:
-    """`preemptionMessage` for a preemption within the ClusterQueue (kueue.md §2.1)."""
+    """`preemptionMessage` (`pkg/scheduler/preemption/preemption.go`) for a preemption within
+    the ClusterQueue."""
     meta = preemptor["metadata"]
     job_uid = pods.labels_of(preemptor).get(k.JOB_UID_LABEL) or "UNKNOWN"
     return (
