@@ -16,6 +16,7 @@ import pytest
 from kernel_queue_fake_cluster.apiserver import crds as crd_files
 
 from kernel_queue.events import SCHEMA_ID
+from tests import polling
 
 # pytest-jupyter's core plugin first: the fake cluster's tests (packages/fake-cluster/tests, run
 # beside these) name it in their own conftest, and a plugin imported before it is registered
@@ -137,11 +138,18 @@ class Server:
         await self.wait_for(gone)
         await self.wait_for(no_launchers)
 
-    async def wait_for(self, check: Callable[[], Awaitable[bool]], *, within: float = 60) -> None:
-        """Poll the server (as a REST client would) until `check` holds, for at most `within` s."""
-        async with asyncio.timeout(within):
-            while not await check():  # noqa: ASYNC110 - polling a remote API, not a local event
-                await asyncio.sleep(0.05)
+    async def wait_for(
+        self,
+        check: Callable[[], Awaitable[object] | object],
+        *,
+        within: float = polling.WITHIN,
+        what: str = "",
+        detail: Callable[[], object] | None = None,
+    ) -> None:
+        """Poll the server (as a REST client would) until `check` holds, for at most `within` s;
+        `what` names the condition in the failure (default: the check's own name)."""
+        what = what or getattr(check, "__name__", "the condition").replace("_", " ")
+        await polling.until(check, what, within=within, detail=detail)
 
     async def wait_reason(self, kernel_id: str, text: str, within: float = 60) -> dict[str, Any]:
         """Wait until the kernel's `reason` contains `text`; return the model."""
@@ -151,10 +159,9 @@ class Server:
             seen.update(await self.model(kernel_id))
             return text in seen.get("reason", "")
 
-        try:
-            await self.wait_for(check, within=within)
-        except TimeoutError:
-            pytest.fail(f"reason never contained {text!r}; last model: {seen}")
+        await self.wait_for(
+            check, within=within, what=f"a reason containing {text!r}", detail=lambda: seen
+        )
         return seen
 
     async def execute(self, kernel_id: str, code: str, within: float = 60) -> dict[str, Any]:

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
@@ -66,10 +65,12 @@ async def wait_clean(
     async def clean() -> bool:
         return not any(labelled(cluster, k) for k in kernel_ids)
 
-    try:
-        await server.wait_for(clean, within=within)
-    except TimeoutError:
-        pytest.fail(f"objects left behind: {[labelled(cluster, k) for k in kernel_ids]}")
+    await server.wait_for(
+        clean,
+        within=within,
+        what="nothing of the kernels left in the cluster",
+        detail=lambda: f"objects left behind: {[labelled(cluster, k) for k in kernel_ids]}",
+    )
 
 
 LIVE_STATES = ("running", "resumed")
@@ -95,10 +96,12 @@ async def settled(server: Server, kernel_id: str, within: float = 60) -> dict[st
         seen["live"] = state in LIVE_STATES
         return seen["live"] or seen.get("execution_state") == "dead"
 
-    try:
-        await server.wait_for(check, within=within)
-    except TimeoutError:
-        pytest.fail(f"kernel {kernel_id} neither started nor failed; last entry: {seen}")
+    await server.wait_for(
+        check,
+        within=within,
+        what=f"kernel {kernel_id} started or failed",
+        detail=lambda: f"last entry: {seen}",
+    )
     return seen
 
 
@@ -108,12 +111,12 @@ async def gone(server: Server, *kernel_ids: str, within: float = 60) -> None:
     async def check() -> bool:
         return not (await server.kernel_ids()) & set(kernel_ids)
 
-    try:
-        await server.wait_for(check, within=within)
-    except TimeoutError:
-        pytest.fail(
-            f"still listed after their DELETE: {(await server.kernel_ids()) & set(kernel_ids)}"
-        )
+    async def still_listed() -> str:
+        return f"still listed after their DELETE: {(await server.kernel_ids()) & set(kernel_ids)}"
+
+    await server.wait_for(
+        check, within=within, what="the kernels gone from /api/kernels", detail=still_listed
+    )
 
 
 def a_sentence(reason: str, kernel_id: str) -> bool:
