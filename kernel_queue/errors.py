@@ -32,7 +32,7 @@ Raised and caught inside kernel-queue, each turned into one of the above or a se
 anything reaches a user: `spec.Problem` (one bad kernelspec value, worded per caller),
 `quantities.QuantityError` (ValueError), `checkpoint.digests.Mismatch` (read as
 CheckpointDamaged), `checkpoint.payloads.DeadlinePassed` (a save out of time stops writing).
-`launcher.checkpointing.Preempted` is a BaseException on purpose: it unwinds the running cell
+`launcher.preemption.Preempted` is a BaseException on purpose: it unwinds the running cell
 when the kernel is preempted, past the user's own `except Exception:`.
 """
 

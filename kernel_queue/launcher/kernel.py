@@ -3,8 +3,8 @@
 An IPython kernel that tells its launcher, through its exit status, whether the frontend asked
 for a restart (75) or a final shutdown (0), and holds each execute until the clients' IOPub
 subscriptions have settled (``subscriptions``), so a reconnecting client loses no output. With
-``KERNEL_QUEUE_LAUNCH_CHECKPOINT_DIR`` set it restores and saves its state through
-``checkpointing`` (143 after a preemption). Only these two modules import ipykernel.
+``KERNEL_QUEUE_LAUNCH_CHECKPOINT_DIR`` set it restores its state through ``checkpointing`` and
+saves it through ``preemption`` (143 after a preemption). Only these modules import IPython.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from kernel_queue import launcher
 from kernel_queue.launcher import contract, kernel_log, subscriptions
 
 if TYPE_CHECKING:
-    from kernel_queue.launcher.checkpointing import Preemption
+    from kernel_queue.launcher.preemption import Preemption
 
 UNQUEUED = (
     "kernel-queue: this kernel runs only under the kernel-queue launcher, which the kernel-queue "

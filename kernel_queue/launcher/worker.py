@@ -2,7 +2,9 @@
 
 It needs no ports and no key: it logs its rank, world size and head address from the
 ``KERNEL_QUEUE_*`` variables below, then blocks in ``signal.sigwait`` (no polling) until SIGTERM
-or SIGINT and exits 143 — never 0, which would let Kueue finish the group (checkpointing.md §2).
+or SIGINT and exits 143 — never 0: a deleted pod whose containers all exit 0 ends Succeeded, and
+Kueue counts a group whose pods all succeeded as finished, never to be requeued (Kueue:
+``Finished`` in pkg/controller/jobs/pod/pod_controller.go).
 """
 
 from __future__ import annotations
