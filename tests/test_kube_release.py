@@ -17,7 +17,8 @@ import pytest
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue import errors
-from kernel_queue.kube import explain, kueue, owner, tasks
+from kernel_queue.backends import tasks
+from kernel_queue.kube import explain, kueue, owner
 from kernel_queue.kube.api import Forbidden, KubernetesApi, Unavailable
 from kernel_queue.kube.reaper import Reaper
 

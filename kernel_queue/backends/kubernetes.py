@@ -9,7 +9,7 @@ memory (`kube.caches`); `pod_groups` turns it into each group's status and acts 
 (replacement pods after an eviction, queue positions from Kueue's visibility API through
 `kube.positions`). A release deletes every object until each is gone (`kube.cleanup`); what keeps
 failing, and what a crash left, the reaper deletes (`kube.reaper`). Every background task is
-owned and ended by `aclose` (`kube.tasks`).
+owned and ended by `aclose` (`tasks`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from kernel_queue import errors
-from kernel_queue.backends import feed, pod_groups
+from kernel_queue.backends import feed, pod_groups, tasks
 from kernel_queue.kube import (
     caches,
     cleanup,
@@ -32,7 +32,6 @@ from kernel_queue.kube import (
     preflight,
     settings,
     submission,
-    tasks,
 )
 from kernel_queue.kube import owner as owners
 from kernel_queue.kube.reaper import Reaper

@@ -6,7 +6,7 @@ is the launcher run as a subprocess with `CUDA_VISIBLE_DEVICES` set to its GPUs,
 ports chosen and held at submit (`ports.py`), so a requeued kernel comes back at the same address.
 Groups are keyed by the whole kernel id; `local_groups` holds each one and what its launcher's
 life means for it, `local_settings` the traits and where files go, `records.py` what each kernel
-left on disk. Every run and timer is a task this backend owns until `aclose` (`kube.tasks`).
+left on disk. Every run and timer is a task this backend owns until `aclose` (`tasks`).
 """
 
 from __future__ import annotations
@@ -23,9 +23,16 @@ from typing import Any
 from jupyter_core.paths import jupyter_runtime_dir
 
 from kernel_queue import admission, errors, ids, quantities
-from kernel_queue.backends import feed, launchers, local_groups, local_settings, quota, records
+from kernel_queue.backends import (
+    feed,
+    launchers,
+    local_groups,
+    local_settings,
+    quota,
+    records,
+    tasks,
+)
 from kernel_queue.backends import ports as held_ports
-from kernel_queue.kube import tasks
 from kernel_queue.launcher import contract
 from kernel_queue.model import (
     GroupPhase,

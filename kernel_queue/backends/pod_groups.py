@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernel_queue import errors
-from kernel_queue.backends import feed
+from kernel_queue.backends import feed, tasks
 from kernel_queue.kube import (
     caches,
     explain,
@@ -27,7 +27,6 @@ from kernel_queue.kube import (
     positions,
     preflight,
     replacements,
-    tasks,
 )
 from kernel_queue.kube import status as group_status
 from kernel_queue.kube.verbs import KubeApi

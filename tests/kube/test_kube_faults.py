@@ -222,7 +222,7 @@ async def test_aclose_leaves_no_task_of_the_backend_running(
     import asyncio
 
     from kernel_queue import backends
-    from kernel_queue.kube import tasks
+    from kernel_queue.backends import tasks
 
     holder, waiting = await queued_behind(server, kube_spec(kernelspec))  # a position reader
     await server.shutdown(waiting)
