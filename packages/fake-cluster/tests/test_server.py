@@ -338,23 +338,39 @@ async def test_a_watch_with_timeout_seconds_ends_after_that_time(
 ) -> None:
     cluster.store.create("", "pods", "default", pod("a"))
     client = Client(cluster.url, flavour)
-    started = time.monotonic()
-    try:
+
+    async def watch(seconds: int) -> list[tuple[str, str]]:
         if flavour == "sync":
             stream = kubernetes.watch.Watch().stream
             events = await client(
-                lambda: list(stream(client.core.list_namespaced_pod, "default", timeout_seconds=1))
+                lambda: list(
+                    stream(client.core.list_namespaced_pod, "default", timeout_seconds=seconds)
+                )
             )
         else:
-            async with asyncio.timeout(10), kubernetes.aio.watch.Watch() as watch:
-                watched = watch.stream(
-                    client.core.list_namespaced_pod, "default", timeout_seconds=1
+            async with asyncio.timeout(10), kubernetes.aio.watch.Watch() as watcher:
+                watched = watcher.stream(
+                    client.core.list_namespaced_pod, "default", timeout_seconds=seconds
                 )
                 events = [event async for event in watched]
+        return [(e["type"], e["object"].metadata.name) for e in events]
+
+    loop = asyncio.get_running_loop()
+    try:
+        short, long = loop.create_task(watch(1)), loop.create_task(watch(2))
+        await eventually(lambda: cluster.stats.watches == 2)
+        cluster.store.create("", "pods", "default", pod("b"))
+        seen_by_short = await short  # it ends by itself, first
+        assert cluster.stats.watches == 1  # the longer one is still open
+        cluster.store.create("", "pods", "default", pod("c"))
+        seen_by_long = await long
     finally:
         await client.close()
-    assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "a")]
-    assert 0.9 < time.monotonic() - started < 5
+    # Each stream ended by itself when its own timeoutSeconds had passed: the shorter one first,
+    # while the longer one was still open for what came after. Nothing closed or dropped them.
+    assert seen_by_short == [("ADDED", "a"), ("ADDED", "b")]
+    assert seen_by_long == [("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c")]
+    assert cluster.stats.watches == 0
 
 
 async def test_a_watch_from_a_list_resource_version_sees_only_later_changes(
@@ -744,13 +760,13 @@ async def test_fail_next_answers_injected_errors_then_serves_again(cluster: Serv
 
 
 async def test_latency_delays_each_request_without_blocking_the_loop(cluster: Server) -> None:
-    cluster.latency = 0.3
+    cluster.latency = 1.0
     started = time.monotonic()
     url = f"{cluster.url}/api/v1/namespaces/default/pods"
     replies = await asyncio.gather(*(fetch("GET", url) for _ in range(5)))
-    elapsed = time.monotonic() - started
     assert [status for status, _ in replies] == [200] * 5
-    assert 0.3 <= elapsed < 1.2  # served side by side, not one after the other
+    assert time.monotonic() - started >= 1.0  # each one waited the latency
+    assert cluster.stats.peak_requests == 5  # all waited at once: side by side, loop not blocked
 
 
 async def test_drop_watches_ends_every_open_stream(cluster: Server) -> None:

@@ -208,7 +208,7 @@ class FakeCluster:
 
     @property
     def stats(self) -> Stats:
-        """Requests per (verb, resource) and open/peak watch streams."""
+        """Requests per (verb, resource), open/peak watch streams, the most requests at once."""
         return self.server.stats
 
     def fail_next(

@@ -67,6 +67,8 @@ class Stats:
     watches: int
     """Watch streams open now."""
     peak_watches: int
+    peak_requests: int
+    """The most requests the server held at once (a watch counts while it streams)."""
 
 
 class Server:
@@ -91,6 +93,7 @@ class Server:
         self.latency = latency
         """Seconds every request waits (asyncio.sleep) before it is served."""
         self._requests: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._serving = self._peak_serving = 0  # requests held now, and the most at once
         self._port = port
         self._users = (
             None
@@ -172,9 +175,10 @@ class Server:
 
     @property
     def stats(self) -> Stats:
-        """Request counts and open/peak watch streams, as of now."""
+        """Request counts, open/peak watch streams and peak requests at once, as of now."""
         open_now = len(self.watches.open)
-        return Stats(collections.Counter(self._requests), open_now, self.watches.peak)
+        counts = collections.Counter(self._requests)
+        return Stats(counts, open_now, self.watches.peak, self._peak_serving)
 
     def fail_next(
         self,
@@ -248,6 +252,14 @@ class Server:
 
     async def _serve(self, handler: _Handler) -> tuple[int, RouteResult] | None:
         """The reply for one request, or None once a watch stream has been written."""
+        self._serving += 1
+        self._peak_serving = max(self._peak_serving, self._serving)
+        try:
+            return await self._answer(handler)
+        finally:
+            self._serving -= 1
+
+    async def _answer(self, handler: _Handler) -> tuple[int, RouteResult] | None:
         request, method = handler.request, handler.request.method or "GET"
         if self.latency:
             await asyncio.sleep(self.latency)
