@@ -20,15 +20,12 @@ import threading
 import time
 import types
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from IPython.core.interactiveshell import InteractiveShell
 
 from kernel_queue import checkpoint, launcher
 from kernel_queue.launcher import contract, kernel_log
-
-if TYPE_CHECKING:
-    from kernel_queue.launcher.checkpointing import Options
 
 NOTICE = "Kernel preempted by a higher-priority workload; saving state…"
 """The stream message a user sees as soon as the kernel gets SIGTERM."""
@@ -45,6 +42,30 @@ class Preempted(BaseException):
 def log(message: str) -> None:
     """One line in the kernel's log (the launcher's log, never the notebook)."""
     kernel_log.write(f"[kernel-queue checkpoint] {message}")
+
+
+class Options(Protocol):
+    """What a preemption reads of the kernel's checkpoint inputs (`checkpointing.Options`)."""
+
+    @property
+    def deadline(self) -> float:
+        """Seconds after SIGTERM the save may take."""
+        ...
+
+    @property
+    def keep(self) -> bool:
+        """Keep the checkpoints after a final shutdown (else it deletes them)."""
+        ...
+
+    @property
+    def report(self) -> str | None:
+        """Where the kernel writes its report for the launcher; None: nowhere."""
+        ...
+
+    @property
+    def generation(self) -> int:
+        """0 for the launcher's first kernel, one more per in-place restart (only 0 restores)."""
+        ...
 
 
 class Preemption:
