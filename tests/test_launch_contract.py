@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_queue.backends import launchers
+from kernel_queue.backends import local_process
 from kernel_queue.launcher import contract
 from tests.test_launcher import launcher_env
 
@@ -240,7 +240,7 @@ async def test_a_local_launcher_gets_the_rendered_contract_and_no_stray_launch_v
         contract.ENV_CHECKPOINT_KEEP: "1",
     }
     store = tmp_path / "store"
-    request = launchers.LaunchRequest(
+    request = local_process.LaunchRequest(
         kernel_id="k1",
         argv=(sys.executable, "-c", show),
         env=launcher_env(tmp_path, **stray),
@@ -248,7 +248,7 @@ async def test_a_local_launcher_gets_the_rendered_contract_and_no_stray_launch_v
         launch=contract.Launch(
             grace_seconds=12.0,
             pod=False,
-            ports=tuple(launchers.free_ports("127.0.0.1", 5)),
+            ports=tuple(local_process.free_ports("127.0.0.1", 5)),
             ip="127.0.0.1",
             key="k" * 32,
             transport="tcp",
@@ -259,7 +259,9 @@ async def test_a_local_launcher_gets_the_rendered_contract_and_no_stray_launch_v
         log_path=tmp_path / "logs" / "k1.log",
     )
 
-    code = await asyncio.wait_for(launchers.LauncherProcess(lambda event: None).run(request), 60)
+    code = await asyncio.wait_for(
+        local_process.LauncherProcess(lambda event: None).run(request), 60
+    )
 
     assert code == 0
     [line] = [x for x in request.log_path.read_text().splitlines() if x.startswith("{")]

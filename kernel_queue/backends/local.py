@@ -25,8 +25,8 @@ from jupyter_core.paths import jupyter_runtime_dir
 from kernel_queue import admission, errors, ids, quantities
 from kernel_queue.backends import (
     feed,
-    launchers,
     local_groups,
+    local_process,
     local_settings,
     quota,
     records,
@@ -258,7 +258,7 @@ class LocalBackend(local_settings.LocalSettings):
                 short_id(spec.kernel_id),
                 exc,
             )
-            return held_ports.HeldPorts(ip, tuple(launchers.free_ports(ip, 5)))
+            return held_ports.HeldPorts(ip, tuple(local_process.free_ports(ip, 5)))
 
     # -- scheduling ------------------------------------------------------------------------
 
@@ -335,7 +335,7 @@ class LocalBackend(local_settings.LocalSettings):
         def started(pid: int) -> None:
             self._ledger.launcher_started(spec.kernel_id, pid)
 
-        group.process = launchers.LauncherProcess(
+        group.process = local_process.LauncherProcess(
             lambda event: group.on_launcher_event(event, started=started, log=self.log)
         )
         try:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_queue import admission
-from kernel_queue.backends import feed, launchers
+from kernel_queue.backends import feed, local_process
 from kernel_queue.backends import ports as held_ports
 from kernel_queue.launcher import contract
 from kernel_queue.model import GroupPhase, GroupRef, GroupSpec, GroupStatus, StopCause, short_id
@@ -37,7 +37,7 @@ class Group:
     ports: held_ports.HeldPorts
     watchers: set[asyncio.Queue[GroupStatus]] = field(default_factory=set)
     admitted: admission.Admitted | None = None
-    process: launchers.LauncherProcess | None = None
+    process: local_process.LauncherProcess | None = None
     task: asyncio.Task[None] | None = None
     evicting: str = ""  # the preemption message while the kernel is being stopped
     saved: str = ""  # what the last preemption's checkpoint saved, as the kernel reported it
@@ -67,7 +67,7 @@ class Group:
             process.signal(signal.SIGKILL)
             await process.exited.wait()
 
-    def launch_request(self, checkpoint_dir: Path | None) -> launchers.LaunchRequest:
+    def launch_request(self, checkpoint_dir: Path | None) -> local_process.LaunchRequest:
         """How to start the kernel's launcher: its ports, key and checkpoint store. Its stop
         timeout is the whole grace period (this backend kills the launcher only after it)."""
         spec, connection = self.spec, self.ref.connection
@@ -83,7 +83,7 @@ class Group:
             checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
             keep_checkpoints=spec.checkpoint.keep,
         )
-        return launchers.LaunchRequest(
+        return local_process.LaunchRequest(
             kernel_id=spec.kernel_id,
             argv=spec.argv,
             env=spec.env,
@@ -145,10 +145,10 @@ class Group:
                     "process, so the kernel could not listen there; start the kernel again and "
                     "it gets new ports"
                 )
-                return message + launchers.log_tail(self.log_path), True
+                return message + local_process.log_tail(self.log_path), True
         if self.stopping is None and self.status.phase is GroupPhase.ADMITTED:
             message = f"the kernel exited with code {code} before it started"
-            return message + launchers.log_tail(self.log_path), True
+            return message + local_process.log_tail(self.log_path), True
         return f"the kernel exited with code {code}", False
 
     def cannot_listen(self, taken: list[int]) -> str:
@@ -165,7 +165,7 @@ class Group:
         )
 
 
-async def kill_after(process: launchers.LauncherProcess, seconds: float) -> None:
+async def kill_after(process: local_process.LauncherProcess, seconds: float) -> None:
     """SIGKILL the launcher if it still runs `seconds` from now."""
     try:
         await asyncio.wait_for(process.exited.wait(), timeout=seconds)
