@@ -46,7 +46,6 @@ from kernel_queue.model import (
 )
 
 Obj = dict[str, Any]
-_TERMINAL = feed.TERMINAL
 
 
 class KubernetesBackend(settings.BackendSettings):
@@ -97,7 +96,7 @@ class KubernetesBackend(settings.BackendSettings):
         the kernel, what failed and what to do."""
         for group in list(self._groups.values()):
             if group.ref.kernel_id == spec.kernel_id and not group.ending:
-                if group.status.phase not in _TERMINAL:
+                if group.status.phase not in feed.TERMINAL:
                     return group.ref
                 await self._end_group(group)
         self._busy[spec.kernel_id] += 1

@@ -45,8 +45,6 @@ from kernel_queue.model import (
     short_id,
 )
 
-_TERMINAL = feed.TERMINAL
-
 
 class LocalBackend(local_settings.LocalSettings):
     """Queues kernels for this machine's GPUs, CPU and memory; runs them as local launchers.
@@ -286,7 +284,7 @@ class LocalBackend(local_settings.LocalSettings):
 
     @staticmethod
     def _is_waiting(group: local_groups.Group) -> bool:
-        return group.admitted is None and group.status.phase not in _TERMINAL
+        return group.admitted is None and group.status.phase not in feed.TERMINAL
 
     def _busy_devices(self) -> set[str]:
         return {d for g in self._groups.values() if g.admitted for d in g.status.devices}
