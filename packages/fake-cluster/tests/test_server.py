@@ -660,6 +660,13 @@ async def test_pending_workloads_are_served_through_the_visibility_routes(
     )
     assert (status, summary["kind"]) == (200, "PendingWorkloadsSummary")
     assert [i["metadata"]["name"] for i in summary["items"]] == ["w1", "w2"]
+    assert summary["apiVersion"] == "visibility.kueue.x-k8s.io/v1beta2"
+    old = base.replace("v1beta2", "v1beta1")  # Kueue up to 0.19 serves the same body at v1beta1
+    _, summary = await fetch(
+        "GET", f"{old}/namespaces/default/localqueues/user-queue/pendingworkloads?limit=1"
+    )
+    assert summary["apiVersion"] == "visibility.kueue.x-k8s.io/v1beta1"
+    assert [i["metadata"]["name"] for i in summary["items"]] == ["w0"]
     _, summary = await fetch("GET", f"{base}/clusterqueues/cq/pendingworkloads?limit=5")
     assert [i["metadata"]["name"] for i in summary["items"]] == ["w0"]
     status, missing = await fetch("GET", f"{base}/clusterqueues/nope/pendingworkloads")
@@ -671,8 +678,9 @@ async def test_pending_workloads_are_served_through_the_visibility_routes(
     assert status == 405
     _, groups = await fetch("GET", cluster.url + "/apis")
     assert "visibility.kueue.x-k8s.io" in [g["name"] for g in groups["groups"]]
-    _, listed = await fetch("GET", base)
-    assert "localqueues/pendingworkloads" in [r["name"] for r in listed["resources"]]
+    for version in (base, old):
+        _, listed = await fetch("GET", version)
+        assert "localqueues/pendingworkloads" in [r["name"] for r in listed["resources"]]
 
 
 # -- kubectl --------------------------------------------------------------------------------
