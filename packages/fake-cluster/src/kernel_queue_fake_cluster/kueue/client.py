@@ -1,6 +1,6 @@
 """The fake Kueue's access to the store: reads, Workload and pod writes, and Events.
 
-Shared by the pod group reconciler (`kueue_groups`) and the scheduler (`kueue_scheduler`).
+Shared by the pod group reconciler (`groups`) and the scheduler (`scheduler`).
 Reads return copies (None when absent); writes go through `Store.replace`, so admission hooks,
 schema validation and listeners see them as they see any client's writes.
 """

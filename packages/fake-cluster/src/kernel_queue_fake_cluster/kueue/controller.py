@@ -69,7 +69,7 @@ class FakeKueue:
         self._all_queues_dirty()
 
     def install(self) -> None:
-        """Register the pod webhook and the listeners. Install it before `pods.install(store)`
+        """Register the pod webhook and the listeners. Install it before `pod_rules.install(store)`
         (the apiserver's pod rules), so the SchedulingGated condition sees Kueue's gates."""
         self.store.add_admission("", "pods", self.webhook)
         self.store.add_listener("", "pods", self._on_pod)
