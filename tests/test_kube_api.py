@@ -23,6 +23,7 @@ from kernel_queue.kube import api as kube
 from kernel_queue.kube import retries
 from kernel_queue.kube.api import PODS, KubernetesApi, Resource
 from kernel_queue.kube.kueue import SECRETS, SERVICES
+from tests import polling
 
 WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads", namespaced=True)
 LOCAL_QUEUES = Resource("kueue.x-k8s.io", "v1beta2", "localqueues", namespaced=True)
@@ -403,7 +404,12 @@ async def test_get_path_reads_kueue_pending_workloads(tmp_path: Path) -> None:
             "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/default"
             "/localqueues/user-queue/pendingworkloads"
         )
-        summary = await api.get_path(path, {"limit": "10"})
+
+        async def listed() -> dict[str, Any] | None:  # once Kueue has made the pod's Workload
+            summary = await api.get_path(path, {"limit": "10"})
+            return summary if summary["items"] else None
+
+        summary = await polling.until(listed, "the pod's Workload pending in user-queue")
         assert summary["kind"] == "PendingWorkloadsSummary"
         assert len(summary["items"]) == 1
         (workload_name,) = [w["metadata"]["name"] for w in (await api.list(WORKLOADS, NS))[0]]
