@@ -1,7 +1,9 @@
 """The jupyter_events schema of queued-kernel status, and the payload of one event.
 
 The server extension registers `SCHEMA_PATH` at server start (never lazily: listeners attach
-only to schemas registered when they subscribe); the provisioner emits `SCHEMA_ID` events.
+only to schemas registered when they subscribe); the provisioner emits `SCHEMA_ID` events. The
+schema grows by optional fields only, its `version` bumped each time (2 added
+`estimated_wait_seconds`), under the same `$id`, so consumers of an earlier version keep working.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ def status_payload(
     """The event data (and the REST listing entry) for one kernel's current state."""
     waiting = lifecycle.state in (KernelState.QUEUED, KernelState.REQUEUED)
     place = status.place if waiting else None
+    estimate = status.waiting.estimate if waiting and status.waiting else None
     return {
         "kernel_id": spec.kernel_id,
         "state": str(lifecycles.shown(lifecycle)),  # the schema's states: no "restarting"
@@ -30,6 +33,7 @@ def status_payload(
         "queue": place.queue if place else spec.queue,
         "position": place.position if place else None,
         "queue_length": place.length if place else None,
+        "estimated_wait_seconds": round(estimate) if estimate is not None else None,
         "gpus": spec.gpus,
         "devices": list(status.devices),
         "preemptions": lifecycle.preemptions,

@@ -10,7 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from kernel_queue.model import GroupPhase, GroupStatus
+from kernel_queue import wait_estimate
+from kernel_queue.model import GroupPhase, GroupStatus, Waiting
 
 
 class KernelState(enum.StrEnum):
@@ -163,11 +164,18 @@ def describe(
         where = f"in '{place.queue}', one of {place.length} waiting"
     on = _devices(status)
     need = f", needs {needs}" if needs else ""  # unknown for a group adopted after a restart
+    waiting = status.waiting or Waiting()
+    if state is _S.QUEUED and not waiting.answered:
+        need = f" (needs {needs})" if needs else ""
+        return f"Kueue does not answer: {waiting.why} The kernel keeps waiting for '{queue}'{need}."
+    why = "".join(
+        f"; {part}" for part in (waiting.why, wait_estimate.describe(waiting.estimate)) if part
+    )
     if state is _S.QUEUED:
-        return f"queued {where}{need}"
+        return f"queued {where}{need}{why}"
     if state is _S.REQUEUED:
         saved = f" ({status.message})" if status.message else ""  # what the checkpoint saved
-        return f"preempted{saved}; requeued {where}{need}"
+        return f"preempted{saved}; requeued {where}{need}{why}"
     if state is _S.ADMITTED:
         flavor = f" on flavor '{status.flavor}'" if status.flavor else ""
         return f"admitted{flavor}{on}; starting the kernel"

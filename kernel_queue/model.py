@@ -156,6 +156,15 @@ class QueuePlace:
 
 
 @dataclass(frozen=True)
+class Waiting:
+    """Why a waiting group waits, as its queue manager says it, and for how long it may."""
+
+    why: str = ""  # "waiting for 1 more nvidia.com/gpu to free up in ClusterQueue 'gpu-cq'"
+    answered: bool = True  # False: the queue manager (Kueue) has not answered at all
+    estimate: float | None = None  # seconds until admission at the recent rate, if known
+
+
+@dataclass(frozen=True)
 class GroupStatus:
     """One observation of a group, published by a backend's `watch`."""
 
@@ -168,6 +177,8 @@ class GroupStatus:
     generation: int = 0  # kernel processes started so far in this admission, minus one
     kernel_alive: bool = False  # a kernel process of `generation` is up
     address: str = ""  # where to reach the kernel when it differs from the ref's (pod IPs)
+    waiting: Waiting | None = None  # while queued: why, and the estimate of the wait
+    never_fits: bool = False  # FAILED because the queue could never admit what it asks for
 
     def evolve(self, **changes: Any) -> GroupStatus:
         """A copy with `changes` applied."""

@@ -235,6 +235,8 @@ class KernelTracker:
                 f"{who} was admitted but its kernel did not start within startup_timeout{why}; "
                 "see the kernel's log, or raise `startup_timeout` in the kernelspec."
             )
+        if self.status.never_fits:  # the backend's queue could never admit what it asks for
+            return errors.NeverFits(f"{who} {self.status.message}")
         return errors.LaunchFailed(f"{who} failed: {self.status.message or 'the kernel ended'}")
 
     async def aclose(self) -> None:

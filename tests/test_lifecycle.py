@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernel_queue.lifecycle import Action, Command, KernelState, Lifecycle, describe, shown, step
-from kernel_queue.model import GroupPhase, GroupStatus, QueuePlace
+from kernel_queue.model import GroupPhase, GroupStatus, QueuePlace, Waiting
 
 S, P, A = KernelState, GroupPhase, Action
 RELEASE, FAIL = A.RELEASE, A.FAIL
@@ -221,6 +221,45 @@ def _status(phase: GroupPhase, **kw: object) -> GroupStatus:
             _status(P.QUEUED, place=QueuePlace("gpu", 1, 1)),
             "preempted; requeued in 'gpu', position 1 of 1, needs 1 GPU",
             id="requeued",
+        ),
+        pytest.param(
+            Lifecycle(S.QUEUED),
+            _status(
+                P.QUEUED,
+                place=QueuePlace("gpu", 3, 5),
+                waiting=Waiting("waiting for 1 more nvidia.com/gpu to free up", estimate=240.0),
+            ),
+            "queued in 'gpu', position 3 of 5, needs 1 GPU; waiting for 1 more nvidia.com/gpu "
+            "to free up; about 4 min at the recent rate",
+            id="queued-says-why-and-how-long",
+        ),
+        pytest.param(
+            Lifecycle(S.QUEUED),
+            _status(P.QUEUED, place=QueuePlace("gpu", 1, 1), waiting=Waiting(estimate=40.0)),
+            "queued in 'gpu', position 1 of 1, needs 1 GPU; about 40 s at the recent rate",
+            id="queued-with-only-an-estimate",
+        ),
+        pytest.param(
+            Lifecycle(S.QUEUED),
+            _status(
+                P.PENDING,
+                waiting=Waiting("no Workload after 30 s: is Kueue running?", answered=False),
+            ),
+            "Kueue does not answer: no Workload after 30 s: is Kueue running? The kernel keeps "
+            "waiting for 'gpu' (needs 1 GPU).",
+            id="kueue-does-not-answer",
+        ),
+        pytest.param(
+            Lifecycle(S.REQUEUED, 1),
+            _status(
+                P.QUEUED,
+                message="saved 2 variables",
+                place=QueuePlace("gpu", 1, 1),
+                waiting=Waiting("LocalQueue 'gpu' is stopped", estimate=None),
+            ),
+            "preempted (saved 2 variables); requeued in 'gpu', position 1 of 1, needs 1 GPU; "
+            "LocalQueue 'gpu' is stopped",
+            id="requeued-says-why",
         ),
         pytest.param(
             Lifecycle(S.RESUMED, 1),

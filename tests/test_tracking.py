@@ -132,3 +132,24 @@ async def test_a_cancel_whose_release_fails_still_fails_the_launch_with_its_own_
     await tracker.release()  # the shutdown's clean-up tries again, and succeeds
     await tracker.aclose()
     assert backend.released == 2
+
+
+async def test_a_request_the_queue_can_never_admit_fails_at_once_as_never_fits() -> None:
+    never = (
+        "asks for 3 nvidia.com/gpu but ClusterQueue 'gpu-cq' can never give more than 2, so it "
+        "could never start. Ask for fewer `gpus` in the kernelspec, or use a `queue` whose "
+        "ClusterQueue has more."
+    )
+    backend = ScriptedBackend(
+        GroupStatus(GroupPhase.QUEUED),
+        GroupStatus(GroupPhase.FAILED, message=never, never_fits=True),
+    )
+    tracker = tracked(backend, [])
+    try:
+        with pytest.raises(errors.NeverFits) as failed:
+            await tracker.wait_live(admission_timeout=0, startup_timeout=60)
+    finally:
+        await tracker.aclose()
+    assert str(failed.value) == f"kernel kernel1 {never}"
+    assert tracker.describe(needs="3 GPUs", restored=False) == f"kernel kernel1 {never}"
+    assert backend.released == 1
