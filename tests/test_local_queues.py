@@ -3,7 +3,6 @@ only after `REFRESH` seconds, and a failed read leaves the queue known by its na
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -11,6 +10,7 @@ from kernel_queue import errors
 from kernel_queue.backends.tasks import Tasks
 from kernel_queue.kube import local_queues, reasons
 from kernel_queue.kube.kueue import Kind
+from tests import polling
 
 LOCAL_QUEUES = Kind("kueue.x-k8s.io", "v1beta2", "localqueues", namespaced=True)
 LOG = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ async def test_one_read_serves_the_queue_until_refresh_seconds_passed() -> None:
     assert queues.queue("ns", "user-queue") == reasons.Queue("user-queue")
     queues.follow("ns", "user-queue")
     queues.follow("ns", "user-queue")
-    await asyncio.sleep(0.01)
+    await polling.until(lambda: read, "the LocalQueue read", every=0)
     assert (api.reads, read) == (1, [("ns", "user-queue")])
     assert queues.settled("ns", "user-queue")
     assert queues.queue("ns", "user-queue") == reasons.Queue(
@@ -71,11 +71,10 @@ async def test_one_read_serves_the_queue_until_refresh_seconds_passed() -> None:
     )
     now[0] += local_queues.REFRESH
     queues.follow("ns", "user-queue")
-    await asyncio.sleep(0.01)
+    await polling.until(lambda: len(read) == 2, "the second read", every=0)
     assert api.reads == 2
     queues.follow("ns", "missing")
-    await asyncio.sleep(0.01)
-    assert queues.settled("ns", "missing")
+    await polling.until(lambda: queues.settled("ns", "missing"), "the failed read", every=0)
     assert queues.queue("ns", "missing") == reasons.Queue("missing")
     await tasks.aclose()
     queues.follow("ns", "other")  # closed: nothing more is read
