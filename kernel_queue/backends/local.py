@@ -22,7 +22,7 @@ from typing import Any
 
 from jupyter_core.paths import jupyter_runtime_dir
 
-from kernel_queue import admission, errors, ids, quantities
+from kernel_queue import admission, errors, ids, quantities, wait_estimate
 from kernel_queue.backends import (
     feed,
     local_groups,
@@ -41,6 +41,7 @@ from kernel_queue.model import (
     GroupStatus,
     QueuePlace,
     StopCause,
+    Waiting,
     group_name,
     short_id,
 )
@@ -62,6 +63,7 @@ class LocalBackend(local_settings.LocalSettings):
         self._pretend = False
         self._inventory_lock = asyncio.Lock()
         self._arrivals = itertools.count()
+        self._admissions = wait_estimate.Admissions()  # per queue: the estimate of a wait
         # kernel id -> its checkpoint store and the root it lies in, deleted at release
         self._checkpoints: dict[str, tuple[Path, Path]] = {}
         self._closed = False
@@ -279,7 +281,15 @@ class LocalBackend(local_settings.LocalSettings):
             group = self._groups[name]
             if self._is_waiting(group):
                 place = QueuePlace(group.spec.queue, position.in_queue + 1, position.queue_length)
-                status = GroupStatus(GroupPhase.QUEUED, place=place, message=group.saved)
+                wait = self._admissions.estimate(
+                    group.spec.queue, now=time.time(), position=place.position
+                )
+                status = GroupStatus(
+                    GroupPhase.QUEUED,
+                    place=place,
+                    message=group.saved,
+                    waiting=None if wait is None else Waiting(estimate=wait),
+                )
                 feed.publish(group, status)
 
     @staticmethod
@@ -294,6 +304,9 @@ class LocalBackend(local_settings.LocalSettings):
         free = [d for d in self._inventory or () if d not in busy]
         devices = tuple(free[: group.spec.gpus])
         group.admitted = admission.Admitted(group.request, grant.flavors, time.monotonic())
+        self._admissions.observe(
+            group.spec.queue, (group.spec.name, group.admitted.admitted_at), time.time()
+        )
         feed.publish(group, GroupStatus(GroupPhase.ADMITTED, flavor=quota.FLAVOR, devices=devices))
         self.log.info("kernel %s admitted with GPUs %s", short_id(group.spec.kernel_id), devices)
         group.task = self._tasks.spawn(self._run(group), f"run {group.spec.name}")
