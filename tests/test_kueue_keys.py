@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kernel_queue.kube import kueue
+from kernel_queue.kube.kueue_versions import KueueVersions
 
 
 def test_kueue_keys_have_kueues_values() -> None:
@@ -94,18 +95,32 @@ def test_our_keys_share_one_prefix() -> None:
             id="services",
         ),
         pytest.param(
-            kueue.WORKLOADS,
+            KueueVersions("v1beta2").workloads,
             "kueue.x-k8s.io/v1beta2",
             "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/workloads",
             "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/workloads/p",
             id="workloads",
         ),
         pytest.param(
-            kueue.LOCAL_QUEUES,
+            KueueVersions("v1beta1").workloads,
+            "kueue.x-k8s.io/v1beta1",
+            "/apis/kueue.x-k8s.io/v1beta1/namespaces/ns/workloads",
+            "/apis/kueue.x-k8s.io/v1beta1/namespaces/ns/workloads/p",
+            id="workloads-v1beta1",
+        ),
+        pytest.param(
+            KueueVersions("v1beta2").local_queues,
             "kueue.x-k8s.io/v1beta2",
             "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/localqueues",
             "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/localqueues/p",
             id="localqueues",
+        ),
+        pytest.param(
+            KueueVersions("v1beta1").local_queues,
+            "kueue.x-k8s.io/v1beta1",
+            "/apis/kueue.x-k8s.io/v1beta1/namespaces/ns/localqueues",
+            "/apis/kueue.x-k8s.io/v1beta1/namespaces/ns/localqueues/p",
+            id="localqueues-v1beta1",
         ),
     ],
 )
@@ -123,9 +138,19 @@ def test_namespaced_kinds(kind: kueue.Kind, api_version: str, collection: str, n
     ("kind", "collection"),
     [
         pytest.param(
-            kueue.WORKLOAD_PRIORITY_CLASSES,
+            KueueVersions("v1beta2").workload_priority_classes,
             "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses",
             id="workloadpriorityclasses",
+        ),
+        pytest.param(
+            KueueVersions("v1beta1").workload_priority_classes,
+            "/apis/kueue.x-k8s.io/v1beta1/workloadpriorityclasses",
+            id="workloadpriorityclasses-v1beta1",
+        ),
+        pytest.param(
+            KueueVersions("v1beta1").cluster_queues,
+            "/apis/kueue.x-k8s.io/v1beta1/clusterqueues",
+            id="clusterqueues-v1beta1",
         ),
     ],
 )
@@ -136,16 +161,22 @@ def test_cluster_scoped_kinds(kind: kueue.Kind, collection: str) -> None:
 
 
 def test_kind_is_a_frozen_value() -> None:
-    assert kueue.Kind("kueue.x-k8s.io", "v1beta2", "workloads", True) == kueue.WORKLOADS
+    workloads = KueueVersions("v1beta2").workloads
+    assert kueue.Kind("kueue.x-k8s.io", "v1beta2", "workloads", True) == workloads
     with pytest.raises(AttributeError):
-        kueue.WORKLOADS.plural = "pods"  # type: ignore[misc]
+        workloads.plural = "pods"  # type: ignore[misc]
 
 
-def test_pending_workloads_path() -> None:
-    assert kueue.pending_workloads_path("team-a", "user-queue") == (
-        "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/team-a/localqueues/user-queue"
+@pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
+def test_pending_workloads_path_follows_the_visibility_version(version: str) -> None:
+    assert KueueVersions("v1beta2", version).pending_workloads_path("team-a", "user-queue") == (
+        f"/apis/visibility.kueue.x-k8s.io/{version}/namespaces/team-a/localqueues/user-queue"
         "/pendingworkloads"
     )
+
+
+def test_no_pending_workloads_path_without_a_visibility_api() -> None:
+    assert KueueVersions("v1beta1").pending_workloads_path("team-a", "user-queue") is None
 
 
 def pod(

@@ -63,6 +63,7 @@ class KubernetesBackend(settings.BackendSettings):
         self._kernels: dict[str, str] = {}  # kernel id -> namespace, while it holds objects
         self._busy: collections.Counter[str] = collections.Counter()  # submits, releases
         self._tasks = tasks.Tasks(self.log)
+        self._discovery = preflight.Discovery(self.retry)  # Kueue's versions, read once
         self._caches = caches.Caches(lambda name: self._statuses.refresh(name))
         self._statuses = pod_groups.Statuses(
             self._groups,
@@ -74,10 +75,14 @@ class KubernetesBackend(settings.BackendSettings):
             namespace=lambda: self.namespace,
             position_interval=lambda: self.position_interval,
             log=self.log,
+            discovery=self._discovery,
         )
         self._handed: set[str] = set()  # kernels whose objects were handed to the reaper
         self.reaper = Reaper(
-            owner=self.owner_id, known=lambda: owners.REGISTRY.known(self.owner_id), log=self.log
+            owner=self.owner_id,
+            known=lambda: owners.REGISTRY.known(self.owner_id),
+            log=self.log,
+            discovery=self._discovery,
         )
         owners.REGISTRY.add(self, self.owner_id)
 
@@ -110,7 +115,7 @@ class KubernetesBackend(settings.BackendSettings):
         namespace = spec.namespace or self.namespace
         spec = replace(spec, namespace=namespace)
         try:
-            await preflight.check(api, spec, namespace)
+            await preflight.check(api, spec, namespace, self._discovery)
             await self._watch_namespace(namespace)
         except errors.ClusterApiError as exc:
             doing = f"check its queue in namespace {namespace!r}"
@@ -186,7 +191,10 @@ class KubernetesBackend(settings.BackendSettings):
             group_names = {g.ref.name for g in groups} | {ref.name}
 
             async def everything(api: KubeApi) -> list[str]:
-                return await cleanup.delete_kernel(api, namespace, kernel, group_names)
+                workloads = await self._discovery.workloads(api)
+                return await cleanup.delete_kernel(
+                    api, namespace, kernel, group_names, workloads=workloads
+                )
 
             await self._delete_or_hand_over(namespace, kernel, "its release", everything)
             self._launches.pop(kernel, None)
@@ -292,7 +300,10 @@ class KubernetesBackend(settings.BackendSettings):
         namespace, kernel = group.ref.namespace or self.namespace, group.ref.kernel_id
 
         async def delete(api: KubeApi) -> list[str]:
-            return await cleanup.delete_group(api, namespace, kernel, group.ref.name, grace=grace)
+            workloads = await self._discovery.workloads(api)
+            return await cleanup.delete_group(
+                api, namespace, kernel, group.ref.name, workloads=workloads, grace=grace
+            )
 
         try:
             await self._delete_or_hand_over(namespace, kernel, "ending its pod group", delete)
@@ -307,7 +318,10 @@ class KubernetesBackend(settings.BackendSettings):
         """One pod informer and one Workload informer per namespace, for every kernel; their
         first lists retry within `api_retry_seconds`, then this gives up (they keep trying)."""
         api = await self._client()
-        await self._caches.watch(api, namespace, within=self.api_retry_seconds + 30)
+        workloads = (await self._discovery.versions(api)).workloads
+        await self._caches.watch(
+            api, namespace, workloads=workloads, within=self.api_retry_seconds + 30
+        )
 
     async def _adopt(self, ref: GroupRef) -> pod_groups.Group:
         await self._client()  # resolves `namespace`

@@ -76,6 +76,7 @@ class Statuses:
         namespace: Callable[[], str],
         position_interval: Callable[[], float],
         log: logging.Logger | logging.LoggerAdapter[Any],
+        discovery: preflight.Discovery | None = None,
     ) -> None:
         self.groups, self.caches, self.tasks, self.log = groups, caches, tasks, log
         self._connect, self._create, self._owner = connect, create, owner
@@ -87,6 +88,7 @@ class Statuses:
             place=self.place,
             interval=position_interval,
             log=log,
+            discovery=discovery,
         )
 
     def namespace_of(self, group: Group) -> str:

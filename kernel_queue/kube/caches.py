@@ -14,7 +14,7 @@ from typing import Any
 
 from kernel_queue.kube import kueue, verbs
 from kernel_queue.kube.informer import Informer, Informers
-from kernel_queue.kube.verbs import KubeApi
+from kernel_queue.kube.verbs import KubeApi, Resource
 
 Obj = dict[str, Any]
 POD_SELECTOR = f"{kueue.MANAGED_BY_LABEL}={kueue.MANAGED_BY}"
@@ -35,24 +35,27 @@ class Caches:
         """The namespaces watched so far."""
         return set(self._watched)
 
-    async def watch(self, api: KubeApi, namespace: str, *, within: float) -> None:
-        """Start the namespace's informers (once) and wait for their first lists, which retry
+    async def watch(
+        self, api: KubeApi, namespace: str, *, workloads: Resource, within: float
+    ) -> None:
+        """Start the namespace's informers (once), Workloads at the version of `workloads` (the
+        connection's, `preflight.Discovery`), and wait for their first lists, which retry
         transient errors for `within` seconds; then `Unavailable` (the informers keep trying)."""
         if namespace in self._watched:
             return
         try:
             async with asyncio.timeout(within):
                 pods = await self._informers.get(api, kueue.PODS, namespace, POD_SELECTOR)
-                workloads = await self._informers.get(api, kueue.WORKLOADS, namespace)
+                found = await self._informers.get(api, workloads, namespace)
         except TimeoutError:
             message = f'list pods in namespace "{namespace}": the API server did not answer'
             raise verbs.Unavailable(0, "Timeout", message) from None
         if namespace not in self._watched:
-            self._watched[namespace] = (pods, workloads)
+            self._watched[namespace] = (pods, found)
             for pod in pods.items():
                 self._index(pod, deleted=False)
             pods.add_handler(self._on_pod)
-            workloads.add_handler(self._on_workload)
+            found.add_handler(self._on_workload)
 
     def workload(self, namespace: str, name: str) -> Obj | None:
         """The group's Workload as last seen, or None (not created yet, or gone)."""

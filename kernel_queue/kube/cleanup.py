@@ -5,7 +5,9 @@ finalizers, and frees the quota), then each of the group's pods still there, rea
 (a cache could miss one made a moment ago). `delete_kernel` ends every group of the kernel and
 deletes its Service and Secret. A 404 counts as gone; transient errors are retried by the API;
 what still fails raises, and the caller hands the rest to the reaper. Each returns what it
-deleted ("pod kq-…-head-0"), for the reaper's log. No state of its own.
+deleted ("pod kq-…-head-0"), for the reaper's log. Workloads are deleted at the version the
+connection speaks (`workloads`, from `preflight.Discovery`; None where the cluster serves no
+Kueue, so none exists). No state of its own.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from kernel_queue.kube import kueue, names
-from kernel_queue.kube.verbs import KubeApi
+from kernel_queue.kube.verbs import KubeApi, Resource
 
 Obj = dict[str, Any]
 CONFIRM_ROUNDS = 3
@@ -55,11 +57,17 @@ async def delete_pods(
 
 
 async def delete_group(
-    api: KubeApi, namespace: str, kernel_id: str, group: str, *, grace: int | None = None
+    api: KubeApi,
+    namespace: str,
+    kernel_id: str,
+    group: str,
+    *,
+    workloads: Resource | None,
+    grace: int | None = None,
 ) -> list[str]:
     """End one pod group of the kernel: its Workload, then its pods."""
     deleted = []
-    if await api.delete(kueue.WORKLOADS, namespace, group):
+    if workloads is not None and await api.delete(workloads, namespace, group):
         deleted.append(f"Workload {group}")
     selector = f"{kernel_selector(kernel_id)},{kueue.POD_GROUP_NAME_LABEL}={group}"
     return deleted + await delete_pods(api, namespace, selector, grace=grace)
@@ -71,6 +79,7 @@ async def delete_kernel(
     kernel_id: str,
     groups: Iterable[str] = (),
     *,
+    workloads: Resource | None,
     service: str | None = None,
     secret: str | None = None,
 ) -> list[str]:
@@ -80,7 +89,7 @@ async def delete_kernel(
     pods, _ = await api.list(kueue.PODS, namespace, label_selector=selector)
     deleted = []
     for group in sorted(set(groups) | {_group_of(p) for p in pods} - {""}):
-        if await api.delete(kueue.WORKLOADS, namespace, group):
+        if workloads is not None and await api.delete(workloads, namespace, group):
             deleted.append(f"Workload {group}")
     deleted += await delete_pods(api, namespace, selector)
     service = names.service_name(kernel_id) if service is None else service

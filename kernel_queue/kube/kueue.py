@@ -2,7 +2,8 @@
 
 Kueue's keys carry the values Kueue's own sources declare (kubernetes-sigs/kueue:
 ``pkg/controller/jobs/pod/constants/constants.go``, ``pkg/controller/constants/constants.go``,
-``apis/kueue/v1beta2/workload_types.go``); ours share the ``kernel-queue.dev/``
+``apis/kueue/v1beta2/workload_types.go``), the same at every API version Kueue serves (those
+are chosen per cluster, in ``kueue_versions``); ours share the ``kernel-queue.dev/``
 prefix and are declared nowhere else. The readers take plain API dicts (a pod, a Workload) and
 return plain values; they do no I/O and never raise on a missing field.
 """
@@ -94,27 +95,14 @@ class Kind:
         return "/".join(part for part in parts if part)
 
 
-KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
+KUEUE_GROUP = "kueue.x-k8s.io"
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+"""Kueue's two API groups; the versions a cluster serves of each are negotiated per connection
+(`kueue_versions`), so their kinds and paths live there."""
 PODS = Kind("", "v1", "pods", namespaced=True)
 SECRETS = Kind("", "v1", "secrets", namespaced=True)
 SERVICES = Kind("", "v1", "services", namespaced=True)
 CLAIMS = Kind("", "v1", "persistentvolumeclaims", namespaced=True)
-WORKLOADS = Kind(KUEUE_GROUP, KUEUE_VERSION, "workloads", namespaced=True)
-LOCAL_QUEUES = Kind(KUEUE_GROUP, KUEUE_VERSION, "localqueues", namespaced=True)
-WORKLOAD_PRIORITY_CLASSES = Kind(
-    KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses", namespaced=False
-)
-
-
-def pending_workloads_path(namespace: str, local_queue: str) -> str:
-    """The visibility API path listing a LocalQueue's pending Workloads (Kueue's
-    ``pkg/visibility/storage``; at most ``limit`` items, 1000 by default, from ``offset``)."""
-    ns, lq = quote(namespace, safe=""), quote(local_queue, safe="")
-    return (
-        f"/apis/{VISIBILITY_GROUP}/{KUEUE_VERSION}/namespaces/{ns}/localqueues/{lq}"
-        "/pendingworkloads"
-    )
 
 
 # --- Readers: plain dict in, plain value out ---

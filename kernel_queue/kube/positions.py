@@ -1,9 +1,10 @@
-"""Queue positions from Kueue's visibility API: one read per LocalQueue serves all its kernels.
+"""Queue positions from Kueue's visibility API: one reader per LocalQueue serves all its kernels.
 
-`read_places` returns Workload name -> `QueuePlace`; when the visibility API is unavailable it
-falls back to the LocalQueue's pending count for every kernel (key ""), and says so in the log
-once until it answers again (`Warned`). `Readers` runs one reading task per LocalQueue, only
-while kernels wait there, in tasks the backend owns.
+`read_places` reads a LocalQueue's pending Workloads at the visibility version the connection
+speaks (`preflight.Discovery`); when the visibility API is unavailable (or not served) it falls
+back to the LocalQueue's pending count for every kernel, and says so in the log once until it
+answers again (`Warned`). `Readers` runs one reading task per LocalQueue, only while kernels
+wait there, in tasks the backend owns.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kernel_queue import errors
-from kernel_queue.kube import kueue
+from kernel_queue.kube import kueue_versions, preflight
+from kernel_queue.kube.kueue_versions import KueueVersions
 from kernel_queue.kube.verbs import KubeApi
 from kernel_queue.model import QueuePlace
 
@@ -26,40 +29,66 @@ class Warned:
         self.queues: set[tuple[str, str]] = set()
 
 
+@dataclass
+class Places:
+    """One read of a LocalQueue: each pending Workload's place (`found`), or, when the
+    visibility API gave none, only the queue's length (`everyone`)."""
+
+    found: dict[str, QueuePlace] = field(default_factory=dict)
+    everyone: QueuePlace | None = None
+
+    def of(self, name: str) -> QueuePlace | None:
+        """The Workload's place, the queue's length alone, or None (not pending there)."""
+        return self.found.get(name, self.everyone)
+
+
 async def read_places(
     api: KubeApi,
     namespace: str,
     queue: str,
     *,
+    served: KueueVersions,
     warned: Warned,
     log: logging.Logger | logging.LoggerAdapter[Any],
-) -> dict[str, QueuePlace]:
-    """Workload name -> place in `queue`; {"": place} with only the count as a fallback."""
+) -> Places:
+    """Each pending Workload's place in `queue`; the count alone as a fallback."""
     key = (namespace, queue)
-    try:
-        summary = await api.get_path(kueue.pending_workloads_path(namespace, queue))
-    except errors.ClusterApiError as exc:
-        if key not in warned.queues:
-            warned.queues.add(key)
-            log.warning(
-                "queue positions of %s/%s unavailable (%s); showing the queue's length", *key, exc
-            )
+    path = served.pending_workloads_path(namespace, queue)
+    problem = "the cluster serves no visibility API kernel-queue speaks"
+    if path is not None:
         try:
-            local_queue = await api.get(kueue.LOCAL_QUEUES, namespace, queue)
-        except errors.ClusterApiError:
-            return {}
-        count = int((local_queue.get("status") or {}).get("pendingWorkloads") or 0)
-        return {"": QueuePlace(queue, 0, count)} if count else {}
-    if key in warned.queues:
-        warned.queues.discard(key)
-        log.info("queue positions of %s/%s are available again", *key)
+            places = await _page(api, path, queue)
+        except errors.ClusterApiError as exc:
+            problem = str(exc)
+        else:
+            if key in warned.queues:
+                warned.queues.discard(key)
+                log.info("queue positions of %s/%s are available again", *key)
+            return places
+    if key not in warned.queues:
+        warned.queues.add(key)
+        log.warning(
+            "queue positions of %s/%s unavailable (%s); showing the queue's length", *key, problem
+        )
+    try:
+        found = await api.get(served.local_queues, namespace, queue)
+    except errors.ClusterApiError:
+        return Places()
+    count = kueue_versions.local_queue(found, served.kueue).pending
+    return Places(everyone=QueuePlace(queue, 0, count) if count else None)
+
+
+async def _page(api: KubeApi, path: str, queue: str) -> Places:
+    """Read `path` once: Kueue's first `limit` (1000) pending Workloads."""
+    summary = await api.get_path(path)
     items = summary.get("items") or []
-    return {
+    found = {
         item["metadata"]["name"]: QueuePlace(
             queue, int(item.get("positionInLocalQueue", index)) + 1, len(items)
         )
         for index, item in enumerate(items)
     }
+    return Places(found)
 
 
 class Spawner(Protocol):
@@ -73,7 +102,8 @@ class Spawner(Protocol):
 class Readers:
     """One reader task per LocalQueue where kernels wait: it reads the queue's places every
     `interval()` seconds and hands each waiting group its own (`place(name, place)`), until
-    `waiting(namespace, queue)` names no group; the next kernel to wait there starts another."""
+    `waiting(namespace, queue)` names no group; the next kernel to wait there starts another.
+    The Kueue versions come from the connection's `discovery`."""
 
     def __init__(
         self,
@@ -84,9 +114,11 @@ class Readers:
         place: Callable[[str, QueuePlace | None], None],
         interval: Callable[[], float],
         log: logging.Logger | logging.LoggerAdapter[Any],
+        discovery: preflight.Discovery | None = None,
     ) -> None:
         self._connect, self._tasks, self._log = connect, tasks, log
         self._waiting, self._place, self._interval = waiting, place, interval
+        self._discovery = discovery or preflight.Discovery()
         self._readers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._warned = Warned()
 
@@ -110,7 +142,14 @@ class Readers:
             waiting = self._waiting(namespace, queue)
             if not waiting:
                 return
-            places = await read_places(api, namespace, queue, warned=self._warned, log=self._log)
-            for name in waiting:
-                self._place(name, places.get(name, places.get("")))
+            try:
+                served = await self._discovery.versions(api)
+            except (errors.ClusterApiError, errors.KueueNotInstalled) as exc:
+                self._log.debug("no queue positions of %s/%s yet: %s", namespace, queue, exc)
+            else:
+                places = await read_places(
+                    api, namespace, queue, served=served, warned=self._warned, log=self._log
+                )
+                for name in waiting:
+                    self._place(name, places.of(name))
             await asyncio.sleep(self._interval())

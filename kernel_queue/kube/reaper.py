@@ -5,7 +5,8 @@ Services and Secrets by that one label in each namespace the server uses (three 
 never a request per kernel); a kernel id that no kernel of this server knows, at two sweeps in a
 row, has its objects deleted with their Workloads, one INFO line each. Releases that failed are
 handed over (`hand_over`) and retried at each sweep until done. Objects of another owner are
-never listed, so never touched.
+never listed, so never touched. Workloads are deleted at the version the connection speaks
+(`preflight.Discovery`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernel_queue import errors
-from kernel_queue.kube import cleanup, explain, kueue, names
+from kernel_queue.kube import cleanup, explain, kueue, names, preflight
 from kernel_queue.kube.verbs import KubeApi
 from kernel_queue.model import short_id
 
@@ -50,9 +51,11 @@ class Reaper:
         owner: str,
         known: Callable[[], Iterable[str]],
         log: logging.Logger | logging.LoggerAdapter[Any],
+        discovery: preflight.Discovery | None = None,
     ) -> None:
         self.owner = names.label_value(owner)
         self._known = known
+        self._discovery = discovery or preflight.Discovery()
         self.log = log
         self._suspects: set[Key] = set()
         self._jobs: list[_Job] = []
@@ -105,9 +108,14 @@ class Reaper:
         known = {names.label_value(k) for k in self._known()}  # read after the lists
         suspects = {key for key in found if key[1] not in known}
         ripe, self._suspects = suspects & self._suspects, suspects - self._suspects
+        try:
+            workloads = await self._discovery.workloads(api) if ripe else None
+        except errors.ClusterApiError:
+            self._suspects |= ripe  # still ripe at the next sweep
+            raise
         for key in sorted(ripe):
             try:
-                done = await _delete(api, key, found[key])
+                done = await _delete(api, key, found[key], workloads)
             except errors.ClusterApiError as exc:  # still there at the next sweep: try again
                 self.log.debug("reaper: kernel %s: %s", short_id(key[1]), exc)
                 self._suspects.add(key)
@@ -148,10 +156,12 @@ class Reaper:
             await asyncio.sleep(interval)
 
 
-async def _delete(api: KubeApi, key: Key, found: _Found) -> list[str]:
+async def _delete(api: KubeApi, key: Key, found: _Found, workloads: kueue.Kind | None) -> list[str]:
     namespace, kernel = key
     groups = found.groups - {""}
-    deleted = await cleanup.delete_kernel(api, namespace, kernel, groups, service="", secret="")
+    deleted = await cleanup.delete_kernel(
+        api, namespace, kernel, groups, workloads=workloads, service="", secret=""
+    )
     for service in sorted(found.services):
         if await api.delete(kueue.SERVICES, namespace, service):
             deleted.append(f"Service {service}")

@@ -33,7 +33,8 @@ FOREIGN = {"app": "someone-else"}
 class Case:
     """One fault at one call site: `verb plural` (`watch` and `relist` drop the open streams
     so the next request meets it), of `kind`: 500, 429 (Retry-After), lost (the change made,
-    the answer lost), foreign (someone else's object of the name), 410, drop, latency."""
+    the answer lost), foreign (someone else's object of the name), 410, drop, latency; "a+b"
+    injects a, then b (a call made once per connection, as discovery, meets both)."""
 
     verb: str
     plural: str
@@ -49,7 +50,10 @@ class Case:
 
     def inject(self, cluster: FakeCluster) -> None:
         status = {"500": 500, "429": 429, "lost": 504}.get(self.kind, 500)
-        if self.kind == "latency":
+        if "+" in self.kind:  # one after the other, at a call made once: "500+429"
+            for kind in self.kind.split("+"):
+                Case(self.verb, self.plural, kind).inject(cluster)
+        elif self.kind == "latency":
             cluster.latency = LATENCY
         elif self.kind == "foreign":
             cluster.plant_next(self.plural, FOREIGN)
@@ -76,8 +80,10 @@ WATCHES = [("watch", "pods"), ("watch", "workloads")]
 DELETES = [("delete", p) for p in ("workloads", "services", "secrets")]
 LATENCY_CASE = [Case("latency", "all", "latency")]
 VISIBILITY = ("get", "localqueues/pendingworkloads")
+DISCOVERY = ("get", "/apis")  # read once per connection: its faults are met by the first start
 
 MATRIX = {
+    "connect": cases([DISCOVERY], ("500+429",)),
     "start": [
         *cases(CREATES, ("500", "429", "lost", "foreign")),
         *cases([("get", "localqueues")], ("500", "429")),
@@ -232,7 +238,7 @@ async def test_every_fault_at_every_site_leaves_nothing_and_fails_only_in_a_sent
     run = Run(server, cluster, kube_spec(kernelspec))
     drive: Callable[[Run, Case], Awaitable[None]]
     holder = ""
-    if phase == "start":
+    if phase in ("start", "connect"):
         drive = run_start
     elif phase == "shutdown":
         drive = run_shutdown
