@@ -1,6 +1,7 @@
 """The kubernetes backend's Kueue versions against the fake cluster over HTTP: what discovery
 makes it speak on Kueue 0.14's CRDs and 0.19's, with the visibility API at either version or
-none, and the reaper's clean-up at the version served."""
+none, the positions of a queue longer than a page, and the reaper's clean-up at the version
+served."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 from kernel_queue_fake_cluster.kueue import visibility
 
 from kernel_queue import errors
+from kernel_queue.backends import tasks
 from kernel_queue.kube import kueue, kueue_versions, positions, preflight
 from kernel_queue.kube.api import KubernetesApi
 from kernel_queue.kube.kueue_versions import KueueVersions
@@ -160,6 +162,50 @@ async def test_discovery_is_read_once_for_every_caller_and_retries_transient_fai
 # -- positions --------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("crds", "served"),
+    [
+        pytest.param(V019, ("v1beta2",), id="0.19"),
+        pytest.param(V014, ("v1beta1",), id="0.14"),
+    ],
+)
+@pytest.mark.parametrize(("count", "requests"), [(10, 4), (9, 3), (2, 1)])
+async def test_every_waiting_workload_has_its_place_past_the_first_page(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    crds: Path,
+    served: tuple[str, ...],
+    count: int,
+    requests: int,
+) -> None:
+    serving(monkeypatch, *served)
+    async with connected(tmp_path, crds) as (fake, api):
+        expected = await pending(fake, count)
+        versions = await preflight.Discovery().versions(api)
+        before = fake.stats.requests[("get", VISIBILITY)]
+        places = await positions.read_places(
+            api, NS, QUEUE, served=versions, warned=positions.Warned(), log=LOG, page=3
+        )
+        assert places.found == expected
+        # a page of 3 per request, and no empty page read after a full last one
+        assert places.pages == requests
+        assert fake.stats.requests[("get", VISIBILITY)] - before == requests
+
+
+async def test_at_kueues_default_page_every_place_past_a_thousand_is_read(
+    tmp_path: Path,
+) -> None:
+    async with connected(tmp_path) as (fake, api):
+        expected = await pending(fake, 1200)
+        versions = await preflight.Discovery().versions(api)
+        places = await positions.read_places(
+            api, NS, QUEUE, served=versions, warned=positions.Warned(), log=LOG
+        )
+        assert places.pages == 2
+        assert places.found == expected
+        assert places.of("w-1199") == expected["w-1199"]
+
+
 async def test_without_a_visibility_api_every_kernel_is_told_the_queues_length(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -185,6 +231,47 @@ async def test_without_a_visibility_api_every_kernel_is_told_the_queues_length(
             "queue positions of default/user-queue unavailable (the cluster serves no "
             "visibility API kernel-queue speaks); showing the queue's length"
         ]
+
+
+async def test_a_reader_places_every_waiting_kernel_and_waits_an_interval_per_page(
+    tmp_path: Path,
+) -> None:
+    async with connected(tmp_path, V014) as (fake, api):
+        expected = await pending(fake, 7)
+        placed: dict[str, QueuePlace | None] = {}
+        slept: list[float] = []
+        done = asyncio.Event()
+
+        async def sleep(seconds: float) -> None:
+            slept.append(seconds)
+            done.set()
+            await asyncio.Event().wait()  # one read is enough here
+
+        owned = tasks.Tasks(LOG)
+
+        async def connect() -> KubernetesApi:
+            return api
+
+        readers = positions.Readers(
+            connect=connect,
+            tasks=owned,
+            waiting=lambda ns, queue: [*expected, "not-created-yet"],
+            place=placed.__setitem__,
+            interval=lambda: 0.5,
+            log=LOG,
+            page=3,
+            sleep=sleep,
+        )
+        readers.follow(NS, QUEUE)
+        readers.follow(NS, QUEUE)  # one reader per LocalQueue
+        async with asyncio.timeout(30):
+            await done.wait()
+        await owned.aclose()
+        # One missing from a read of several pages keeps its last place (none yet), since it
+        # may have crossed a page boundary while they were read.
+        assert placed == expected
+        assert slept == [0.5 * 3]  # pages of 3: 3 requests, so 3 intervals
+        assert fake.stats.requests[("get", VISIBILITY)] == 3
 
 
 # -- clean-up -------------------------------------------------------------------------------

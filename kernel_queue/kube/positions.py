@@ -1,10 +1,13 @@
 """Queue positions from Kueue's visibility API: one reader per LocalQueue serves all its kernels.
 
-`read_places` reads a LocalQueue's pending Workloads at the visibility version the connection
-speaks (`preflight.Discovery`); when the visibility API is unavailable (or not served) it falls
-back to the LocalQueue's pending count for every kernel, and says so in the log once until it
-answers again (`Warned`). `Readers` runs one reading task per LocalQueue, only while kernels
-wait there, in tasks the backend owns.
+`read_places` pages through a LocalQueue's pending Workloads (``offset``, ``limit``: Kueue
+answers at most ``limit`` of them, 1000 by default) until the queue's end, so every waiting
+Workload gets its place whatever the queue's length; the requests grow with the pages, never
+with the kernels. When the visibility API is unavailable (or not served) it falls back to the
+LocalQueue's pending count for every kernel, and says so in the log once until it answers again
+(`Warned`). `Readers` runs one reading task per LocalQueue, only while kernels wait there, in
+tasks the backend owns; after a read of N pages it waits N reading intervals, so one LocalQueue
+costs at most one request per interval on average, however long it is.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ from kernel_queue.kube.kueue_versions import KueueVersions
 from kernel_queue.kube.verbs import KubeApi
 from kernel_queue.model import QueuePlace
 
+PAGE = 1000
+"""Pending Workloads per page: Kueue's own default ``limit``, so one answer stays a few hundred
+KB, decoded on the event loop between other work, at any queue length."""
+
 
 class Warned:
     """The queues whose visibility failure was logged, so each outage is logged once."""
@@ -32,10 +39,11 @@ class Warned:
 @dataclass
 class Places:
     """One read of a LocalQueue: each pending Workload's place (`found`), or, when the
-    visibility API gave none, only the queue's length (`everyone`)."""
+    visibility API gave none, only the queue's length (`everyone`); `pages` requests it took."""
 
     found: dict[str, QueuePlace] = field(default_factory=dict)
     everyone: QueuePlace | None = None
+    pages: int = 1
 
     def of(self, name: str) -> QueuePlace | None:
         """The Workload's place, the queue's length alone, or None (not pending there)."""
@@ -50,14 +58,16 @@ async def read_places(
     served: KueueVersions,
     warned: Warned,
     log: logging.Logger | logging.LoggerAdapter[Any],
+    page: int = PAGE,
 ) -> Places:
-    """Each pending Workload's place in `queue`; the count alone as a fallback."""
+    """Every pending Workload's place in `queue`, read page by page; the count alone as a
+    fallback."""
     key = (namespace, queue)
     path = served.pending_workloads_path(namespace, queue)
     problem = "the cluster serves no visibility API kernel-queue speaks"
     if path is not None:
         try:
-            places = await _page(api, path, queue)
+            places = await _pages(api, path, queue, page)
         except errors.ClusterApiError as exc:
             problem = str(exc)
         else:
@@ -78,17 +88,28 @@ async def read_places(
     return Places(everyone=QueuePlace(queue, 0, count) if count else None)
 
 
-async def _page(api: KubeApi, path: str, queue: str) -> Places:
-    """Read `path` once: Kueue's first `limit` (1000) pending Workloads."""
-    summary = await api.get_path(path)
-    items = summary.get("items") or []
-    found = {
-        item["metadata"]["name"]: QueuePlace(
-            queue, int(item.get("positionInLocalQueue", index)) + 1, len(items)
-        )
-        for index, item in enumerate(items)
-    }
-    return Places(found)
+async def _pages(api: KubeApi, path: str, queue: str, page: int) -> Places:
+    """Read `path` from offset 0 until a page ends the queue. Each request asks for one item
+    more than a page: when it comes, the queue goes on (and that item is read again as the next
+    page's first, so one Workload leaving the queue between two reads shifts none past us);
+    when it does not, this page was the last, and no empty page is read after a full one."""
+    positions: dict[str, int] = {}
+    offset, pages = 0, 0
+    while True:
+        summary = await api.get_path(path, {"offset": str(offset), "limit": str(page + 1)})
+        pages += 1
+        items = summary.get("items") or []
+        for index, item in enumerate(items):
+            name = (item.get("metadata") or {}).get("name")
+            if name:
+                positions[str(name)] = int(item.get("positionInLocalQueue", offset + index))
+        if len(items) <= page:
+            length = offset + len(items)
+            break
+        offset += page
+    length = max(length, len(positions))
+    found = {name: QueuePlace(queue, at + 1, length) for name, at in positions.items()}
+    return Places(found, pages=pages)
 
 
 class Spawner(Protocol):
@@ -100,10 +121,11 @@ class Spawner(Protocol):
 
 
 class Readers:
-    """One reader task per LocalQueue where kernels wait: it reads the queue's places every
-    `interval()` seconds and hands each waiting group its own (`place(name, place)`), until
-    `waiting(namespace, queue)` names no group; the next kernel to wait there starts another.
-    The Kueue versions come from the connection's `discovery`."""
+    """One reader task per LocalQueue where kernels wait: it reads the queue's places, hands
+    each waiting group its own (`place(name, place)`) and waits `interval()` seconds per page it
+    read, until `waiting(namespace, queue)` names no group; the next kernel to wait there starts
+    another. The Kueue versions come from the connection's `discovery`; `page` and `sleep` are
+    Kueue's page size and asyncio's sleep unless a test says otherwise."""
 
     def __init__(
         self,
@@ -115,10 +137,13 @@ class Readers:
         interval: Callable[[], float],
         log: logging.Logger | logging.LoggerAdapter[Any],
         discovery: preflight.Discovery | None = None,
+        page: int = PAGE,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._connect, self._tasks, self._log = connect, tasks, log
         self._waiting, self._place, self._interval = waiting, place, interval
         self._discovery = discovery or preflight.Discovery()
+        self.page, self._sleep = page, sleep
         self._readers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._warned = Warned()
 
@@ -142,14 +167,25 @@ class Readers:
             waiting = self._waiting(namespace, queue)
             if not waiting:
                 return
+            pages = 1
             try:
                 served = await self._discovery.versions(api)
             except (errors.ClusterApiError, errors.KueueNotInstalled) as exc:
                 self._log.debug("no queue positions of %s/%s yet: %s", namespace, queue, exc)
             else:
                 places = await read_places(
-                    api, namespace, queue, served=served, warned=self._warned, log=self._log
+                    api,
+                    namespace,
+                    queue,
+                    served=served,
+                    warned=self._warned,
+                    log=self._log,
+                    page=self.page,
                 )
                 for name in waiting:
-                    self._place(name, places.of(name))
-            await asyncio.sleep(self._interval())
+                    # A Workload missing from a read of several pages may have moved across a
+                    # page boundary while they were read: it keeps its last place until the next.
+                    if name in places.found or places.pages == 1 or places.everyone is not None:
+                        self._place(name, places.of(name))
+                pages = places.pages
+            await self._sleep(self._interval() * pages)
