@@ -27,6 +27,8 @@ export interface QueueStatus {
   queue?: string;
   position?: number | null;
   queue_length?: number | null;
+  /** Seconds until admission at the recent rate, while waiting; null without enough data (v2). */
+  estimated_wait_seconds?: number | null;
   gpus?: number;
   devices?: string[];
   preemptions?: number;
@@ -96,16 +98,31 @@ export function formatWait(ms: number): string {
   return `${Math.floor(minutes / 60)} h ${String(minutes % 60).padStart(2, '0')} min`;
 }
 
+/** The server's estimate of a wait, shortly: "~40 s", "~4 min", "~2 h", "> 1 day". */
+export function formatEstimate(seconds: number): string {
+  if (seconds < 60) {
+    return `~${Math.round(seconds)} s`;
+  }
+  if (seconds < 3600) {
+    return `~${Math.round(seconds / 60)} min`;
+  }
+  return seconds < 86_400 ? `~${Math.round(seconds / 3600)} h` : '> 1 day';
+}
+
 /**
- * The status-bar text for one kernel's status: `Queued · #2 in gpu`, `Admitted · 1 GPU`,
- * `Running`, `Preempted · saving…`, `Requeued · #1`, `Failed`, ...
+ * The status-bar text for one kernel's status: `Queued · #2 in gpu`, `Queued · #2 in gpu ·
+ * ~4 min` (with the server's estimate), `Admitted · 1 GPU`, `Running`, `Preempted · saving…`,
+ * `Requeued · #1`, `Failed`, ...
  */
 export function statusLabel(status: QueueStatus): string {
   const position = status.position ? `#${status.position}` : null;
+  const estimate =
+    status.estimated_wait_seconds != null ? formatEstimate(status.estimated_wait_seconds) : null;
   switch (status.state) {
     case 'queued': {
       const where = status.queue ? `in ${status.queue}` : '';
-      return ['Queued', [position, where].filter(Boolean).join(' ')].filter(Boolean).join(' · ');
+      const place = [position, where].filter(Boolean).join(' ');
+      return ['Queued', place, estimate].filter(Boolean).join(' · ');
     }
     case 'admitted':
       return status.gpus ? `Admitted · ${gpuCount(status.gpus)}` : 'Admitted';
@@ -116,7 +133,7 @@ export function statusLabel(status: QueueStatus): string {
       // The server's sentence says "saving its variables" when the kernel checkpoints.
       return /saving/.test(status.message) ? 'Preempted · saving…' : 'Preempted';
     case 'requeued':
-      return position ? `Requeued · ${position}` : 'Requeued';
+      return ['Requeued', position, estimate].filter(Boolean).join(' · ');
     case 'failed':
       return 'Failed';
     case 'cancelled':

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 
 import {
+  formatEstimate,
   formatWait,
   ListingEntry,
   QueueStatus,
@@ -38,6 +39,12 @@ describe('statusLabel', () => {
   it.each([
     [event('k', 'queued', { position: 2 }), 'Queued · #2 in gpu'],
     [event('k', 'queued', { position: null }), 'Queued · in gpu'],
+    [
+      event('k', 'queued', { position: 3, estimated_wait_seconds: 240 }),
+      'Queued · #3 in gpu · ~4 min'
+    ],
+    [event('k', 'queued', { estimated_wait_seconds: null }), 'Queued · #1 in gpu'],
+    [event('k', 'requeued', { position: 1, estimated_wait_seconds: 40 }), 'Requeued · #1 · ~40 s'],
     [event('k', 'admitted'), 'Admitted · 1 GPU'],
     [event('k', 'admitted', { gpus: 2 }), 'Admitted · 2 GPUs'],
     [event('k', 'admitted', { gpus: 0 }), 'Admitted'],
@@ -58,6 +65,17 @@ describe('statusLabel', () => {
     [event('k', 'failed'), 'Failed']
   ])('%j reads %s', (status, label) => {
     expect(statusLabel(status)).toBe(label);
+  });
+});
+
+describe('formatEstimate', () => {
+  it.each([
+    [40, '~40 s'],
+    [240, '~4 min'],
+    [7200, '~2 h'],
+    [86_400, '> 1 day']
+  ])('%d s reads %s', (seconds, text) => {
+    expect(formatEstimate(seconds)).toBe(text);
   });
 });
 
