@@ -11,7 +11,7 @@ import pytest
 
 from kernel_queue import errors
 from kernel_queue import spec as kernelspecs
-from kernel_queue.kube import manifests
+from kernel_queue.kube import manifests, names, submission
 from kernel_queue.model import ConnectionInfo, GroupSpec
 
 KERNEL_ID = "1a2b3c4d-5e6f-4a0b-8c9d-0e1f2a3b4c5d"
@@ -199,6 +199,63 @@ def test_a_priority_class_adds_kueues_label() -> None:
         "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d",
         "kueue.x-k8s.io/priority-class": "interactive",
     }
+
+
+PRIORITY = "kueue.x-k8s.io/priority-class"
+
+
+def test_the_default_class_may_be_named_and_every_pod_of_every_round_carries_it() -> None:
+    """Kueue 0.20 defaults a pod without the label from a class named `default`; a kernelspec
+    naming `default` itself gets it written like any other class, on workers and replacements."""
+    spec = replace(SPEC, priority_class="default", pod_group_size=2)
+    assert names.is_queue_name("default")  # what the kernelspec check asks of a class name
+    for attempt in (0, 1):
+        assert [
+            p["metadata"]["labels"][PRIORITY] for p in manifests.pods(spec, GROUP, attempt)
+        ] == [
+            "default",
+            "default",
+        ]
+
+
+def test_the_kernelspecs_class_wins_over_a_templates_label() -> None:
+    template = {"metadata": {"labels": {PRIORITY: "batch", "team": "ml"}}}
+    spec = replace(SPEC, priority_class="interactive", pod_template=template)
+    [pod] = manifests.pods(spec, GROUP, 0)
+    assert pod["metadata"]["labels"][PRIORITY] == "interactive"
+    assert pod["metadata"]["labels"]["team"] == "ml"
+
+
+def test_without_a_class_no_label_is_written_so_kueue_decides() -> None:
+    [pod] = manifests.pods(SPEC, GROUP, 0)
+    assert PRIORITY not in pod["metadata"]["labels"]
+
+
+async def test_replacement_pods_carry_the_class_kueue_gave_the_first_pods() -> None:
+    """On Kueue 0.20 with a `default` class the webhook labels a pod created without a class;
+    the group's replacement pods then carry that class explicitly, so the class vanishing
+    meanwhile cannot take it away from them."""
+    stored: list[dict[str, Any]] = []
+
+    async def create(kind: Any, body: dict[str, Any]) -> dict[str, Any]:
+        made = copy.deepcopy(body)
+        if kind.plural == "pods":  # Kueue 0.20's webhook, with a class named `default`
+            made["metadata"]["labels"].setdefault(PRIORITY, "default")
+            made["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+        if kind.plural == "services":
+            made["spec"]["clusterIP"] = "10.96.0.10"
+        stored.append(made)
+        return made
+
+    spec = replace(SPEC, pod_group_size=2)
+    progress = submission.Progress()
+    await submission.create_launch(spec, GROUP, 0, owner="", create=create, progress=progress)
+    assert progress.priority_class == "default"
+    again = manifests.pods(submission.pinned(spec, progress), GROUP, 1)
+    assert [p["metadata"]["labels"][PRIORITY] for p in again] == ["default", "default"]
+    assert submission.pinned(spec, submission.Progress()) == spec  # no class: still none
+    named = replace(spec, priority_class="interactive")
+    assert submission.pinned(named, submission.Progress()).priority_class == "interactive"
 
 
 def test_a_two_pod_group_is_a_head_and_a_worker() -> None:

@@ -140,6 +140,7 @@ class KubernetesBackend(settings.BackendSettings):
         self._kernels[spec.kernel_id] = namespace
         connection = submission.connection(spec, address)
         ref = GroupRef(self.name, name, spec.kernel_id, connection, namespace=namespace)
+        spec = submission.pinned(spec, progress)  # its replacement pods keep the head's class
         self._groups[name] = pod_groups.Group(ref=ref, queue=spec.queue, spec=spec)
         self.log.info(
             "kernel %s submitted as pod group %s in %s/%s needing %s",

@@ -191,6 +191,19 @@ def _pod(
         kueue.QUEUE_NAME_LABEL: spec.queue,
         kueue.POD_GROUP_NAME_LABEL: group,
     }
+    # The priority class is written on every pod whenever the kernelspec names one (`default`
+    # included), over any label of the template: Kueue 0.20 labels a pod without it (or with an
+    # empty one) `default` where a WorkloadPriorityClass of that name exists (Kueue #13719,
+    # `ApplyDefaultWorkloadPriorityClass`), and that must never decide a class we were given.
+    # When the kernelspec names none we write none: no label value means "no class" to Kueue
+    # (its webhook defaults a missing and an empty label alike), so Kueue decides at the first
+    # pods' creation, as for any workload in the namespace (0.20: `default` where it exists;
+    # before: the pods' PriorityClass, or 0). What it decided is then written explicitly on the
+    # group's later pods (`submission.pinned`), so a `default` class deleted while the kernel
+    # waits never drops its class from the replacement pods, and Kueue, whose Workload follows
+    # its pods' label (`UpdateWorkloadPriority`), never re-prioritises it from them. (A
+    # `default` created meanwhile still reaches the replacements of a group whose first pods
+    # had no class, as it reaches any new pod: no label can say "none".)
     if spec.priority_class:
         pod_labels[kueue.PRIORITY_CLASS_LABEL] = spec.priority_class
     metadata = _metadata(

@@ -2,8 +2,8 @@
 
 `create_launch` makes each object through `create` (the backend's owner-checked create) and
 records in a `Progress` what it made and what it was doing, so that a failure can be undone and
-told in the user's words; `connection` is the kernel's connection info at the Service. Nothing
-here keeps state.
+told in the user's words, and the priority class its head pod got (`pinned`); `connection` is
+the kernel's connection info at the Service. Nothing here keeps state.
 """
 
 from __future__ import annotations
@@ -26,6 +26,15 @@ class Progress:
 
     created: list[tuple[kueue.Kind, str]] = field(default_factory=list)
     doing: str = "create its objects"
+    priority_class: str | None = None
+    """The priority class on the head pod as the API server stored it: the kernelspec's, the
+    template's, or the one Kueue's webhook gave it (0.20's `default`); None for none."""
+
+
+def pinned(spec: GroupSpec, progress: Progress) -> GroupSpec:
+    """`spec` with the priority class the launch's head pod got, for the group's later pods
+    (replacements after a preemption), so each carries it explicitly (see `manifests`)."""
+    return replace(spec, priority_class=progress.priority_class or spec.priority_class)
 
 
 async def create_launch(
@@ -57,6 +66,9 @@ async def create_launch(
         progress.doing = f"create its pod {pod['metadata']['name']}"
         made = await create(kueue.PODS, pod)
         progress.created.append((kueue.PODS, made["metadata"]["name"]))
+        if pod is pods[0]:
+            labels = (made.get("metadata") or {}).get("labels") or {}
+            progress.priority_class = labels.get(kueue.PRIORITY_CLASS_LABEL) or None
         if not kueue.is_gated(made) and not kueue.is_managed(made):
             raise errors.ConfigError(
                 f"{who}: namespace {namespace!r} is not managed by Kueue (its pod was created "

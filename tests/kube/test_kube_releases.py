@@ -20,9 +20,9 @@ V014, V019 = KUEUE_DATA / "v0.14" / "crds", KUEUE_DATA / "crds"
 
 @pytest.fixture
 def cluster_options(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """`(crds, visibility versions)` as the test's parameter: the fake cluster of those CRDs
-    serving its visibility API at those versions only."""
-    crds, served = request.param
+    """`(crds, visibility versions)` as the test's parameter (0.19's by default): the fake
+    cluster of those CRDs serving its visibility API at those versions only."""
+    crds, served = getattr(request, "param", (V019, ("v1beta2", "v1beta1")))
     if not Path(crds).is_dir():
         skip_unless_ci(f"Kueue's CRDs are not at {crds} (../shared is absent)")
     monkeypatch.setattr(visibility, "VERSIONS", served)
@@ -65,3 +65,18 @@ async def test_on_kueue_0_14_a_preempted_kernel_is_requeued_and_comes_back(
     assert (await server.execute(low, "2+3"))["data"] == "5"
     await server.shutdown(low)
     await wait_clean(server, cluster, low, high)
+
+
+async def test_a_kernelspec_may_name_the_default_class_and_its_pods_carry_it(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    default = {"kind": "WorkloadPriorityClass", "metadata": {"name": "default"}, "value": 10}
+    cluster.apply([{"apiVersion": "kueue.x-k8s.io/v1beta2", **default}])
+    kernel = await server.start(kube_spec(kernelspec, priority_class="default"))
+    assert (await server.execute(kernel, "1+1"))["data"] == "2"
+    pods, _ = cluster.store.list_objects(
+        "", "pods", "default", labels=f"kernel-queue.dev/kernel-id={kernel}"
+    )
+    assert [p["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] for p in pods] == ["default"]
+    await server.shutdown(kernel)
+    await wait_clean(server, cluster, kernel)
