@@ -74,6 +74,7 @@ class KubernetesBackend(settings.BackendSettings):
             owner=self.owner_id,
             namespace=lambda: self.namespace,
             position_interval=lambda: self.position_interval,
+            kueue_timeout=lambda: self.kueue_timeout,
             log=self.log,
             discovery=self._discovery,
         )
@@ -209,6 +210,7 @@ class KubernetesBackend(settings.BackendSettings):
         owners.REGISTRY.remove(self)
         await self._tasks.aclose()
         self._statuses.positions.clear()
+        self._statuses.waits.aclose()
         await self._caches.aclose()
         if self._api is not None:
             await self._api.aclose()

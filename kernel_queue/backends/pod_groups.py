@@ -4,8 +4,9 @@
 informers' caches (`kube.caches`) on every pod or Workload event and acts on it: it publishes the
 status to the group's watchers (`feed`), creates replacement pods after an eviction (the same
 shape, so Kueue keeps the Workload), follows the queue's positions while the group waits
-(`kube.positions`), and adds a failed pod's last log lines to its error. Every task it starts
-belongs to the backend's `tasks.Tasks`; it creates objects only through the backend's
+(`kube.positions`), says why it waits and for how long it may (`pod_waits`), fails it when its
+queue could never admit it, and adds a failed pod's last log lines to its error. Every task it
+starts belongs to the backend's `tasks.Tasks`; it creates objects only through the backend's
 owner-checked `create`.
 """
 
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kernel_queue import errors
-from kernel_queue.backends import feed, tasks
+from kernel_queue.backends import feed, pod_waits, tasks
 from kernel_queue.kube import (
     caches,
     explain,
@@ -29,7 +31,7 @@ from kernel_queue.kube import (
     replacements,
 )
 from kernel_queue.kube import status as group_status
-from kernel_queue.kube.verbs import KubeApi
+from kernel_queue.kube.verbs import KubeApi, Resource
 from kernel_queue.model import GroupPhase, GroupRef, GroupSpec, GroupStatus, QueuePlace, short_id
 
 Obj = dict[str, Any]
@@ -59,6 +61,7 @@ class Group:
     ended: asyncio.Task[None] | None = None  # the deletion, shared by every caller
     failure_logged: bool = False
     saved: str = ""  # what the last preempted pod's checkpoint saved; kept after it is deleted
+    since: float = field(default_factory=time.monotonic)  # submitted (or adopted): Kueue's clock
 
 
 class Statuses:
@@ -77,6 +80,7 @@ class Statuses:
         position_interval: Callable[[], float],
         log: logging.Logger | logging.LoggerAdapter[Any],
         discovery: preflight.Discovery | None = None,
+        kueue_timeout: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.groups, self.caches, self.tasks, self.log = groups, caches, tasks, log
         self._connect, self._create, self._owner = connect, create, owner
@@ -91,6 +95,21 @@ class Statuses:
             discovery=discovery,
         )
 
+        versions = discovery or preflight.Discovery()
+
+        async def local_queues(api: KubeApi) -> Resource:
+            return (await versions.versions(api)).local_queues
+
+        self.waits = pod_waits.Waits(
+            connect=connect,
+            local_queue_kind=local_queues,
+            tasks=tasks,
+            within=kueue_timeout,
+            refresh=self.refresh,
+            queue_read=self._queue_read,
+            log=log,
+        )
+
     def namespace_of(self, group: Group) -> str:
         """The group's namespace (the backend's default when its ref names none)."""
         return group.ref.namespace or self._namespace()
@@ -98,6 +117,8 @@ class Statuses:
     def refresh(self, name: str) -> None:
         """Recompute one group's status from the informers' caches and act on it."""
         group = self.groups.get(name)
+        for seen in [self.namespace_of(group)] if group else self.caches.namespaces():
+            self.waits.observe(seen, self.caches.workload(seen, name))  # ours or not
         if group is None or group.ending:
             return
         namespace = self.namespace_of(group)
@@ -114,6 +135,17 @@ class Statuses:
             pod_ip_address=pod_ip,
             saved=group.saved,
         )
+        if status.phase in (GroupPhase.QUEUED, GroupPhase.PENDING):
+            status = self.waits.explain(
+                status,
+                workload,
+                name=name,
+                namespace=namespace,
+                queue=group.queue,
+                spec=group.spec,
+                place=group.place,
+                since=group.since,
+            )
         group.had_workload = group.had_workload or workload is not None
         if status.phase is GroupPhase.RUNNING:
             group.was_running, group.saved = True, ""
@@ -122,7 +154,7 @@ class Statuses:
             self.tasks.spawn(self._replace(group, pods), f"replace {name}")
         if status.phase is GroupPhase.QUEUED:
             self.positions.follow(namespace, group.queue)
-        if status.phase is GroupPhase.FAILED:
+        if status.phase is GroupPhase.FAILED and not status.never_fits:
             # Published once, by the task that adds the pod's last log lines to the message.
             if not group.failure_logged:
                 group.failure_logged = True
@@ -140,6 +172,11 @@ class Statuses:
             and g.status.phase in (GroupPhase.QUEUED, GroupPhase.PENDING)
             and not g.ending
         ]
+
+    def _queue_read(self, namespace: str, queue: str) -> None:
+        """A LocalQueue was read: what its waiting groups say may change."""
+        for name in self.waiting(namespace, queue):
+            self.refresh(name)
 
     def place(self, name: str, place: QueuePlace | None) -> None:
         """The group's place in its queue, as the visibility API last said."""

@@ -39,6 +39,14 @@ class BackendSettings(LoggingConfigurable):
         help="""Seconds between reads of Kueue's visibility API for a LocalQueue, while kernels
         wait in it (one read serves every kernel of that queue).""",
     )
+    kueue_timeout = Float(
+        30.0,
+        config=True,
+        help="""Seconds Kueue may take to answer for a kernel's pods (make their Workload, then
+        give it a condition or a queue position) before the kernel's reason says Kueue does not
+        answer and asks whether Kueue's controller runs. The kernel keeps waiting
+        (`admission_timeout` bounds that); 0 never says so.""",
+    )
     owner_id = Unicode(
         config=True,
         help="""This server's id, in the label kernel-queue.dev/owner of every object it

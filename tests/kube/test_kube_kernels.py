@@ -11,6 +11,9 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.support import GPU_QUOTA, kube_spec, wait_clean
 
+WAITING_FOR_THE_GPU = "waiting for 1 more nvidia.com/gpu to free up in ClusterQueue 'cluster-queue'"
+"""What Kueue's condition says of a kernel waiting behind the one that holds the only GPU."""
+
 
 async def test_a_kernel_waits_for_the_gpu_then_runs_and_leaves_nothing(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
@@ -19,8 +22,11 @@ async def test_a_kernel_waits_for_the_gpu_then_runs_and_leaves_nothing(
     first = await server.start(name)
     assert (await server.execute(first, "1+1"))["data"] == "2"
     second = await server.start(name)
-    model = await server.wait_reason(second, "position 1 of 1")
-    assert model["reason"] == "queued in 'user-queue', position 1 of 1, needs 1 GPU"
+    model = await server.wait_reason(second, WAITING_FOR_THE_GPU)
+    assert (
+        model["reason"]
+        == f"queued in 'user-queue', position 1 of 1, needs 1 GPU; {WAITING_FOR_THE_GPU}"
+    )
     await server.shutdown(first)
     assert (await server.execute(second, "2+3"))["data"] == "5"
     await server.shutdown(second)
@@ -57,8 +63,9 @@ async def test_a_higher_priority_kernel_preempts_and_the_victim_comes_back(
     address = server.app.kernel_manager.get_kernel(low).get_connection_info()["ip"]
     high = await server.start(kube_spec(kernelspec, "high", priority_class="high"))
     assert (await server.execute(high, "1+1"))["data"] == "2"
-    model = await server.wait_reason(low, "requeued in 'user-queue', position")
-    assert model["reason"] == "preempted; requeued in 'user-queue', position 1 of 1, needs 1 GPU"
+    requeued = "preempted; requeued in 'user-queue', position 1 of 1, needs 1 GPU"
+    model = await server.wait_reason(low, f"{requeued}; {WAITING_FOR_THE_GPU}")
+    assert model["reason"] == f"{requeued}; {WAITING_FOR_THE_GPU}"
     await server.shutdown(high)
     back = await server.execute(low, "x")
     assert back["error"] == "NameError"  # no checkpoint yet: the kernel restarted fresh
@@ -78,7 +85,7 @@ async def test_restart_happens_in_place_and_keeps_the_admission(
     running = await server.start(name)
     before = await server.execute(running, "import os; y = 1; os.getpid()")
     waiting = await server.start(name)
-    await server.wait_reason(waiting, "position 1 of 1")
+    await server.wait_reason(waiting, f"position 1 of 1, needs 1 GPU; {WAITING_FOR_THE_GPU}")
     pods_before, _ = cluster.store.list_objects(
         "", "pods", "default", labels=f"kernel-queue.dev/kernel-id={running}"
     )
@@ -91,7 +98,7 @@ async def test_restart_happens_in_place_and_keeps_the_admission(
     )
     assert [p["metadata"]["uid"] for p in pods_after] == [p["metadata"]["uid"] for p in pods_before]
     assert (await server.model(waiting))["reason"] == (
-        "queued in 'user-queue', position 1 of 1, needs 1 GPU"
+        f"queued in 'user-queue', position 1 of 1, needs 1 GPU; {WAITING_FOR_THE_GPU}"
     )
     await server.shutdown(waiting)
     await server.shutdown(running)
@@ -192,8 +199,12 @@ async def test_without_the_visibility_api_the_local_queue_count_is_shown(
     running = await server.start(name)
     assert (await server.execute(running, "1"))["data"] == "1"
     queued = await server.start(name)
-    model = await server.wait_reason(queued, "one of")
-    assert model["reason"] == "queued in 'user-queue', one of 1 waiting, needs 1 GPU"
+    model = await server.wait_reason(
+        queued, f"one of 1 waiting, needs 1 GPU; {WAITING_FOR_THE_GPU}"
+    )
+    assert model["reason"] == (
+        f"queued in 'user-queue', one of 1 waiting, needs 1 GPU; {WAITING_FOR_THE_GPU}"
+    )
     await server.shutdown(queued)
     await server.shutdown(running)
     await wait_clean(server, cluster, running, queued)
