@@ -3,12 +3,15 @@
 One pod informer (our pods only, by the managed-by label) and one Workload informer per
 namespace, shared by every kernel there (`Informers`), and each pod group's pods indexed by group
 as pod events arrive, so a group's status is computed without scanning every pod. Each change is
-reported by group name to `on_change`; reading never causes an API call.
+reported by group name to `on_change`; reading never causes an API call. The caches keep what
+their readers need and share what repeats (`slim`): a queued kernel costs the server memory for
+two cached objects, so thousands of them fit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +22,44 @@ from kernel_queue.kube.verbs import KubeApi, Resource
 Obj = dict[str, Any]
 POD_SELECTOR = f"{kueue.MANAGED_BY_LABEL}={kueue.MANAGED_BY}"
 """The pods the pod informers list: those kernel-queue made."""
+
+
+def _shared(value: Any) -> Any:
+    """`value` with every string interned: the keys, images, env names, condition reasons… of
+    thousands of cached objects are then one string each, not one per object."""
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, dict):
+        return {sys.intern(key): _shared(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_shared(item) for item in value]
+    return value
+
+
+def slim(obj: Obj) -> Obj:
+    """What the caches keep of an object: all but `metadata.managedFields` (the API server's
+    record of who wrote which field, often its largest part), its strings shared. Pods keep their
+    whole spec: an adopted group's replacement pods are copies of them (`replacements`)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    kept: Obj = _shared(obj)
+    return kept
+
+
+def slim_workload(obj: Obj) -> Obj:
+    """`slim`, and without its pod sets' pod templates (Kueue's copies of our pods, which
+    nothing reads from the Workload: the pods themselves are cached)."""
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("podSets"), list):
+        pod_sets = [
+            {k: v for k, v in pod_set.items() if k != "template"}
+            if isinstance(pod_set, dict)
+            else pod_set
+            for pod_set in spec["podSets"]
+        ]
+        obj = {**obj, "spec": {**spec, "podSets": pod_sets}}
+    return slim(obj)
 
 
 class Caches:
@@ -45,8 +86,12 @@ class Caches:
             return
         try:
             async with asyncio.timeout(within):
-                pods = await self._informers.get(api, kueue.PODS, namespace, POD_SELECTOR)
-                found = await self._informers.get(api, workloads, namespace)
+                pods = await self._informers.get(
+                    api, kueue.PODS, namespace, POD_SELECTOR, transform=slim
+                )
+                found = await self._informers.get(
+                    api, workloads, namespace, transform=slim_workload
+                )
         except TimeoutError:
             message = f'list pods in namespace "{namespace}": the API server did not answer'
             raise verbs.Unavailable(0, "Timeout", message) from None
