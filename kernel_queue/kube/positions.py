@@ -7,7 +7,8 @@ with the kernels. When the visibility API is unavailable (or not served) it fall
 LocalQueue's pending count for every kernel, and says so in the log once until it answers again
 (`Warned`). `Readers` runs one reading task per LocalQueue, only while kernels wait there, in
 tasks the backend owns; after a read of N pages it waits N reading intervals, so one LocalQueue
-costs at most one request per interval on average, however long it is.
+costs at most one request per interval on average, however long it is. Only a group whose place
+changed is told (a status refresh each), in batches between which the event loop runs.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ from kernel_queue.model import QueuePlace
 PAGE = 1000
 """Pending Workloads per page: Kueue's own default ``limit``, so one answer stays a few hundred
 KB, decoded on the event loop between other work, at any queue length."""
+
+
+BATCH = 100
+"""Groups given their place between two yields to the event loop (each is a status refresh)."""
+_UNTOLD = QueuePlace("", -1, -1)  # no group was given this place
 
 
 class Warned:
@@ -163,10 +169,12 @@ class Readers:
     async def _read(self, namespace: str, queue: str) -> None:
         """Read the LocalQueue's pending Workloads while any of our kernels waits there."""
         api = await self._connect()
+        told: dict[str, QueuePlace | None] = {}  # the place each waiting group was last given
         while True:
             waiting = self._waiting(namespace, queue)
             if not waiting:
                 return
+            told = {name: told[name] for name in waiting if name in told}
             pages = 1
             try:
                 served = await self._discovery.versions(api)
@@ -182,10 +190,19 @@ class Readers:
                     log=self._log,
                     page=self.page,
                 )
-                for name in waiting:
-                    # A Workload missing from a read of several pages may have moved across a
-                    # page boundary while they were read: it keeps its last place until the next.
-                    if name in places.found or places.pages == 1 or places.everyone is not None:
-                        self._place(name, places.of(name))
                 pages = places.pages
+                # A Workload missing from a read of several pages may have moved across a page
+                # boundary while they were read: it keeps its last place until the next read.
+                whole = places.pages == 1 or places.everyone is not None
+                changed = [
+                    (name, place)
+                    for name in waiting
+                    if (name in places.found or whole)
+                    and told.get(name, _UNTOLD) != (place := places.of(name))
+                ]
+                for done, (name, place) in enumerate(changed, 1):
+                    told[name] = place
+                    self._place(name, place)
+                    if done % BATCH == 0:
+                        await asyncio.sleep(0)  # thousands of kernels: let the loop breathe
             await self._sleep(self._interval() * pages)
