@@ -10,7 +10,7 @@ import pytest
 from kernel_queue_fake_cluster.apiserver import resources
 from kernel_queue_fake_cluster.apiserver.changes import Subscription
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
-from kernel_queue_fake_cluster.apiserver.kinds import Obj
+from kernel_queue_fake_cluster.apiserver.kinds import Obj, ResourceType
 from kernel_queue_fake_cluster.apiserver.store import Store
 
 SECRETS = ("", "secrets")
@@ -234,3 +234,98 @@ def test_a_bad_selector_is_400() -> None:
     with pytest.raises(ApiError) as caught:
         store.list_objects(*SECRETS, labels="a in (b")
     assert caught.value.code == 400
+
+
+# -- a kind served at two versions -------------------------------------------------------------
+
+GADGET_SCHEMAS = {
+    # v1 names the field `colour`, v2 (the storage version) `color`; both are enums
+    version: {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {field: {"type": "string", "enum": ["red", "blue"]}},
+            }
+        },
+    }
+    for version, field in (("v1", "colour"), ("v2", "color"))
+}
+GADGETS = ResourceType(
+    "example.com",
+    "gadgets",
+    "Gadget",
+    versions=("v1", "v2"),
+    status_subresource=False,
+    builtin=False,
+    schemas=GADGET_SCHEMAS,
+)
+
+
+def convert_gadget(obj: Obj, api_version: str) -> Obj:
+    """v1 `spec.colour` ↔ v2 `spec.color`, as a conversion webhook would."""
+    new, spec = {**obj, "apiVersion": api_version}, dict(obj.get("spec") or {})
+    old_field, new_field = (
+        ("colour", "color") if api_version.endswith("/v2") else ("color", "colour")
+    )
+    if old_field in spec:
+        spec[new_field] = spec.pop(old_field)
+    return {**new, "spec": spec}
+
+
+def gadget_store(converted: bool = True) -> Store:
+    store = make_store()
+    store.register(GADGETS)
+    if converted:
+        store.add_conversion("example.com", "gadgets", convert_gadget)
+    return store
+
+
+def gadget(version: str, **spec: str) -> Obj:
+    return {"apiVersion": f"example.com/{version}", "metadata": {"name": "g"}, "spec": spec}
+
+
+def test_an_object_written_at_one_version_is_stored_at_the_storage_version_and_read_at_any() -> (
+    None
+):
+    store = gadget_store()
+    created = store.create(
+        "example.com", "gadgets", "default", gadget("v1", colour="red"), version="v1"
+    )
+    assert (created["apiVersion"], created["spec"]) == ("example.com/v2", {"color": "red"})
+    at_v1 = store.get("example.com", "gadgets", "default", "g", version="v1")
+    assert (at_v1["apiVersion"], at_v1["spec"]) == ("example.com/v1", {"colour": "red"})
+    patched = store.patch(
+        "example.com",
+        "gadgets",
+        "default",
+        "g",
+        {"spec": {"colour": "blue"}},
+        "application/merge-patch+json",
+        version="v1",
+    )
+    assert patched["spec"] == {"color": "blue"}
+    replaced = store.replace(
+        "example.com", "gadgets", "default", "g", gadget("v1", colour="red"), version="v1"
+    )
+    assert replaced["spec"] == {"color": "red"}
+
+
+def test_a_write_is_validated_at_the_version_it_names() -> None:
+    store = gadget_store()
+    with pytest.raises(ApiError) as caught:
+        store.create(
+            "example.com", "gadgets", "default", gadget("v1", colour="green"), version="v1"
+        )
+    assert caught.value.code == 422
+    assert "spec.colour: Unsupported value" in caught.value.message
+    with pytest.raises(ApiError) as caught:
+        store.create("example.com", "gadgets", "default", gadget("v2", color="green"), version="v2")
+    assert "spec.color: Unsupported value" in caught.value.message
+
+
+def test_a_kind_without_a_converter_changes_only_its_api_version() -> None:
+    store = gadget_store(converted=False)
+    store.create("example.com", "gadgets", "default", gadget("v2", color="red"), version="v2")
+    at_v1 = store.get("example.com", "gadgets", "default", "g", version="v1")
+    assert (at_v1["apiVersion"], at_v1["spec"]) == ("example.com/v1", {"color": "red"})

@@ -2,8 +2,9 @@
 
 GET (one object or a list), POST, PUT, PATCH and DELETE (one object or a collection), with the
 apiserver's rules for which path takes which verb, the JSON-only bodies of POST and PUT (415
-otherwise), the DELETE options, and every answer at the version the path names. Watches,
-routing, RBAC and faults come before this, in `server.py`; object semantics after, in the store.
+otherwise), the DELETE options, and every body read and answered at the version the path names
+(the store converts). Watches, routing, RBAC and faults come before this, in `server.py`; object
+semantics after, in the store.
 """
 
 from __future__ import annotations
@@ -31,18 +32,22 @@ def serve(
 ) -> tuple[int, Obj]:
     """The status and body answering `method` on `target`; `media` is the request's content
     type (lower case, no parameters), `body()` its parsed JSON (read only once it is needed)."""
-    version = rtype.api_version(target.version)
+    version = target.version
     key = (target.group, target.plural, target.namespace or None)
     labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
     name, sub = target.name, target.sub
+
+    def served(obj: Obj) -> Obj:
+        return store.versions.at(rtype, obj, version)
+
     if method == "GET" and not name:
         items, rv = store.list_objects(*key, labels=labels, fields=fields)
-        return 200, collection(rtype, version, items, rv)
+        return 200, collection(store, rtype, version, items, rv)
     if method == "DELETE" and not name:
         items = store.delete_collection(*key, labels=labels, fields=fields)
-        return 200, collection(rtype, version, items, store.resource_version)
+        return 200, collection(store, rtype, version, items, store.resource_version)
     if method == "GET":
-        return 200, discovery.at_version(store.get(*key, name), version)
+        return 200, store.get(*key, name, version=version)
     if (method == "POST") == bool(name):
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on this path")
     if method in ("POST", "PUT") and media not in JSON_TYPES:
@@ -50,28 +55,28 @@ def serve(
         raise ApiError(415, "UnsupportedMediaType", message + "include: application/json")
     sent = body()
     if method == "PATCH":
-        patched = store.patch(*key, name, sent, media, subresource=sub)
-        return 200, discovery.at_version(patched, version)
+        patched = store.patch(*key, name, sent, media, subresource=sub, version=version)
+        return 200, served(patched)
     if method == "DELETE":
         options = sent if isinstance(sent, dict) else {}
         grace = options.get("gracePeriodSeconds", discovery.number(query, "gracePeriodSeconds"))
-        return 200, discovery.at_version(store.delete(*key, name, grace_seconds=grace), version)
+        return 200, served(store.delete(*key, name, grace_seconds=grace))
     if not isinstance(sent, dict):
         raise ApiError(400, "BadRequest", "the request body must be a JSON object")
     if method == "POST":
-        return 201, discovery.at_version(store.create(*key, sent), version)
+        return 201, served(store.create(*key, sent, version=version))
     given = (sent.get("metadata") or {}).get("name")
     if given and given != name:
         message = f"the name of the object ({given}) does not match the name on the URL"
         raise ApiError(400, "BadRequest", f"{message} ({name})")
-    return 200, discovery.at_version(store.replace(*key, name, sent, subresource=sub), version)
+    return 200, served(store.replace(*key, name, sent, subresource=sub, version=version))
 
 
-def collection(rtype: ResourceType, version: str, items: list[Obj], rv: int) -> Obj:
-    """A `<Kind>List` of `items` at `version`, as of resourceVersion `rv`."""
+def collection(store: Store, rtype: ResourceType, version: str, items: list[Obj], rv: int) -> Obj:
+    """A `<Kind>List` of `items` (stored objects) at `version`, as of resourceVersion `rv`."""
     return {
         "kind": f"{rtype.kind}List",
-        "apiVersion": version,
+        "apiVersion": rtype.api_version(version),
         "metadata": {"resourceVersion": str(rv)},
-        "items": [discovery.at_version(item, version) for item in items],
+        "items": [store.versions.at(rtype, item, version) for item in items],
     }

@@ -94,11 +94,6 @@ def dump(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def at_version(obj: Obj, api_version: str) -> Obj:
-    """The object as served at another version of its type (no field conversion)."""
-    return obj if obj.get("apiVersion") == api_version else {**obj, "apiVersion": api_version}
-
-
 def document(store: Store, extra: Mapping[tuple[str, str], list[Obj]], path: str) -> Obj:
     """The discovery document at `path`; `extra` adds APIResources per (group, version)."""
     parts = path.strip("/").split("/")

@@ -1,11 +1,11 @@
 """The fake API server's object store: what a real apiserver keeps in etcd, in memory.
 
-Objects are plain JSON dicts keyed by (group, plural, namespace, name), so one object is served
-at every version of its type. The store assigns metadata (uid, resourceVersion, generation,
-creationTimestamp, generateName), keeps the status subresource apart (`updates.py`), handles
-finalizers and
-graceful deletion, validates custom resources against their schema, and keeps a bounded event
-log for watches (`changes.py`). Admission hooks (webhooks) run inside each write; listeners
+Objects are plain JSON dicts keyed by (group, plural, namespace, name), kept at their kind's
+storage version and converted for a request at another served version (`versions.py`). The
+store assigns metadata (uid, resourceVersion, generation, creationTimestamp, generateName),
+keeps the status subresource apart (`updates.py`), handles finalizers and graceful deletion,
+validates custom resources against their schema, and keeps a bounded event log for watches
+(`changes.py`). Admission hooks (webhooks) run inside each write; listeners
 (controllers) are told after each commit. No HTTP here: `server.py` serves it, controllers call
 it directly.
 """
@@ -20,8 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver import patches, selectors, updates
-from kernel_queue_fake_cluster.apiserver import schema as openapi
+from kernel_queue_fake_cluster.apiserver import patches, selectors, updates, versions
 from kernel_queue_fake_cluster.apiserver.changes import ChangeLog, Subscription, WatchEvent
 from kernel_queue_fake_cluster.apiserver.errors import ApiError, invalid, not_found
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, ResourceType, now_rfc3339
@@ -42,6 +41,8 @@ class Store:
         self._admission: dict[tuple[str, str], list[AdmissionHook]] = {}
         self._listeners: dict[tuple[str, str], list[Listener]] = {}
         self._delete_hooks: dict[tuple[str, str], list[DeleteHook]] = {}
+        self.versions = versions.Versions()
+        """How objects are converted between the served versions of their kind."""
 
     # -- registry and hooks ------------------------------------------------------------------
 
@@ -72,6 +73,11 @@ class Store:
         """`listener(event_type, obj)` runs after each committed change, soon on the loop."""
         self._listeners.setdefault((group, plural), []).append(listener)
 
+    def add_conversion(self, group: str, plural: str, converter: versions.Converter) -> None:
+        """Convert (group, plural) between its versions with `converter` (a conversion
+        webhook); without one only `apiVersion` changes."""
+        self.versions.add(group, plural, converter)
+
     def add_delete_hook(self, group: str, plural: str, hook: DeleteHook) -> None:
         """`hook(obj, grace_seconds) -> True` takes over a graceful delete (a kubelet stopping a
         running pod): the object only gets `deletionTimestamp` until deleted again with grace 0."""
@@ -79,13 +85,15 @@ class Store:
 
     # -- reads ---------------------------------------------------------------------------------
 
-    def get(self, group: str, plural: str, namespace: str | None, name: str) -> Obj:
-        """A copy of one object; 404 if absent."""
+    def get(
+        self, group: str, plural: str, namespace: str | None, name: str, *, version: str = ""
+    ) -> Obj:
+        """A copy of one object at `version` ("": the storage version); 404 if absent."""
         rtype = self.type(group, plural)
         found = self._objects[rtype.key].get(self._name_key(rtype, namespace, name))
         if found is None:
             raise not_found(rtype, name)
-        return copy.deepcopy(found)
+        return self.versions.at(rtype, copy.deepcopy(found), version)
 
     def list_objects(
         self,
@@ -112,10 +120,13 @@ class Store:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def create(self, group: str, plural: str, namespace: str | None, obj: Obj) -> Obj:
-        """POST: assign metadata, admit, validate, store; 409 if the name is taken."""
+    def create(
+        self, group: str, plural: str, namespace: str | None, obj: Obj, *, version: str = ""
+    ) -> Obj:
+        """POST of `obj` at `version` ("": the storage version): assign metadata, admit,
+        validate, store; 409 if the name is taken. Returns it at the storage version."""
         rtype = self.type(group, plural)
-        obj = copy.deepcopy(obj)
+        obj = self.versions.incoming(rtype, copy.deepcopy(obj), version)
         meta = obj.setdefault("metadata", {})
         if rtype.namespaced:
             if meta.get("namespace") not in (None, "", namespace):
@@ -141,7 +152,7 @@ class Store:
             meta["name"] = meta["generateName"] + "".join(
                 secrets.choice(alphabet) for _ in range(5)
             )
-        obj["apiVersion"], obj["kind"] = rtype.api_version(), rtype.kind
+        obj["kind"] = rtype.kind
         if rtype.status_subresource and not rtype.builtin:
             obj.pop("status", None)  # a custom resource's status is written through /status only
         obj = self._admit(rtype, "CREATE", obj, None)
@@ -157,7 +168,7 @@ class Store:
         meta = obj["metadata"]
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
         meta.pop("deletionTimestamp", None)
-        obj = self._validated(rtype, obj)
+        obj = self.versions.validated(rtype, obj)
         return self._commit(rtype, "ADDED", obj, None)
 
     def replace(
@@ -169,8 +180,10 @@ class Store:
         obj: Obj,
         *,
         subresource: str = "",
+        version: str = "",
     ) -> Obj:
-        """PUT: 409 Conflict on a stale `metadata.resourceVersion`."""
+        """PUT of `obj` at `version` ("": the storage version): 409 Conflict on a stale
+        `metadata.resourceVersion`. Returns it at the storage version."""
         rtype = self.type(group, plural)
         old = self.get(group, plural, namespace, name)
         wanted = (obj.get("metadata") or {}).get("resourceVersion")
@@ -182,7 +195,8 @@ class Store:
                 "modified; please apply your changes to the latest version and try again",
                 {"name": name, "group": rtype.group, "kind": rtype.plural},
             )
-        return self._update(rtype, old, copy.deepcopy(obj), subresource)
+        new = self.versions.incoming(rtype, copy.deepcopy(obj), version)
+        return self._update(rtype, old, new, subresource)
 
     def patch(
         self,
@@ -194,12 +208,16 @@ class Store:
         content_type: str,
         *,
         subresource: str = "",
+        version: str = "",
     ) -> Obj:
-        """PATCH with a JSON, merge or strategic merge patch (415 for SMP on custom kinds)."""
+        """PATCH with a JSON, merge or strategic merge patch (415 for SMP on custom kinds),
+        applied to the object as served at `version`. Returns it at the storage version."""
         rtype = self.type(group, plural)
         old = self.get(group, plural, namespace, name)
-        patched = patches.apply(old, body, content_type, strategic=rtype.builtin)
-        return self._update(rtype, old, patched, subresource)
+        served = self.versions.at(rtype, old, version)
+        patched = patches.apply(served, body, content_type, strategic=rtype.builtin)
+        new = self.versions.incoming(rtype, patched, version)
+        return self._update(rtype, old, new, subresource)
 
     def delete(
         self,
@@ -313,22 +331,13 @@ class Store:
                 new = changed
         return new if new is not None else {}
 
-    def _validated(self, rtype: ResourceType, obj: Obj) -> Obj:
-        schema = rtype.schemas.get(rtype.storage_version)
-        if not schema:
-            return obj
-        obj, causes = openapi.prune_default_validate(obj, schema)
-        if causes:
-            raise invalid(rtype, obj["metadata"].get("name", ""), causes)
-        return obj
-
     def _update(self, rtype: ResourceType, old: Obj, new: Obj, subresource: str) -> Obj:
         new = updates.merged(rtype, old, new, subresource)
         new = self._admit(rtype, "UPDATE", new, old)
         old_meta = old["metadata"]
         if subresource == "" and updates.spec(new) != updates.spec(old):
             new["metadata"]["generation"] = int(old_meta.get("generation", 1)) + 1
-        new = self._validated(rtype, new)
+        new = self.versions.validated(rtype, new)
         if new == old:
             return old  # a no-op write does not bump the resourceVersion
         deleting = old_meta.get("deletionTimestamp") and not old_meta.get(

@@ -73,7 +73,6 @@ class Watches:
         since = discovery.number(query, "resourceVersion")
         timeout = discovery.number(query, "timeoutSeconds")
         bookmarks = discovery.flag(query, "allowWatchBookmarks")
-        version = rtype.api_version(target.version)
         stream.set_header("Content-Type", "application/json")
         try:
             if self.expire:
@@ -100,7 +99,7 @@ class Watches:
         deadline = loop.time() + timeout if timeout else None
         try:
             await stream.flush()  # the headers now, so the client's call returns
-            await self._events(stream, subscription, rtype.kind, version, deadline, bookmarks)
+            await self._events(stream, subscription, rtype, target.version, deadline, bookmarks)
         except tornado.iostream.StreamClosedError:
             pass  # the client went away
         finally:
@@ -114,7 +113,7 @@ class Watches:
         self,
         stream: Stream,
         subscription: Subscription,
-        kind: str,
+        rtype: ResourceType,
         version: str,
         deadline: float | None,
         bookmarks: bool,
@@ -138,13 +137,14 @@ class Watches:
                     await asyncio.sleep(0)  # let an event that just arrived win over a bookmark
                     if bookmark and not pending.done():
                         meta = {"resourceVersion": str(self.store.resource_version)}
-                        idle = {"kind": kind, "apiVersion": version, "metadata": meta}
+                        api_version = rtype.api_version(version)
+                        idle = {"kind": rtype.kind, "apiVersion": api_version, "metadata": meta}
                         await _send(stream, {"type": "BOOKMARK", "object": idle})
                     continue
                 event, pending = pending.result(), None
                 if event is None:
                     return
-                obj = discovery.at_version(event.object, version)
+                obj = self.store.versions.at(rtype, event.object, version)
                 await _send(stream, {"type": event.type, "object": obj})
         finally:
             if pending is not None:
