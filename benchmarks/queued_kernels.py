@@ -1,15 +1,17 @@
-"""Many queued kernels in one server: watch streams, requests/s while waiting, RSS, loop lag.
+"""Many queued kernels in one server: positions, watch streams, requests/s while waiting, RSS,
+loop lag, at each size asked for (500 and 2,000 by default), side by side with the targets.
 
-The fake cluster runs in a child process (so its memory is not the server's) with a GPU quota of
-0, so every kernel asking for a GPU waits. This process is the server: one event loop, one
-`AsyncKernelManager` per kernel on a kubernetes-backend kernelspec. It measures its RSS after one
-warm-up kernel was queued and cancelled (client and informers are then in the baseline), starts
-N kernels and waits until each has a queue position, then for a window samples event-loop lag
-(a 10 ms sleep loop) and counts the API requests it made (from the cluster's stats). Figures are
-printed beside the targets (2,000 kernels positioned within 30 s, <= 2 watch streams per
-namespace, <= 1 request/s per LocalQueue, <= 64 KiB per kernel, loop lag p99 <= 20 ms); it
-never fails.
-Usage: python benchmarks/queued_kernels.py [--kernels 500] [--window 10]
+Each size runs in a process of its own (a server process measures only itself), with the fake
+cluster in a child process of that (so its memory is not the server's) admitting nothing
+(manual admission), so every kernel asking for a GPU waits with its queue position (a GPU quota
+of 0 would fail each at once: a request its ClusterQueue can never admit, ExceedsMaxQuota).
+The server process runs one event loop, one `AsyncKernelManager` per kernel on a
+kubernetes-backend kernelspec. It measures its RSS after one warm-up kernel was queued and
+cancelled (client and informers are then in the baseline), starts N kernels and waits until
+each has a queue position, noting when the last one was submitted, checks that the positions
+are 1..N, then for a window samples event-loop lag (a 10 ms sleep loop) and counts the API
+requests it made (from the cluster's stats). It never fails; it prints.
+Usage: python benchmarks/queued_kernels.py [--kernels 500 2000] [--window 20]
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import json
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,10 +46,10 @@ TICK = 0.010  # the lag probe's sleep
 async def serve_cluster(root: str) -> None:
     from kernel_queue_fake_cluster.cluster import FakeCluster
 
-    cluster = FakeCluster(root_dir=root, kubelet=False)
+    cluster = FakeCluster(root_dir=root, kubelet=False, manual_admission=True)
     await cluster.start()
     try:
-        cluster.setup_queues(quota={"cpu": 1000, "memory": "1Ti", "nvidia.com/gpu": 0})
+        cluster.setup_queues(quota={"cpu": 1000, "memory": "1Ti", "nvidia.com/gpu": 1})
         print(cluster.kubeconfig, flush=True)
         loop = asyncio.get_running_loop()
         while await loop.run_in_executor(None, sys.stdin.readline):
@@ -121,7 +124,7 @@ class _NoCancelled(logging.Filter):
 def queued(km: Any) -> bool:
     """Whether the kernel waits with a known queue position."""
     status = km.provisioner.queue_status() if km.provisioner is not None else None
-    return status is not None and status["position"] is not None
+    return status is not None and bool(status["position"])  # 0: only the queue's length
 
 
 async def start_queued(n: int, config: Any, log: logging.Logger, within: float) -> tuple:
@@ -130,10 +133,11 @@ async def start_queued(n: int, config: Any, log: logging.Logger, within: float) 
 
     kms = [AsyncKernelManager(kernel_name="queued-gpu", config=config, log=log) for _ in range(n)]
     tasks = [asyncio.create_task(km.start_kernel()) for km in kms]
-    deadline = time.monotonic() + within
-    while not all(queued(km) for km in kms) and time.monotonic() < deadline:
-        if any(t.done() for t in tasks):
-            break  # a start ended (failed): no point in waiting for it
+    deadline, left = time.monotonic() + within, list(kms)
+    while time.monotonic() < deadline:
+        left = [km for km in left if not queued(km)]  # each positioned one is asked no more
+        if not left or any(t.done() for t in tasks):
+            break  # all positioned, or a start ended (failed): no point in waiting for it
         await asyncio.sleep(0.2)
     return kms, tasks
 
@@ -161,13 +165,33 @@ async def lag_probe(lags: list[float], stop: asyncio.Event) -> None:
         lags.append(time.perf_counter() - started - TICK)
 
 
-async def main(n: int, window: float, root: Path) -> None:
+TARGETS = {
+    "positioned_after_last_submit_s": ("<= 30 s at 2,000", 30.0),
+    "watch_streams_peak": ("<= 2 (1 namespace)", 2),
+    "requests_per_s_waiting": ("<= 1 (1 LocalQueue)", 1.0),
+    "rss_kib_per_kernel": ("<= 64 KiB", 64.0),
+    "lag_p99_ms": ("<= 20 ms", 20.0),
+}
+
+
+async def main(n: int, window: float, root: Path) -> dict[str, Any]:
+    """One size: the figures of `n` queued kernels, as a dict."""
     import jupyter_client.manager  # noqa: F401  (imported before the first RSS figure)
     from traitlets.config import Config
 
     import kernel_queue.kube.api  # noqa: F401
     from kernel_queue import backends
     from kernel_queue.backends.kubernetes import KubernetesBackend
+
+    submitted: list[float] = []  # when each submit returned (the pods exist)
+    submit = KubernetesBackend.submit
+
+    async def timed(self: KubernetesBackend, spec: Any) -> Any:
+        ref = await submit(self, spec)
+        submitted.append(time.perf_counter())
+        return ref
+
+    KubernetesBackend.submit = timed  # type: ignore[method-assign]
 
     log = logging.getLogger("queued_kernels")
     log.addFilter(_NoCancelled())
@@ -181,10 +205,12 @@ async def main(n: int, window: float, root: Path) -> None:
         warm_ends = await cancel_all(*await start_queued(1, config, log, within=60))
         rss_base = rss_kib()
 
+        submitted.clear()
         started = time.perf_counter()
-        kms, tasks = await start_queued(n, config, log, within=max(60.0, n * 0.2))
-        to_queue = time.perf_counter() - started
+        kms, tasks = await start_queued(n, config, log, within=max(120.0, n * 0.3))
+        positioned = time.perf_counter()
         waiting = sum(queued(km) for km in kms)
+        places = sorted(km.provisioner.queue_status()["position"] for km in kms if queued(km))
         rss_queued = rss_kib()
 
         lags: list[float] = []
@@ -203,46 +229,131 @@ async def main(n: int, window: float, root: Path) -> None:
         await cluster.stop()
 
     made = after["requests"] - before["requests"]
-    q = statistics.quantiles(lags, n=100) if len(lags) > 1 else [float("nan")] * 99
-    print(f"kernels started: {n}; queued with a position: {waiting} after {to_queue:.1f} s")
-    print(f"watch streams open: {after['watches']} (target <= 2 per namespace, 1 namespace)")
-    print(f"watch streams peak: {after['peak_watches']} (target <= 2 per namespace)")
-    print(
-        f"requests/s while waiting: {sum(made.values()) / window:.2f} over {window:g} s "
-        f"(target: no per-kernel polling; one visibility read per LocalQueue every "
-        f"{interval:g} s = {1 / interval:.2f}/s)"
-    )
-    for (verb, resource), count in made.most_common():
-        print(f"  {verb} {resource}: {count} = {count / window:.2f}/s")
-    print(f"RSS after imports: {rss_imports / 1024:.1f} MiB")
-    print(f"RSS after the warm-up kernel (baseline): {rss_base / 1024:.1f} MiB")
-    print(f"RSS with {waiting} kernels queued: {rss_queued / 1024:.1f} MiB")
-    per_kernel = (rss_queued - rss_base) / max(waiting, 1)
-    print(f"RSS growth per queued kernel: {per_kernel:.1f} KiB (target <= 100 KiB)")
-    ms = [x * 1000 for x in (q[49], q[98], max(lags, default=float("nan")))]
-    print(f"event-loop lag, {len(lags)} samples of a {TICK * 1000:.0f} ms sleep:")
-    print(f"  p50 {ms[0]:.2f} ms, p99 {ms[1]:.2f} ms (target <= 20 ms), max {ms[2]:.2f} ms")
-    print(f"  samples more than 20 ms late: {sum(lag > 0.020 for lag in lags)}")
-    print(f"starts ended after cancelling as: {dict(ends)} (warm-up: {dict(warm_ends)})")
     cancel = final["requests"] - after["requests"]
-    each = ", ".join(f"{v} {r} {c / n:.1f}" for (v, r), c in sorted(cancel.items()))
-    print(f"requests per cancelled kernel: {sum(cancel.values()) / n:.1f} ({each})")
-    print(f"kernel objects left in the cluster 2 s after cancelling: {final['left']}")
+    q = statistics.quantiles(lags, n=100) if len(lags) > 1 else [float("nan")] * 99
+    last_submit = max(submitted, default=started)
+    return {
+        "kernels": n,
+        "positioned": waiting,
+        "positions_are_1_to_n": places == list(range(1, n + 1)),
+        "submits_s": last_submit - started,
+        "positioned_after_last_submit_s": max(positioned - last_submit, 0.0),
+        "watch_streams_open": after["watches"],
+        "watch_streams_peak": after["peak_watches"],
+        "requests_per_s_waiting": sum(made.values()) / window,
+        "requests_waiting": {f"{v} {r}": c / window for (v, r), c in made.most_common()},
+        "rss_mib_imports": rss_imports / 1024,
+        "rss_mib_base": rss_base / 1024,
+        "rss_mib_queued": rss_queued / 1024,
+        "rss_kib_per_kernel": (rss_queued - rss_base) / max(waiting, 1),
+        "lag_samples": len(lags),
+        "lag_p50_ms": q[49] * 1000,
+        "lag_p99_ms": q[98] * 1000,
+        "lag_max_ms": max(lags, default=float("nan")) * 1000,
+        "lag_over_20ms": sum(lag > 0.020 for lag in lags),
+        "ends": dict(ends),
+        "warm_ends": dict(warm_ends),
+        "requests_per_cancelled_kernel": sum(cancel.values()) / n,
+        "left": final["left"],
+        "interval_s": interval,
+        "window_s": window,
+    }
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kernels", type=int, default=500)
-    parser.add_argument("--window", type=float, default=10.0, help="seconds measured")
-    parser.add_argument("--serve-cluster", metavar="ROOT", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.serve_cluster:
-        asyncio.run(serve_cluster(args.serve_cluster))
-        sys.exit()
+def table(results: list[dict[str, Any]]) -> str:
+    """The figures of every size side by side, the targets beside them."""
+
+    def row(label: str, key: str, form: str, target: str = "") -> str:
+        cells = [format(r[key], form) if form else str(r[key]) for r in results]
+        if key in TARGETS:
+            limit = TARGETS[key][1]
+            met = ["met" if r[key] <= limit else "MISSED" for r in results]
+            target += f"   ({', '.join(met)})"
+        return f"{label:<44}" + "".join(f"{c:>14}" for c in cells) + f"   {target}"
+
+    head = f"{'kernels queued in one LocalQueue':<44}" + "".join(
+        f"{r['kernels']:>14,}" for r in results
+    )
+    lines = [
+        head + "   target",
+        row("queued with a position", "positioned", "d"),
+        row("positions are exactly 1..N", "positions_are_1_to_n", ""),
+        row("submits took (s)", "submits_s", ".1f"),
+        row(
+            "all positioned, s after the last submit",
+            "positioned_after_last_submit_s",
+            ".1f",
+            TARGETS["positioned_after_last_submit_s"][0],
+        ),
+        row("watch streams open", "watch_streams_open", "d"),
+        row("watch streams peak", "watch_streams_peak", "d", TARGETS["watch_streams_peak"][0]),
+        row(
+            "requests/s while waiting (pages included)",
+            "requests_per_s_waiting",
+            ".2f",
+            TARGETS["requests_per_s_waiting"][0],
+        ),
+        row("RSS baseline (MiB)", "rss_mib_base", ".1f"),
+        row("RSS with the kernels queued (MiB)", "rss_mib_queued", ".1f"),
+        row(
+            "RSS per queued kernel (KiB)",
+            "rss_kib_per_kernel",
+            ".1f",
+            TARGETS["rss_kib_per_kernel"][0],
+        ),
+        row("event-loop lag p50 (ms)", "lag_p50_ms", ".2f"),
+        row("event-loop lag p99 (ms)", "lag_p99_ms", ".2f", TARGETS["lag_p99_ms"][0]),
+        row("event-loop lag max (ms)", "lag_max_ms", ".2f"),
+        row("lag samples more than 20 ms late", "lag_over_20ms", "d"),
+        row("requests per cancelled kernel", "requests_per_cancelled_kernel", ".1f"),
+    ]
+    for r in results:
+        lines.append(f"while {r['kernels']:,} waited, over {r['window_s']:g} s, per second:")
+        lines += [f"  {what}: {rate:.2f}" for what, rate in r["requests_waiting"].items()]
+        lines.append(
+            f"  {r['kernels']:,} starts ended after cancelling as {r['ends']} (warm-up: "
+            f"{r['warm_ends']}); left 2 s after: {r['left']}"
+        )
+    return "\n".join(lines)
+
+
+def run_size(n: int, window: float) -> dict[str, Any]:
+    """One size in a fresh process, so that its RSS is its own."""
+    found = subprocess.run(
+        [sys.executable, __file__, "--one", str(n), "--window", str(window)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, Any] = json.loads(found.stdout.strip().splitlines()[-1])
+    return result
+
+
+def one(n: int, window: float) -> None:
     with tempfile.TemporaryDirectory() as data:
         folder = Path(data) / "kernels" / "queued-gpu"
         folder.mkdir(parents=True)
         (folder / "kernel.json").write_text(json.dumps(KUBE))
         os.environ["JUPYTER_PATH"] = data
         os.environ["JUPYTER_RUNTIME_DIR"] = str(Path(data) / "runtime")
-        asyncio.run(main(args.kernels, args.window, Path(data)))
+        result = asyncio.run(main(n, window, Path(data)))
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernels", type=int, nargs="+", default=[500, 2000])
+    parser.add_argument("--window", type=float, default=20.0, help="seconds measured")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-cluster", metavar="ROOT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_cluster:
+        asyncio.run(serve_cluster(args.serve_cluster))
+    elif args.one:
+        one(args.one, args.window)
+    else:
+        results = []
+        for size in args.kernels:
+            print(f"running {size:,} kernels ...", file=sys.stderr, flush=True)
+            results.append(run_size(size, args.window))
+        print(table(results))
