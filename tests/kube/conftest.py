@@ -39,7 +39,7 @@ def cluster(
     fake = FakeCluster(root_dir=tmp_path / "cluster", **options)
     jp_asyncio_loop.run_until_complete(fake.start())
     if options.get("crds") is not False:
-        fake.apply(QUEUES)
+        fake.apply(fake.for_release(QUEUES))
         assert fake.kueue is not None
         fake.kueue.set_quota("cluster-queue", "default-flavor", GPU_QUOTA)
     yield fake

@@ -1,9 +1,11 @@
 """Kueue's behaviour for plain pods and pod groups as table-driven tests against the fake Kueue.
 
-In-process against a `Store` with the real Kueue CRDs (`../shared/data/kueue/crds`) and the
-apiserver's pod rules; "the pods stop running" is written by the test as a kubelet would. Every
-cluster made here checks at teardown that the fake logged no reconcile error and that every
-Workload it wrote conforms to the v1beta2 Workload CRD (nothing pruned, no violation).
+In-process against a `Store` with the real Kueue CRDs (`../shared/data/kueue/crds`, or
+`v0.14/crds` for a cluster of `release="0.14"`) and the apiserver's pod rules; "the pods stop
+running" is written by the test as a kubelet would. Every cluster made here checks at teardown
+that the fake logged no reconcile error and that every Workload it wrote conforms to the Workload
+CRD of its storage version (nothing pruned, no violation). The reasons each release writes are
+at the end.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.kueue import constants as k
 from kernel_queue_fake_cluster.kueue import pods as kueue_pods
+from kernel_queue_fake_cluster.kueue import releases
 from kernel_queue_fake_cluster.kueue.controller import FakeKueue
 from prerequisites import KUEUE_DATA, skip_unless_ci
 
@@ -40,13 +43,14 @@ class Cluster:
     """A store with Kueue's CRDs, the fake Kueue, the apiserver's pod rules and a stand-in
     kubelet that holds running pods through a graceful delete until the test ends them."""
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, release: str = releases.DEFAULT, **options: Any) -> None:
         self.store = Store()
         namespaces = ("default", "kube-system", "kueue-system", NS, "team-b")
-        resources.install(
-            self.store, crds=crd_files.load(KUEUE_DATA / "crds"), namespaces=namespaces
-        )
-        self.kueue = FakeKueue(self.store, **options)
+        profile = releases.RELEASES[release]
+        crds = KUEUE_DATA / ("v0.14/crds" if release == "0.14" else "crds")
+        types = releases.serve(profile, crd_files.load(crds), str(crds))
+        resources.install(self.store, crds=types, namespaces=namespaces)
+        self.kueue = FakeKueue(self.store, release=profile, **options)
         self.kueue.install()
         pod_rules.install(self.store)
         self.written: list[Obj] = []  # every Workload as written, before pruning
@@ -65,10 +69,12 @@ class Cluster:
     # objects
 
     def create(self, obj: Obj) -> Obj:
-        """Create any manifest by its kind, as `kubectl create -f` would."""
+        """Create any manifest by its kind at its apiVersion (Kueue's converted where the
+        release serves another), as `kubectl create -f` would."""
         rtype = next(t for t in self.store.types.values() if t.kind == obj["kind"])
         namespace = obj["metadata"].get("namespace", "default") if rtype.namespaced else None
-        return self.store.create(rtype.group, rtype.plural, namespace, obj)
+        version = obj["apiVersion"].rpartition("/")[2]
+        return self.store.create(rtype.group, rtype.plural, namespace, obj, version=version)
 
     def queues(
         self,
@@ -176,10 +182,10 @@ class Cluster:
 
 
 def crd_problems(store: Store, wl: Obj) -> list[str]:
-    """How `wl` breaks the v1beta2 Workload CRD: schema violations (the store's validator and
-    jsonschema's) and fields the apiserver would silently prune."""
+    """How `wl` breaks the Workload CRD of its storage version: schema violations (the store's
+    validator and jsonschema's) and fields the apiserver would silently prune."""
     rtype = store.type(G, "workloads")
-    schema = rtype.schemas["v1beta2"]
+    schema = rtype.schemas[rtype.storage_version]
     pruned, causes = openapi.prune_default_validate(wl, schema)
     problems = [f"{path}: {message}" for path, message in causes]
     problems += [f"{path}: unknown field" for path in _dropped(wl, pruned)]
@@ -1363,3 +1369,226 @@ async def test_a_burst_of_pods_is_reconciled_in_coalesced_passes(
     assert all(gates(p) == [] for p in cluster.store.list_objects("", "pods", NS)[0])
     assert calls.count("reconcile") <= 4 * groups  # per group: create, ungate, status
     assert calls.count("schedule") <= 4  # per pass, not per pod
+
+
+# -- per Kueue release: the reasons of QuotaReserved=False, PodsReady, priority defaulting -----
+
+
+def _edit_cluster_queue(cluster: Cluster, **spec: Any) -> None:
+    cq = cluster.store.get(G, "clusterqueues", None, "cluster-queue")
+    cq["spec"].update(spec)
+    cluster.store.replace(G, "clusterqueues", None, "cluster-queue", cq)
+
+
+async def _larger_than_quota(cluster: Cluster) -> tuple[str, str]:
+    cluster.queues()
+    cluster.pod("kernel-0", group="g", count=1, cpu=10)
+    return "g", (
+        "couldn't assign flavors to pod set {role}: insufficient quota for cpu in flavor "
+        "default-flavor, previously considered podsets requests (0) + current podset request "
+        "(10) > maximum capacity (9)"
+    )
+
+
+async def _undeclared_resource(cluster: Cluster) -> tuple[str, str]:
+    cluster.queues()
+    cluster.pod("kernel-0", group="g", count=1, gpu=1)
+    return (
+        "g",
+        "couldn't assign flavors to pod set {role}: resource nvidia.com/gpu unavailable in "
+        "ClusterQueue",
+    )
+
+
+async def _short_of_quota(cluster: Cluster) -> tuple[str, str]:
+    cluster.queues(cpu=4)
+    cluster.pod("a-0", group="a", count=1, cpu=3)
+    await cluster.settle()
+    cluster.pod("b-0", group="b", count=1, cpu=2)
+    return "b", (
+        "couldn't assign flavors to pod set {role}: insufficient unused quota for cpu in flavor "
+        "default-flavor, 1 more needed"
+    )
+
+
+async def _preempting(cluster: Cluster) -> tuple[str, str]:
+    cluster.queues(cpu=4, preemption="LowerPriority")
+    cluster.priority_class("low", 100)
+    cluster.priority_class("high", 1000)
+    labels = {k.WORKLOAD_PRIORITY_CLASS_LABEL: "low"}
+    cluster.pod("low-0", group="low", count=1, cpu=4, labels=labels)
+    await cluster.settle()
+    cluster.run("low-0")
+    labels = {k.WORKLOAD_PRIORITY_CLASS_LABEL: "high"}
+    cluster.pod("high-0", group="high", count=1, cpu=4, labels=labels)
+    return "high", (
+        "couldn't assign flavors to pod set {role}: insufficient unused quota for cpu in flavor "
+        "default-flavor, 4 more needed. Pending the preemption of 1 workload(s)"
+    )
+
+
+async def _requeued_after_preemption(cluster: Cluster) -> tuple[str, str]:
+    await _preempting(cluster)
+    await cluster.settle()
+    cluster.exit("low-0", 143)
+    return "low", _preempted_message(cluster.the_workload("high"))
+
+
+async def _local_queue_missing(cluster: Cluster) -> tuple[str, str]:
+    cluster.queues()
+    cluster.pod("kernel-0", group="g", count=1, queue="no-such-queue")
+    return "g", "LocalQueue no-such-queue is terminating or missing"
+
+
+async def _cluster_queue_held(cluster: Cluster) -> tuple[str, str]:
+    cluster.queues()
+    _edit_cluster_queue(cluster, stopPolicy="Hold")
+    cluster.pod("kernel-0", group="g", count=1)
+    return "g", "ClusterQueue cluster-queue is stopped"
+
+
+async def _cluster_queue_inactive(cluster: Cluster) -> tuple[str, str]:
+    cluster.queues()
+    cluster.store.delete(G, "resourceflavors", None, "default-flavor")
+    cluster.pod("kernel-0", group="g", count=1)
+    return "g", "ClusterQueue cluster-queue is inactive"
+
+
+async def _namespace_not_selected(cluster: Cluster) -> tuple[str, str]:
+    cluster.queues()
+    _edit_cluster_queue(cluster, namespaceSelector={"matchLabels": {"team": "ml"}})
+    cluster.pod("kernel-0", group="g", count=1)
+    words = "orkload namespace doesn't match ClusterQueue selector"
+    return "g", ("W" if cluster.kueue.release.name == "0.14" else "w") + words
+
+
+REASONS = {
+    # case: (its set-up, QuotaReserved=False reason on 0.14 and 0.19, on 0.20)
+    "larger-than-quota": (_larger_than_quota, "Pending", "ExceedsMaxQuota"),
+    "undeclared-resource": (_undeclared_resource, "Pending", "NoMatchingFlavor"),
+    "short-of-quota": (_short_of_quota, "Pending", "WaitingForQuota"),
+    "preempting": (_preempting, "Pending", "WaitingForPreemptedWorkloads"),
+    "requeued": (_requeued_after_preemption, "Pending", "PendingEvaluation"),
+    "local-queue-missing": (_local_queue_missing, "Inadmissible", "Misconfigured"),
+    "cluster-queue-held": (_cluster_queue_held, "Inadmissible", "Suspended"),
+    "cluster-queue-inactive": (_cluster_queue_inactive, "Pending", "Suspended"),
+    "namespace-not-selected": (_namespace_not_selected, "Pending", "Misconfigured"),
+}
+
+
+@pytest.mark.parametrize("release", ["0.14", "0.19", "0.20"])
+@pytest.mark.parametrize("case", list(REASONS))
+async def test_quota_reserved_false_has_each_releases_reason_and_kueues_message(
+    make_cluster: Callable[..., Cluster], case: str, release: str
+) -> None:
+    cluster = make_cluster(release=release)
+    setup, legacy, granular = REASONS[case]
+    name, message = await setup(cluster)
+    await cluster.settle()
+    wl = cluster.the_workload(name)
+    role = wl["spec"]["podSets"][0]["name"]
+    reason = granular if release == "0.20" else legacy
+    assert cond(wl, k.QUOTA_RESERVED) == {
+        "status": "False",
+        "reason": reason,
+        "message": message.format(role=role),
+    }
+    if case != "requeued":  # the scheduler's and the workload controller's Warning event
+        assert [e["message"] for e in cluster.events(reason, name)] == [message.format(role=role)]
+
+
+@pytest.mark.parametrize(("release", "ready"), [("0.14", False), ("0.19", True), ("0.20", True)])
+async def test_the_pods_ready_condition_comes_with_wait_for_pods_ready_from_0_19(
+    make_cluster: Callable[..., Cluster], release: str, ready: bool
+) -> None:
+    cluster = make_cluster(release=release)
+    cluster.queues()
+    cluster.pod("kernel-0", group="g", count=1)
+    await cluster.settle()
+    cluster.run("kernel-0")
+    await cluster.settle()
+    wl = cluster.the_workload("g")
+    assert cond(wl, k.ADMITTED)["status"] == "True"
+    assert cond(wl, k.PODS_READY) == (
+        {"status": "True", "reason": "Started", "message": k.READY_MESSAGE} if ready else {}
+    )
+
+
+@pytest.mark.parametrize(
+    ("release", "labels", "priority"),
+    [
+        pytest.param("0.19", {}, None, id="0.19-unlabelled-no-default"),
+        pytest.param("0.20", {}, ("default", 10), id="0.20-unlabelled-gets-default"),
+        pytest.param(
+            "0.20",
+            {k.WORKLOAD_PRIORITY_CLASS_LABEL: "low"},
+            ("low", 1),
+            id="0.20-labelled-keeps-its-own",
+        ),
+    ],
+)
+async def test_priority_class_defaulting_from_0_20_never_relabels_a_pod(
+    make_cluster: Callable[..., Cluster],
+    release: str,
+    labels: dict[str, str],
+    priority: tuple[str, int] | None,
+) -> None:
+    cluster = make_cluster(release=release)
+    cluster.queues()
+    cluster.priority_class("default", 10)
+    cluster.priority_class("low", 1)
+    pod = cluster.pod("kernel-0", group="g", count=1, labels=labels)
+    await cluster.settle()
+    wl = cluster.store.get(G, "workloads", NS, "g")
+    if priority is None:
+        assert k.WORKLOAD_PRIORITY_CLASS_LABEL not in pod["metadata"]["labels"]
+        assert "priorityClassRef" not in wl["spec"] and wl["spec"]["priority"] == 0
+        return
+    name, value = priority
+    assert pod["metadata"]["labels"][k.WORKLOAD_PRIORITY_CLASS_LABEL] == name
+    ref = {"group": G, "kind": "WorkloadPriorityClass", "name": name}
+    assert (wl["spec"]["priorityClassRef"], wl["spec"]["priority"]) == (ref, value)
+
+
+async def test_without_a_default_class_0_20_leaves_an_unlabelled_pod_alone(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    cluster = make_cluster(release="0.20")
+    cluster.queues()
+    pod = cluster.pod("kernel-0", group="g", count=1)
+    assert k.WORKLOAD_PRIORITY_CLASS_LABEL not in pod["metadata"]["labels"]
+
+
+async def test_on_0_14_the_controller_writes_v1beta1_through_its_one_v1beta2_shape(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    cluster = make_cluster(release="0.14")
+    cluster.queues(cpu=4, preemption="LowerPriority")
+    cluster.priority_class("low", 100)
+    cluster.pod("low-0", group="low", count=1, labels={k.WORKLOAD_PRIORITY_CLASS_LABEL: "low"})
+    await cluster.settle()
+    wl = cluster.the_workload("low")
+    assert wl["apiVersion"] == f"{G}/v1beta1"
+    assert (wl["spec"]["priorityClassSource"], wl["spec"]["priorityClassName"]) == (
+        "kueue.x-k8s.io/workloadpriorityclass",
+        "low",
+    )
+    assert "priorityClassRef" not in wl["spec"]
+    lq = cluster.store.get(G, "localqueues", NS, "user-queue")
+    assert lq["status"]["flavorUsage"][0]["resources"][0] == {"name": "cpu", "total": "1"}
+    assert "flavorsUsage" not in lq["status"]
+    cluster.kueue.set_quota("cluster-queue", "default-flavor", {"cpu": 5})
+    cq = cluster.store.get(G, "clusterqueues", None, "cluster-queue")
+    assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == 5
+    assert cq["spec"]["flavorFungibility"]["whenCanBorrow"] == "Borrow"  # 0.14's default
+    cluster.run("low-0")
+    await cluster.settle()
+    cluster.kueue.evict("low")
+    await cluster.settle()
+    cluster.exit("low-0", 143)
+    await cluster.settle()
+    status = cluster.the_workload("low")["status"]
+    assert status["accumulatedPastExexcutionTimeSeconds"] >= 0
+    assert "accumulatedPastExecutionTimeSeconds" not in status
+    events = cluster.events("QuotaReserved", "low")
+    assert [e["involvedObject"]["apiVersion"] for e in events] == [f"{G}/v1beta1"]

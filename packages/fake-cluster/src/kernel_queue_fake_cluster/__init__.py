@@ -5,16 +5,17 @@ processes.
 Three wings, each a subpackage: `apiserver` (the store and its HTTP server, admission, RBAC,
 CRDs), `node` (the kubelet, pod start-up and status, Services and Endpoints) and `kueue` (the
 pod webhook, group reconciler, scheduler and visibility API). `FakeCluster` (`cluster.py`)
-composes them; `plugin.py` is a pytest plugin with a `fake_cluster` fixture. Kueue's CRDs come
-from the caller or $KERNEL_QUEUE_FAKE_CLUSTER_CRDS (`apiserver/crds.py`); `CrdsNotFound` says
-how to give them when neither does.
+composes them, as one Kueue release (`kueue/releases.py`: 0.14, 0.19 or 0.20); `plugin.py` is
+a pytest plugin with a `fake_cluster` fixture. Kueue's CRDs come from the caller or
+$KERNEL_QUEUE_FAKE_CLUSTER_CRDS (`apiserver/crds.py`); `CrdsNotFound` says how to give them when
+neither does, `CrdsMismatch` which ones a release needs when others are given.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CrdsNotFound", "FakeCluster"]
+__all__ = ["CrdsMismatch", "CrdsNotFound", "FakeCluster"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,6 +23,10 @@ def __getattr__(name: str) -> Any:
         from kernel_queue_fake_cluster.cluster import FakeCluster
 
         return FakeCluster
+    if name == "CrdsMismatch":
+        from kernel_queue_fake_cluster.kueue.releases import CrdsMismatch
+
+        return CrdsMismatch
     if name == "CrdsNotFound":
         from kernel_queue_fake_cluster.apiserver.crds import CrdsNotFound
 

@@ -12,7 +12,7 @@ import concurrent.futures
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,7 +24,7 @@ from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.server import Server, Stats
 from kernel_queue_fake_cluster.apiserver.store import Store
-from kernel_queue_fake_cluster.kueue import visibility
+from kernel_queue_fake_cluster.kueue import conversion, releases, visibility
 from kernel_queue_fake_cluster.kueue.controller import FakeKueue
 from kernel_queue_fake_cluster.node.kubelet import FakeKubelet
 
@@ -39,8 +39,15 @@ class FakeCluster:
     `crds`: Kueue's CRDs, a directory of CRD YAML files or one multi-document YAML such as
     Kueue's release manifests.yaml; None: the path in $KERNEL_QUEUE_FAKE_CLUSTER_CRDS; False:
     no custom kinds (then `kueue=False`). They are read here, so a missing source raises
-    `CrdsNotFound` (`apiserver/crds.py`) at once, saying how to give one. `kueue` and
-    `kubelet`: run those controllers. `manual_admission`: Kueue admits only on `kueue.admit()`.
+    `CrdsNotFound` (`apiserver/crds.py`) at once, saying how to give one. `kueue`: the Kueue
+    release to be, "0.14", "0.19" or "0.20": the versions it serves, its visibility API and its
+    reasons (`kueue/releases.py`); the CRDs must be that release's (`CrdsMismatch` otherwise),
+    and for "0.20", of which no CRDs are at hand, 0.19's serve with v1beta1 no longer served.
+    True: the default "0.19", or "0.14" for CRDs that serve v1beta1 only; False: no Kueue
+    controller, the CRDs served as they are.
+    `visibility`: serve the visibility API at these versions instead of the release's (as does
+    `kueue.visibility.VERSIONS` when a test sets it).
+    `kubelet`: run one. `manual_admission`: Kueue admits only on `kueue.admit()`.
     `tokens`: bearer token → user name, which turns RBAC on with `rbac_objects` as policy.
     `image_paths`: image (fnmatch pattern) → directory put first on a container's PATH, so
     pods of that image run another virtualenv's `python` (see `FakeKubelet`).
@@ -51,7 +58,8 @@ class FakeCluster:
         *,
         root_dir: str | Path | None = None,
         crds: crd_files.Source = None,
-        kueue: bool = True,
+        kueue: bool | str = True,
+        visibility: Sequence[str] | None = None,
         kubelet: bool = True,
         manual_admission: bool = False,
         tokens: Mapping[str, str | rbac.User] | None = None,
@@ -60,16 +68,26 @@ class FakeCluster:
         port: int = 0,
         image_paths: Mapping[str, str] | None = None,
     ) -> None:
-        if crds is False and kueue:
+        if crds is False and kueue is not False:
             raise ValueError("the fake Kueue needs Kueue's CRDs: with crds=False pass kueue=False")
         self._crds = crd_files.load(crds)
+        self.release = releases.named(kueue, self._crds)
+        """The Kueue release this cluster is; None without Kueue."""
+        if self.release is not None:
+            where = str(crd_files.locate(crds or None))
+            self._crds = releases.serve(self.release, self._crds, where)
+        self._visibility = tuple(visibility) if visibility is not None else None
         self._own_root = root_dir is None
         self.root = Path(root_dir or tempfile.mkdtemp(prefix="kernel-queue-fake-cluster-"))
         self.root.mkdir(parents=True, exist_ok=True)
         self.store = Store(history=history)
         self._tokens = dict(tokens) if tokens is not None else None
         self.server = Server(self.store, tokens=tokens, rbac_objects=rbac_objects, port=port)
-        self.kueue = FakeKueue(self.store, manual=manual_admission) if kueue else None
+        self.kueue = (
+            FakeKueue(self.store, manual=manual_admission, release=self.release)
+            if self.release is not None
+            else None
+        )
         self.kubelet = (
             FakeKubelet(self.store, self.root / "node", image_paths=image_paths)
             if kubelet
@@ -84,11 +102,15 @@ class FakeCluster:
         """Start in the running loop and return once the server listens."""
         self.loop = asyncio.get_running_loop()
         resources.install(self.store, crds=self._crds)
-        if self.kueue is not None:
+        if self.kueue is not None and self.release is not None:
             self.kueue.install()
-            visibility.serve(
-                self.server, self.kueue.local_queue_pending, self.kueue.cluster_queue_pending
+            versions = next(
+                found
+                for found in (self._visibility, visibility.VERSIONS, self.release.visibility)
+                if found is not None
             )
+            pending = self.kueue.local_queue_pending, self.kueue.cluster_queue_pending
+            visibility.serve(self.server, *pending, versions=versions)
         pod_rules.install(self.store)  # the apiserver's own pod rules, with or without a kubelet
         pod_security.install(self.store)  # ServiceAccount and Pod Security admission, last
         if self.kubelet is None:  # the apiserver allocates ClusterIPs even with no node
@@ -264,26 +286,39 @@ class FakeCluster:
     # -- set-up helpers (run on the cluster's loop; use `call` from other threads) ----------
 
     def apply(self, manifests: str | Iterable[Obj]) -> list[Obj]:
-        """Create each object of a YAML text or dicts, replacing one that exists (as kubectl
-        apply would, without server-side apply). Returns the stored objects."""
-        docs = yaml.safe_load_all(manifests) if isinstance(manifests, str) else manifests
+        """Create each object of a YAML text or dicts at its apiVersion, replacing one that
+        exists (as kubectl apply would, without server-side apply); 404 for a version not
+        served (see `for_release`). Returns the stored objects."""
         stored = []
-        for doc in docs:
-            if not doc:
-                continue
-            group, _, _ = doc["apiVersion"].rpartition("/")
-            plural = self._plural(group, doc["kind"])
+        for doc in _documents(manifests):
+            group, _, version = doc["apiVersion"].rpartition("/")
+            plural = self._plural(group, doc["kind"], version)
             meta = doc.get("metadata") or {}
             namespace = meta.get("namespace") or (
                 "default" if self._namespaced(group, plural) else None
             )
             try:
-                stored.append(self.store.create(group, plural, namespace, doc))
+                stored.append(self.store.create(group, plural, namespace, doc, version=version))
             except ApiError as exc:
                 if exc.code != 409:
                     raise
-                stored.append(self.store.replace(group, plural, namespace, meta["name"], doc))
+                name = meta["name"]
+                stored.append(
+                    self.store.replace(group, plural, namespace, name, doc, version=version)
+                )
         return stored
+
+    def for_release(self, manifests: str | Iterable[Obj]) -> list[Obj]:
+        """The objects of a YAML text or dicts, each Kueue object converted to the version
+        this cluster's release prefers (kueue.x-k8s.io/v1beta1 on 0.14), for `apply`."""
+        if self.release is None:
+            return list(_documents(manifests))
+        served = f"{KUEUE_GROUP}/{self.release.served[0]}"
+        kueue = f"{KUEUE_GROUP}/"
+        return [
+            conversion.convert(doc, served) if doc["apiVersion"].startswith(kueue) else doc
+            for doc in _documents(manifests)
+        ]
 
     def setup_queues(
         self,
@@ -300,65 +335,50 @@ class FakeCluster:
         """A ResourceFlavor, a ClusterQueue with `quota` (default 9 CPU, 36Gi, 2 GPUs), a
         LocalQueue in `namespace`, and WorkloadPriorityClasses (name → value)."""
         quota = dict(quota or {"cpu": 9, "memory": "36Gi", "nvidia.com/gpu": 2})
-        objects: list[Obj] = [
-            {
-                "apiVersion": f"{KUEUE_GROUP}/v1beta2",
-                "kind": "ResourceFlavor",
-                "metadata": {"name": flavor},
-            },
-            {
-                "apiVersion": f"{KUEUE_GROUP}/v1beta2",
-                "kind": "ClusterQueue",
-                "metadata": {"name": cluster_queue},
-                "spec": {
-                    "namespaceSelector": {},
-                    "queueingStrategy": strategy,
-                    "preemption": {"withinClusterQueue": preemption},
-                    "resourceGroups": [
-                        {
-                            "coveredResources": list(quota),
-                            "flavors": [
-                                {
-                                    "name": flavor,
-                                    "resources": [
-                                        {"name": name, "nominalQuota": amount}
-                                        for name, amount in quota.items()
-                                    ],
-                                }
-                            ],
-                        }
-                    ],
-                },
-            },
-            {
-                "apiVersion": f"{KUEUE_GROUP}/v1beta2",
-                "kind": "LocalQueue",
-                "metadata": {"name": local_queue, "namespace": namespace},
-                "spec": {"clusterQueue": cluster_queue},
-            },
+
+        def kueue(kind: str, meta: Obj, **body: Any) -> Obj:
+            return {"apiVersion": f"{KUEUE_GROUP}/v1beta2", "kind": kind, "metadata": meta, **body}
+
+        resources = [{"name": name, "nominalQuota": amount} for name, amount in quota.items()]
+        flavors = [{"name": flavor, "resources": resources}]
+        spec = {
+            "namespaceSelector": {},
+            "queueingStrategy": strategy,
+            "preemption": {"withinClusterQueue": preemption},
+            "resourceGroups": [{"coveredResources": list(quota), "flavors": flavors}],
+        }
+        objects = [
+            kueue("ResourceFlavor", {"name": flavor}),
+            kueue("ClusterQueue", {"name": cluster_queue}, spec=spec),
+            kueue(
+                "LocalQueue",
+                {"name": local_queue, "namespace": namespace},
+                spec={"clusterQueue": cluster_queue},
+            ),
         ]
-        for name, value in (priority_classes or {}).items():
-            objects.append(
-                {
-                    "apiVersion": f"{KUEUE_GROUP}/v1beta2",
-                    "kind": "WorkloadPriorityClass",
-                    "metadata": {"name": name},
-                    "value": value,
-                }
-            )
+        objects += [
+            kueue("WorkloadPriorityClass", {"name": name}, value=value)
+            for name, value in (priority_classes or {}).items()
+        ]
         if namespace != "default":
             try:
                 self.store.create("", "namespaces", None, {"metadata": {"name": namespace}})
             except ApiError as exc:
                 if exc.code != 409:
                     raise
-        self.apply(objects)
+        self.apply(self.for_release(objects))
 
-    def _plural(self, group: str, kind: str) -> str:
+    def _plural(self, group: str, kind: str, version: str) -> str:
         for rtype in self.store.types.values():
-            if rtype.group == group and rtype.kind == kind:
+            if rtype.group == group and rtype.kind == kind and version in rtype.versions:
                 return rtype.plural
-        raise ApiError(404, "NotFound", f"no kind {kind!r} in group {group!r} is served")
+        api_version = f"{group}/{version}" if group else version
+        raise ApiError(404, "NotFound", f'no matches for kind "{kind}" in version "{api_version}"')
 
     def _namespaced(self, group: str, plural: str) -> bool:
         return self.store.type(group, plural).namespaced
+
+
+def _documents(manifests: str | Iterable[Obj]) -> Iterable[Obj]:
+    docs = yaml.safe_load_all(manifests) if isinstance(manifests, str) else manifests
+    return [doc for doc in docs if doc]

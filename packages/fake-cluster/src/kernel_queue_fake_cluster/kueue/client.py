@@ -1,8 +1,10 @@
 """The fake Kueue's access to the store: reads, Workload and pod writes, and Events.
 
-Shared by the pod group reconciler (`groups`) and the scheduler (`scheduler`).
-Reads return copies (None when absent); writes go through `Store.replace`, so admission hooks,
-schema validation and listeners see them as they see any client's writes.
+Shared by the pod group reconciler (`groups`) and the scheduler (`scheduler`). Kueue's objects
+are read and written at `conversion.HUB` (v1beta2) whatever version the cluster stores, so the
+controller knows one shape (the store converts, as for a client at that version). Reads return
+copies (None when absent); writes go through the store's verbs, so admission hooks, schema
+validation and listeners see them as they see any client's writes.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
 from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.kueue import constants as k
+from kernel_queue_fake_cluster.kueue.conversion import HUB
 
 G = k.KUEUE_GROUP
+CORE = ("pods", "namespaces", "events")
 
 
 class KueueClient:
@@ -25,15 +29,34 @@ class KueueClient:
         self._events: dict[tuple[str, str, str], tuple[str, str]] = {}
 
     def get(self, plural: str, namespace: str | None, name: str) -> Obj | None:
-        group = "" if plural in ("pods", "namespaces", "events") else G
+        """A copy of the object (a Kueue one at the hub version); None when absent."""
+        group, version = ("", "") if plural in CORE else (G, HUB)
         try:
-            return self.store.get(group, plural, namespace, name)
+            return self.store.get(group, plural, namespace, name, version=version)
         except ApiError:
             return None
 
     def objects(self, plural: str) -> list[Obj]:
-        """The stored Kueue objects of `plural` themselves (read-only), [] if not served."""
-        return list(self.store.objects(G, plural)) if (G, plural) in self.store.types else []
+        """The Kueue objects of `plural` at the hub version, [] if not served: the stored ones
+        themselves (read-only) where the cluster stores that version, else converted copies."""
+        rtype = self.store.types.get((G, plural))
+        if rtype is None:
+            return []
+        if rtype.storage_version == HUB:
+            return list(self.store.objects(G, plural))
+        return [self.store.versions.at(rtype, obj, HUB) for obj in self.store.objects(G, plural)]
+
+    def create(self, plural: str, namespace: str | None, obj: Obj) -> Obj:
+        """POST a Kueue object given at the hub version; returns it as stored."""
+        return self.store.create(G, plural, namespace, obj, version=HUB)
+
+    def replace(
+        self, plural: str, namespace: str | None, name: str, obj: Obj, *, subresource: str = ""
+    ) -> Obj:
+        """PUT a Kueue object given at the hub version (`subresource`: "status")."""
+        return self.store.replace(
+            G, plural, namespace, name, obj, subresource=subresource, version=HUB
+        )
 
     def workload(self, namespace: str, name: str) -> Obj | None:
         return self.get("workloads", namespace, name)
@@ -43,7 +66,7 @@ class KueueClient:
         current = self.workload(*key(wl))
         if current is not None and current.get("status") != wl.get("status"):
             current["status"] = wl["status"]
-            self.store.replace(G, "workloads", *key(wl), current, subresource="status")
+            self.replace("workloads", *key(wl), current, subresource="status")
 
     def remove_finalizer(self, wl: Obj) -> None:
         """Drop `kueue.x-k8s.io/resource-in-use` from the Workload."""
@@ -52,7 +75,7 @@ class KueueClient:
         if current is not None and k.RESOURCE_IN_USE_FINALIZER in finalizers:
             kept = [f for f in finalizers if f != k.RESOURCE_IN_USE_FINALIZER]
             current["metadata"]["finalizers"] = kept
-            self.store.replace(G, "workloads", *key(wl), current)
+            self.replace("workloads", *key(wl), current)
 
     def finalize(self, pods: list[Obj]) -> None:
         """Remove Kueue's pod finalizer `kueue.x-k8s.io/managed` (Kueue drops it once the
@@ -86,8 +109,12 @@ class KueueClient:
             return
         ns, name = meta.get("namespace") or "default", f"{meta['name']}.{uuid.uuid4().hex[:16]}"
         self._events[ident] = (ns, name)
+        api_version = obj.get("apiVersion", "v1")
+        for rtype in self.store.types.values():  # a Kueue object at the version stored
+            if (rtype.group, rtype.kind) == (G, obj.get("kind")):
+                api_version = rtype.api_version()
         involved = {
-            "apiVersion": obj.get("apiVersion", "v1"),
+            "apiVersion": api_version,
             "kind": obj.get("kind", "Pod"),
             **{field: meta.get(field) for field in ("name", "namespace", "uid")},
         }

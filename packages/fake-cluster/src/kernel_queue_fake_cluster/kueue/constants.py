@@ -10,6 +10,7 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 DEFAULT_NAMESPACE = "kueue-system"
 DEFAULT_LOCAL_QUEUE_NAME = "default"  # ctrlconstants.DefaultLocalQueueName
+DEFAULT_PRIORITY_CLASS_NAME = "default"  # ctrlconstants.DefaultWorkloadPriorityClassName
 DEFAULT_POD_SET_NAME = "main"  # kueue.DefaultPodSetName (single pods)
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 MUTATING_WEBHOOK, VALIDATING_WEBHOOK = "mpod.kb.io", "vpod.kb.io"

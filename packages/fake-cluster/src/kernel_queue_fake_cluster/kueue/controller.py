@@ -17,9 +17,10 @@ from typing import Any
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.kueue import constants as k
-from kernel_queue_fake_cluster.kueue import queues, visibility
+from kernel_queue_fake_cluster.kueue import conversion, queues, releases, visibility
 from kernel_queue_fake_cluster.kueue import workload as kw
 from kernel_queue_fake_cluster.kueue.client import G, KueueClient, full_name
+from kernel_queue_fake_cluster.kueue.conversion import HUB
 from kernel_queue_fake_cluster.kueue.groups import GroupReconciler, Key
 from kernel_queue_fake_cluster.kueue.scheduler import Scheduler
 from kernel_queue_fake_cluster.kueue.webhook import PodWebhook, default_namespace_selector
@@ -39,19 +40,30 @@ class FakeKueue:
         managed_jobs_namespace_selector: Obj | None = None,
         manual: bool = False,
         topology: bool = True,
+        release: releases.Release | None = None,
     ) -> None:
         """`namespace`: Kueue's own (never managed). `managed_jobs_namespace_selector`: a
         LabelSelector, `{}` for every namespace, None for Kueue's default (all but kube-system
         and `namespace`). `manual`: admit nothing until `admit()`. `topology`: add the
-        `kueue.x-k8s.io/topology` gate, as with TopologyAwareScheduling on (Kueue's default)."""
+        `kueue.x-k8s.io/topology` gate, as with TopologyAwareScheduling on (Kueue's default).
+        `release`: the Kueue release whose reasons and defaults it has (default 0.19)."""
         self.store = store
+        self.release = release or releases.RELEASES[releases.DEFAULT]
         self.client = KueueClient(store)
         selector = managed_jobs_namespace_selector
         if selector is None:
             selector = default_namespace_selector(namespace)
-        self.webhook = PodWebhook(store, namespace, selector, topology)
-        self.groups = GroupReconciler(self.client, topology=topology, touch=self._touch)
-        self.scheduler = Scheduler(self.client, manual=manual)
+        self.webhook = PodWebhook(
+            store,
+            namespace,
+            selector,
+            topology,
+            priority_class_defaulting=self.release.priority_class_defaulting,
+        )
+        self.groups = GroupReconciler(
+            self.client, topology=topology, touch=self._touch, release=self.release
+        )
+        self.scheduler = Scheduler(self.client, manual=manual, release=self.release)
         self.errors: list[Exception] = []  # reconcile failures, for tests to assert on
         self._dirty: set[Key] = set()
         self._dirty_queues: set[str] = set()
@@ -69,8 +81,11 @@ class FakeKueue:
         self._all_queues_dirty()
 
     def install(self) -> None:
-        """Register the pod webhook and the listeners. Install it before `pod_rules.install(store)`
-        (the apiserver's pod rules), so the SchedulingGated condition sees Kueue's gates."""
+        """Register Kueue's conversion webhook for its kinds, the pod webhook and the listeners.
+        Install it before `pod_rules.install(store)` (the apiserver's pod rules), so the
+        SchedulingGated condition sees Kueue's gates."""
+        for plural in conversion.PLURALS:
+            self.store.add_conversion(G, plural, conversion.convert)
         self.store.add_admission("", "pods", self.webhook)
         self.store.add_listener("", "pods", self._on_pod)
         self.store.add_listener(G, "workloads", self._on_workload)
@@ -207,6 +222,8 @@ class FakeKueue:
 
     def set_quota(self, cluster_queue: str, flavor: str, quota: Mapping[str, str | int]) -> None:
         """Set nominal quotas of `flavor` in `cluster_queue`, e.g. `{"nvidia.com/gpu": 2}`."""
+        # At the stored version: resourceGroups read alike at both, and 0.14's fungibility
+        # values (Borrow) have no v1beta2 spelling to come back from.
         cq = self.store.get(G, "clusterqueues", None, cluster_queue)
         for resource, value in quota.items():
             entries = [
@@ -236,7 +253,7 @@ class FakeKueue:
         ]
         if len(found) != 1:
             raise KeyError(f"{len(found)} Workloads named {name!r} in namespace {namespace!r}")
-        return self.store.get(G, "workloads", found[0]["metadata"]["namespace"], name)
+        return self.store.get(G, "workloads", found[0]["metadata"]["namespace"], name, version=HUB)
 
     def _reserved(self, name: str, namespace: str | None) -> Obj:
         wl = self._find(name, namespace)

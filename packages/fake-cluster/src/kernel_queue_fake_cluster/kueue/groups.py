@@ -18,7 +18,7 @@ from collections.abc import Callable
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
 from kernel_queue_fake_cluster.kueue import constants as k
-from kernel_queue_fake_cluster.kueue import group_status, pods
+from kernel_queue_fake_cluster.kueue import group_status, pods, releases
 from kernel_queue_fake_cluster.kueue import workload as kw
 from kernel_queue_fake_cluster.kueue.client import G, KueueClient, full_name, key
 
@@ -29,9 +29,18 @@ Key = tuple[str, str]  # (namespace, Workload name)
 class GroupReconciler:
     """Kueue's pod reconciler for plain pods and pod groups, keyed by Workload."""
 
-    def __init__(self, client: KueueClient, *, topology: bool, touch: Callable[[Key], None]):
-        """`touch(key)` asks for `key` to be reconciled again (after a grace period ends)."""
+    def __init__(
+        self,
+        client: KueueClient,
+        *,
+        topology: bool,
+        touch: Callable[[Key], None],
+        release: releases.Release,
+    ):
+        """`touch(key)` asks for `key` to be reconciled again (after a grace period ends);
+        `release`: whether Workloads carry PodsReady, the reason after an eviction."""
         self.client, self.topology, self._touch = client, topology, touch
+        self.release = release
         self.blocked: set[Key] = set()  # groups waiting for their WorkloadPriorityClass
         self._members: dict[Key, set[str]] = {}
         self._pod_keys: dict[Key, Key] = {}
@@ -107,7 +116,8 @@ class GroupReconciler:
             message = f"Workload '{full_name(wl)}' is declared finished"
             self.client.event(members[0], "Normal", "FinishedWorkload", message)
         else:
-            group_status.set_pods_ready(wl, members)
+            if self.release.pods_ready:
+                group_status.set_pods_ready(wl, members)
             evicted = kw.condition(wl, k.EVICTED)
             if evicted is not None and evicted["status"] == "True":
                 self.client.write_status(wl)
@@ -161,7 +171,7 @@ class GroupReconciler:
             return
         wl = self._compose(group, members)
         if wl is not None:
-            self.client.store.create(G, "workloads", group[0], wl)
+            self.client.create("workloads", group[0], wl)
             message = f"Created Workload: {group[0]}/{group[1]}"
             self.client.event(members[0], "Normal", "CreatedWorkload", message)
 
@@ -233,7 +243,7 @@ class GroupReconciler:
         current = self.client.workload(*key(wl))
         if new is not None and current is not None:
             current["spec"] = {**new["spec"], "active": kw.is_active(current)}
-            self.client.store.replace(G, "workloads", *key(wl), current)
+            self.client.replace("workloads", *key(wl), current)
             message = f"Updated not matching Workload for suspended job: {full_name(wl)}"
             self.client.event(members[0], "Normal", "UpdatedWorkload", message)
 
@@ -247,7 +257,7 @@ class GroupReconciler:
         added = [pod for pod in members if pod["metadata"]["uid"] not in uids]
         if added:
             owners += [kw.owner_reference(pod, controller=False) for pod in added]
-            self.client.store.replace(G, "workloads", *key(wl), current)
+            self.client.replace("workloads", *key(wl), current)
             message = f"Added {len(added)} owner reference(s)"
             self.client.event(wl, "Normal", "OwnerReferencesAdded", message)
 
@@ -261,8 +271,9 @@ class GroupReconciler:
             return
         requeue = evicted["reason"] in k.REQUEUE_ON and group
         kw.set_condition(wl, k.REQUEUED, requeue, evicted["reason"], evicted["message"])
-        kw.unreserve(wl, k.PENDING, evicted["message"])
-        kw.set_condition(wl, k.PODS_READY, False, k.WAIT_FOR_START, k.NOT_READY_MESSAGE)
+        kw.unreserve(wl, self.release.reason(releases.EVICTED), evicted["message"])
+        if self.release.pods_ready:
+            kw.set_condition(wl, k.PODS_READY, False, k.WAIT_FOR_START, k.NOT_READY_MESSAGE)
 
     def _start(self, wl: Obj, members: list[Obj]) -> None:
         """`Run` → `prepare` on each gated pod: flavor nodeLabels and tolerations, Kueue's

@@ -15,7 +15,7 @@ from typing import Any
 from kernel_queue import admission, quantities
 
 from kernel_queue_fake_cluster.kueue import constants as k
-from kernel_queue_fake_cluster.kueue import pods
+from kernel_queue_fake_cluster.kueue import pods, releases
 from kernel_queue_fake_cluster.kueue import workload as kw
 
 Obj = dict[str, Any]
@@ -157,30 +157,36 @@ def pending_message(
     cq: admission.ClusterQueue,
     used: Mapping[tuple[str, str], int],
     unfit: admission.Unfit | None,
-) -> str | None:
-    """Kueue's "couldn't assign flavors to pod set …" for a Workload left pending, or None when
-    nothing is short (it waits behind a StrictFIFO head or a preemptor's reservation)."""
+) -> tuple[str, str] | None:
+    """Why a Workload is left pending (`releases.NO_FLAVOR`, `EXCEEDS` or `QUOTA`) and Kueue's
+    "couldn't assign flavors to pod set …" (the same words from 0.14 to 0.20,
+    `pkg/scheduler/flavorassigner`), or None when nothing is short (it waits behind a StrictFIFO
+    head or a preemptor's reservation)."""
     pod_set = wl["spec"]["podSets"][0]["name"]
     if unfit is not None and unfit.largest == 0:
-        detail = f"resource {unfit.resource} unavailable in ClusterQueue"
+        why, detail = releases.NO_FLAVOR, f"resource {unfit.resource} unavailable in ClusterQueue"
     elif unfit is not None:
         flavor = max(
             (f for g in cq.resource_groups if unfit.resource in g.covered for f in g.flavors),
             key=lambda f: f.quota.get(unfit.resource, 0),
         )
-        detail = (
-            f"insufficient quota for {unfit.resource} in flavor {flavor.name}, previously "
-            f"considered podsets requests (0) + current podset request "
-            f"({quantity(unfit.resource, unfit.requested)}) > maximum capacity "
-            f"({quantity(unfit.resource, unfit.largest)})"
+        why, detail = (
+            releases.EXCEEDS,
+            (
+                f"insufficient quota for {unfit.resource} in flavor {flavor.name}, previously "
+                f"considered podsets requests (0) + current podset request "
+                f"({quantity(unfit.resource, unfit.requested)}) > maximum capacity "
+                f"({quantity(unfit.resource, unfit.largest)})"
+            ),
         )
     elif (short := _first_shortage(workload_requests(wl), cq, used)) is not None:
         name, flavor_name, missing = short
+        why = releases.QUOTA
         detail = f"insufficient unused quota for {name} in flavor {flavor_name}, "
         detail += f"{missing} more needed"
     else:
         return None
-    return f"couldn't assign flavors to pod set {pod_set}: {detail}"
+    return why, f"couldn't assign flavors to pod set {pod_set}: {detail}"
 
 
 def _first_shortage(

@@ -2,8 +2,10 @@
 
 Collects each queue's pending and admitted Workloads, asks `admission.schedule` what to admit
 and whom to preempt, and writes Kueue's results: `status.admission` with QuotaReserved and
-Admitted, Evicted/Preempted on victims, QuotaReserved=False `Pending`/`Inadmissible` messages,
-the `stopPolicy` rules, and ClusterQueue/LocalQueue status, after Kueue's `pkg/scheduler`.
+Admitted, Evicted/Preempted on victims, QuotaReserved=False with the release's reason (`Pending`
+and `Inadmissible` up to 0.19, `WaitingForQuota`, `ExceedsMaxQuota`, ... from 0.20) and Kueue's
+message, the `stopPolicy` rules, and ClusterQueue/LocalQueue status, after Kueue's
+`pkg/scheduler`.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from kernel_queue import admission
 
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.kueue import constants as k
-from kernel_queue_fake_cluster.kueue import pods, queues
+from kernel_queue_fake_cluster.kueue import pods, queues, releases
 from kernel_queue_fake_cluster.kueue import workload as kw
-from kernel_queue_fake_cluster.kueue.client import G, KueueClient, full_name
+from kernel_queue_fake_cluster.kueue.client import KueueClient, full_name
 from kernel_queue_fake_cluster.kueue.webhook import selector_matches
 
 Key = tuple[str, str]
@@ -39,8 +41,8 @@ class _Queue:
 class Scheduler:
     """Admission by policy (or, with `manual`, only of what `allowed` lets through)."""
 
-    def __init__(self, client: KueueClient, *, manual: bool) -> None:
-        self.client, self.manual = client, manual
+    def __init__(self, client: KueueClient, *, manual: bool, release: releases.Release) -> None:
+        self.client, self.manual, self.release = client, manual, release
         self.allowed: set[str] = set()  # request names `FakeKueue.admit` let through
         self._sequence: dict[str, int] = {}  # Workload uid -> creation order
         self._requests: dict[str, tuple[str, admission.Request]] = {}  # uid -> (RV, request)
@@ -128,7 +130,7 @@ class Scheduler:
             elif kw.is_admissible(wl):
                 blocker = _blocker(queue, lq, cq_name, cluster_queues.get(cq_name))
                 if blocker is not None:
-                    self._pending(wl, k.INADMISSIBLE, blocker)
+                    self._pending(wl, *blocker)
                 if cq_name in passes:
                     wl = copy.deepcopy(wl)
                     request = self.request(wl)
@@ -151,11 +153,9 @@ class Scheduler:
             namespace = self.client.get("namespaces", None, wl["metadata"]["namespace"])
             labels = queues.namespace_labels(namespace or {"metadata": {"name": ""}})
             if inactive:
-                self._pending(wl, k.PENDING, f"ClusterQueue {name} is inactive")
+                self._pending(wl, releases.INACTIVE, f"ClusterQueue {name} is inactive")
             elif not selector_matches(selector, labels):
-                self._pending(
-                    wl, k.PENDING, "workload namespace doesn't match ClusterQueue selector"
-                )
+                self._pending(wl, releases.NAMESPACE, self.release.namespace_mismatch)
             elif not self.manual or request.name in self.allowed:
                 candidates.append(request)
         if not candidates:
@@ -175,12 +175,15 @@ class Scheduler:
         done = {grant.name for grant in decision.admit}
         for request in (r for r in candidates if r.name not in done):
             wl = queue.workloads[request.name]
-            message = queues.pending_message(wl, engine, used, unfit.get(request.name))
-            if message is not None and request.name in decision.waiting_for:
+            found = queues.pending_message(wl, engine, used, unfit.get(request.name))
+            if found is None:
+                continue
+            why, message = found
+            if request.name in decision.waiting_for:
                 count = len(decision.waiting_for[request.name])
-                message += f". Pending the preemption of {count} workload(s)"
-            if message is not None:
-                self._pending(wl, k.PENDING, message)
+                why, message = releases.PREEMPTING, f"{message}. Pending the preemption of "
+                message += f"{count} workload(s)"
+            self._pending(wl, why, message)
 
     def _reserve(self, wl: Obj, cq: str, flavors: Mapping[str, str]) -> None:
         """Quota reserved and admitted (no admission checks), with the scheduler's events."""
@@ -220,8 +223,10 @@ class Scheduler:
         self.client.write_status(wl)
         self.client.event(wl, "Normal", "EvictedDueTo" + reason, message)
 
-    def _pending(self, wl: Obj, reason: str, message: str) -> None:
-        """QuotaReserved=False with the scheduler's reason; a Warning event when it changes."""
+    def _pending(self, wl: Obj, why: str, message: str) -> None:
+        """QuotaReserved=False with the release's reason for `why` (`releases.QUOTA`, ...); a
+        Warning event when it changes."""
+        reason = self.release.reason(why)
         found = kw.condition(wl, k.QUOTA_RESERVED) or {}
         if (found.get("reason"), found.get("message")) != (reason, message):
             wl = copy.deepcopy(wl)  # may be the stored object itself
@@ -324,19 +329,20 @@ class Scheduler:
     ) -> None:
         if queue.get("status") != status:
             body = {**copy.deepcopy(queue), "status": status}
-            self.client.store.replace(G, plural, ns, name, body, subresource="status")
+            self.client.replace(plural, ns, name, body, subresource="status")
 
 
-def _blocker(queue: str, lq: Obj | None, cq_name: str, cq: Obj | None) -> str | None:
-    """Why the workload controller keeps a Workload out of scheduling (0.19's Inadmissible)."""
+def _blocker(queue: str, lq: Obj | None, cq_name: str, cq: Obj | None) -> tuple[str, str] | None:
+    """Why the workload controller keeps a Workload out of scheduling, and its message (the same
+    from 0.14 to 0.20; `Inadmissible` up to 0.19, `Misconfigured` or `Suspended` from 0.20)."""
     if lq is None:
-        return f"LocalQueue {queue} is terminating or missing"
+        return releases.MISSING, f"LocalQueue {queue} is terminating or missing"
     if queues.stopped(lq):
-        return f"LocalQueue {queue} is stopped"
+        return releases.STOPPED, f"LocalQueue {queue} is stopped"
     if cq is None:
-        return f"ClusterQueue {cq_name} is terminating or missing"
+        return releases.MISSING, f"ClusterQueue {cq_name} is terminating or missing"
     if queues.stopped(cq):
-        return f"ClusterQueue {cq_name} is stopped"
+        return releases.STOPPED, f"ClusterQueue {cq_name} is stopped"
     return None
 
 

@@ -3,8 +3,9 @@ ClusterQueue, in queue order, paged as Kueue pages them.
 
 Real Kueue serves `visibility.kueue.x-k8s.io` from an API server of its own, aggregated into the
 cluster's: `v1beta1` up to 0.19, `v1beta2` from 0.15, the same body at both. Here `serve` adds
-the two `pendingworkloads` routes of each version in `VERSIONS` (and their discovery entries) to
-the fake API server, answered from the fake Kueue's queue order. `summary` is the body both the
+the two `pendingworkloads` routes of each version it is given (the cluster's release's, see
+`releases.py`, or `VERSIONS` when a test sets it) and their discovery entries to the fake API
+server, answered from the fake Kueue's queue order. `summary` is the body both the
 routes and `FakeKueue.pending_workloads_for_*` give.
 """
 
@@ -19,8 +20,10 @@ from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.server import Request, Server
 
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
-VERSIONS = ("v1beta2", "v1beta1")
-"""The versions `serve` serves unless told otherwise (read when it is called)."""
+BOTH = ("v1beta2", "v1beta1")
+VERSIONS: tuple[str, ...] | None = None
+"""A test's override: when set, the versions every fake cluster started from then on serves,
+whatever its release (read at each start)."""
 LOCAL_QUEUE_PENDING = (
     r"/apis/visibility\.kueue\.x-k8s\.io/(?P<version>{versions})/namespaces/(?P<namespace>[^/]+)"
     r"/localqueues/(?P<name>[^/]+)/pendingworkloads"
@@ -65,12 +68,12 @@ def serve(
     server: Server,
     local_queue: LocalQueuePending,
     cluster_queue: ClusterQueuePending,
-    versions: Sequence[str] | None = None,
+    versions: Sequence[str] = BOTH,
 ) -> None:
     """Serve the `pendingworkloads` of LocalQueues and ClusterQueues at each of `versions`
-    (default `VERSIONS`) on `server` from two providers of PendingWorkload items in queue order;
-    the query's `offset` and `limit` page them (no `limit`, or 0: 1000 items)."""
-    served = tuple(VERSIONS if versions is None else versions)
+    on `server` from two providers of PendingWorkload items in queue order; the query's
+    `offset` and `limit` page them (no `limit`, or 0: 1000 items)."""
+    served = tuple(versions)
     alternatives = "|".join(re.escape(version) for version in served)
 
     def page(request: Request, items: Sequence[Obj] | None, kind: str, name: str) -> Obj:

@@ -2,7 +2,9 @@
 
 After `Default`, `ValidateCreate` and `ValidateUpdate` in Kueue's
 `pkg/controller/jobs/pod/pod_webhook.go`: the managed-namespace filter, the LocalQueue named
-`default`, the managed label, the finalizer, the scheduling gates and the role hash;
+`default`, the WorkloadPriorityClass named `default` (from 0.20, `ApplyDefaultWorkloadPriorityClass`
+in `pkg/controller/jobframework/defaults.go`), the managed label, the finalizer, the scheduling
+gates and the role hash;
 bad group metadata and forbidden changes are refused with 403 Forbidden, as the apiserver relays
 a webhook's denial ("admission webhook "vpod.kb.io" denied the request: <field errors>").
 """
@@ -53,10 +55,17 @@ class PodWebhook:
     """`hook(operation, new, old)` for `Store.add_admission("", "pods", ...)`."""
 
     def __init__(
-        self, store: Store, kueue_namespace: str, managed_namespaces: Obj | None, topology: bool
+        self,
+        store: Store,
+        kueue_namespace: str,
+        managed_namespaces: Obj | None,
+        topology: bool,
+        *,
+        priority_class_defaulting: bool = False,
     ) -> None:
         self.store, self.kueue_namespace = store, kueue_namespace
         self.managed_namespaces, self.topology = managed_namespaces, topology
+        self.priority_class_defaulting = priority_class_defaulting
 
     def __call__(self, operation: str, new: Obj | None, old: Obj | None) -> Obj | None:
         if new is None or new["metadata"].get("namespace") in ("kube-system", self.kueue_namespace):
@@ -74,8 +83,10 @@ class PodWebhook:
 
     def default(self, pod: Obj) -> None:
         """Kueue's `Default`, in place: a pod of an unmanaged namespace is left alone; with no
-        queue name, a LocalQueue named `default` in its namespace gives it that one; a pod with a
-        queue name gets the managed label and finalizer, the gates and the role hash."""
+        queue name, a LocalQueue named `default` in its namespace gives it that one; with
+        `priority_class_defaulting` and no priority-class label, a WorkloadPriorityClass named
+        `default` gives it that one (queue or not, as Kueue does); a pod with a queue name gets
+        the managed label and finalizer, the gates and the role hash."""
         meta = pod["metadata"]
         namespace = self.store.get("", "namespaces", None, meta["namespace"])
         found = {k.NAMESPACE_NAME_LABEL: meta["namespace"], **pods.labels_of(namespace)}
@@ -84,6 +95,12 @@ class PodWebhook:
         labels = meta.setdefault("labels", {})
         if not labels.get(k.QUEUE_LABEL) and self._default_queue_exists(meta["namespace"]):
             labels[k.QUEUE_LABEL] = k.DEFAULT_LOCAL_QUEUE_NAME
+        if (
+            self.priority_class_defaulting
+            and not labels.get(k.WORKLOAD_PRIORITY_CLASS_LABEL)
+            and self._exists("workloadpriorityclasses", None, k.DEFAULT_PRIORITY_CLASS_NAME)
+        ):
+            labels[k.WORKLOAD_PRIORITY_CLASS_LABEL] = k.DEFAULT_PRIORITY_CLASS_NAME
         if not labels.get(k.QUEUE_LABEL):
             return
         labels[k.MANAGED_LABEL] = k.MANAGED_LABEL_VALUE
@@ -100,8 +117,11 @@ class PodWebhook:
         annotations[k.ROLE_HASH_ANNOTATION] = pods.role_hash(pod)
 
     def _default_queue_exists(self, namespace: str) -> bool:
+        return self._exists("localqueues", namespace, k.DEFAULT_LOCAL_QUEUE_NAME)
+
+    def _exists(self, plural: str, namespace: str | None, name: str) -> bool:
         try:
-            self.store.get(k.KUEUE_GROUP, "localqueues", namespace, k.DEFAULT_LOCAL_QUEUE_NAME)
+            self.store.get(k.KUEUE_GROUP, plural, namespace, name)
         except ApiError:
             return False
         return True
