@@ -152,3 +152,63 @@ def test_kernel_queue_testing_says_how_to_install_a_missing_fake_cluster(
         "the fake cluster is a distribution of its own, kernel-queue-fake-cluster, which is not "
         "installed; from a checkout of kernel-queue: pip install ./packages/fake-cluster"
     )
+
+
+def test_fake_cluster_command_is_the_kueue_release_asked_for(tmp_path: Path) -> None:
+    """`--kueue 0.14` on 0.14's CRDs serves kueue.x-k8s.io/v1beta1 only, its sample queues
+    at that version; discovery lists that version alone."""
+    v014 = KUEUE_DATA / "v0.14" / "crds"
+    if not v014.is_dir():
+        skip_unless_ci(f"Kueue 0.14's CRDs are not at {v014} (../shared is absent)")
+    jupyter = str(Path(sys.executable).parent / "jupyter")
+    command = ["kernel-queue", "fake-cluster", "--kueue=0.14", f"--crds={v014}", "--sample-queues"]
+    process = subprocess.Popen(
+        [jupyter, *command, f"--dir={tmp_path / 'c'}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        lines: list[str] = []
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith("kubeconfig: "):
+                break
+        assert lines[1] == (
+            "Kueue 0.14: kueue.x-k8s.io v1beta1, visibility.kueue.x-k8s.io v1beta1\n"
+        )
+        api = config.new_client_from_config(config_file=lines[-1].split(": ", 1)[1].strip())
+        custom = client.CustomObjectsApi(api)
+        queues = custom.list_namespaced_custom_object(GROUP, "v1beta1", "default", "localqueues")
+        assert [q["apiVersion"] for q in queues["items"]] == [f"{GROUP}/v1beta1"]
+        groups = client.ApisApi(api).get_api_versions().groups
+        kueue = next(g for g in groups if g.name == GROUP)
+        assert [v.version for v in kueue.versions] == ["v1beta1"]
+        written = list(yaml.safe_load_all((tmp_path / "c" / "sample-queues.yaml").read_text()))
+        assert {doc["apiVersion"] for doc in written} == {f"{GROUP}/v1beta1"}
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+    assert process.returncode == 0
+
+
+def test_fake_cluster_command_refuses_crds_of_another_release(tmp_path: Path) -> None:
+    if not KUEUE_DATA.is_dir():
+        skip_unless_ci(f"Kueue's CRDs are not at {KUEUE_DATA} (../shared is absent)")
+    crds = KUEUE_DATA / "crds"
+    result = fake_cluster_command("--kueue=0.14", f"--crds={crds}", f"--dir={tmp_path / 'c'}")
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        f"jupyter kernel-queue fake-cluster: The Kueue CRDs at {crds} serve ClusterQueue at "
+        "v1beta1 and v1beta2 (storage v1beta2), but Kueue 0.14 serves v1beta1 only (storage "
+        "v1beta1): give Kueue 0.13's or 0.14's CRDs"
+    )
+    result = fake_cluster_command("--kueue=0.15", f"--crds={crds}")
+    assert result.returncode == 2
+    assert "does not emulate Kueue '0.15': choose one of 0.14, 0.19, 0.20" in result.stderr
+    assert not (tmp_path / "c").exists()

@@ -2,6 +2,8 @@
 
 For trying the kubernetes backend without a cluster: it prints a kubeconfig path and the
 commands to set up sample queues, then serves until interrupted. Pods run as local processes.
+`--kueue RELEASE` makes it one Kueue release (0.14, 0.19 or 0.20: the API versions, visibility
+API and reasons of that release), whose CRDs `--crds` must then give.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ import asyncio
 import contextlib
 import signal
 import sys
-import tempfile
 from pathlib import Path
 
 from jupyter_core.application import JupyterApp
@@ -31,12 +32,21 @@ class FakeClusterApp(JupyterApp):
     name = "jupyter-kernel-queue-fake-cluster"
     description = __doc__
     port = Int(0, config=True, help="Port to listen on (0: any free port).")
-    directory = Unicode("", config=True, help="Where the cluster keeps its files (default: temp).")
+    directory = Unicode(
+        "", config=True, help="Where the cluster keeps its files (default: a temporary directory)."
+    )
     crds = Unicode(
         "",
         config=True,
         help="Kueue's CRDs: a directory of CRD files, or the manifests.yaml of a Kueue release "
         "(default: $KERNEL_QUEUE_FAKE_CLUSTER_CRDS).",
+    )
+    kueue = Unicode(
+        "",
+        config=True,
+        help="The Kueue release to be: 0.14, 0.19 or 0.20, each with its API versions, "
+        "visibility API and reasons; the CRDs must be that release's, 0.19's for 0.20 (default: "
+        "0.19, or 0.14 for CRDs that serve v1beta1 only).",
     )
     sample_queues = Bool(False, config=True, help="Create the sample queues at start.")
     aliases = {
@@ -44,6 +54,7 @@ class FakeClusterApp(JupyterApp):
         "port": "FakeClusterApp.port",
         "dir": "FakeClusterApp.directory",
         "crds": "FakeClusterApp.crds",
+        "kueue": "FakeClusterApp.kueue",
     }
     flags = {
         **JupyterApp.flags,
@@ -70,17 +81,30 @@ class FakeClusterApp(JupyterApp):
         crds = self.crds or None  # unset: the fake reads $KERNEL_QUEUE_FAKE_CLUSTER_CRDS
         try:
             crd_files.load(crds)  # read once here (cached), so a missing source stops us first
-        except crd_files.CrdsNotFound as exc:
+            # An unknown release or CRDs of another one (ValueErrors) stop us here too.
+            cluster = FakeCluster(
+                root_dir=Path(self.directory) if self.directory else None,  # None: a temporary one
+                crds=crds,
+                port=self.port,
+                kueue=self.kueue or True,
+            )
+        except (crd_files.CrdsNotFound, ValueError) as exc:
             print(f"jupyter kernel-queue fake-cluster: {exc}", file=sys.stderr)
             self.exit(2)
-        root = Path(self.directory or tempfile.mkdtemp(prefix="kernel-queue-fake-cluster-"))
-        cluster = FakeCluster(root_dir=root, crds=crds, port=self.port)
+        root = cluster.root
         await cluster.start()
+        samples = cluster.for_release(sample_queue_objects())
         queues = root / "sample-queues.yaml"
-        queues.write_text(yaml.safe_dump_all(sample_queue_objects(), sort_keys=False))
+        queues.write_text(yaml.safe_dump_all(samples, sort_keys=False))
         if self.sample_queues:
-            cluster.apply(sample_queue_objects())
+            cluster.apply(samples)
         print(f"Fake Kubernetes API server with Kueue at {cluster.url}")
+        if cluster.release is not None:
+            release = cluster.release
+            print(
+                f"Kueue {release.name}: kueue.x-k8s.io {', '.join(release.served)}, "
+                f"visibility.kueue.x-k8s.io {', '.join(release.visibility)}"
+            )
         print(f"kubeconfig: {cluster.kubeconfig}\n")
         print(f"  export KUBECONFIG={cluster.kubeconfig}")
         print("  kubectl get pods -A")
