@@ -124,7 +124,9 @@ class Launched:
     def client(self) -> BlockingKernelClient:
         client = BlockingKernelClient()
         client.load_connection_info(self.info)
-        client.start_channels()
+        # No heartbeat channel: on a loaded machine a late beat reads as "Kernel died before
+        # replying to kernel_info"; the tests judge the kernel by its replies and its process.
+        client.start_channels(hb=False)
         self.clients.append(client)
         client.wait_for_ready(timeout=60)
         return client
