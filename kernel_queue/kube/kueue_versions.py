@@ -52,6 +52,7 @@ RENAMED: Mapping[str, Mapping[str, str]] = {
 SAME: Mapping[str, Sequence[str]] = {
     "workloads": (
         "spec.queueName",
+        "spec.active",
         "spec.priority",
         "status.conditions",
         "status.admission.clusterQueue",
