@@ -22,11 +22,10 @@ async def test_a_kernel_waits_for_the_gpu_then_runs_and_leaves_nothing(
     first = await server.start(name)
     assert (await server.execute(first, "1+1"))["data"] == "2"
     second = await server.start(name)
-    model = await server.wait_reason(second, WAITING_FOR_THE_GPU)
-    assert (
-        model["reason"]
-        == f"queued in 'user-queue', position 1 of 1, needs 1 GPU; {WAITING_FOR_THE_GPU}"
-    )
+    # The position and Kueue's reason arrive separately: wait for the whole sentence.
+    whole = f"queued in 'user-queue', position 1 of 1, needs 1 GPU; {WAITING_FOR_THE_GPU}"
+    model = await server.wait_reason(second, whole)
+    assert model["reason"] == whole
     await server.shutdown(first)
     assert (await server.execute(second, "2+3"))["data"] == "5"
     await server.shutdown(second)
