@@ -37,7 +37,9 @@ class BackendSettings(LoggingConfigurable):
         2.0,
         config=True,
         help="""Seconds between reads of Kueue's visibility API for a LocalQueue, while kernels
-        wait in it (one read serves every kernel of that queue).""",
+        wait in it (one read serves every kernel of that queue); a read of several pages (1000
+        Workloads each) waits this long per page, so a queue costs at most one request per
+        interval.""",
     )
     kueue_timeout = Float(
         30.0,
