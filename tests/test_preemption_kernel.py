@@ -430,7 +430,13 @@ def test_a_cell_stuck_in_c_is_saved_concurrently_after_the_fallback_delay(
 def test_a_kernel_killed_before_it_reports_leaves_a_checkpoint_event_saying_so(
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
-    kernel = start_kernel(tmp_path / "store", **{contract.ENV_STOP_TIMEOUT: "0.5"})
+    # A 20 s save deadline puts the concurrent save 2 s after SIGTERM, long after the SIGKILL at
+    # 0.5 s (with the deadline derived from 0.5 s it started at once and, on a quiet machine,
+    # finished first).
+    kernel = start_kernel(
+        tmp_path / "store",
+        **{contract.ENV_STOP_TIMEOUT: "0.5", contract.ENV_CHECKPOINT_DEADLINE: "20"},
+    )
     client = kernel.client()
     assert run(client, BLOCK_IN_C).reply["status"] == "ok"
     msg_id = client.execute("block_in_c(60)")
