@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver import discovery
+from kernel_queue_fake_cluster.apiserver import discovery, protobuf
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, ResourceType
 from kernel_queue_fake_cluster.apiserver.store import Store
 
-JSON_TYPES = ("", "application/json", "*/*")
-"""Content types a POST or PUT body may have (a client that sends none means JSON)."""
+BODY_TYPES = ("", "application/json", "*/*", protobuf.MEDIA_TYPE)
+"""Content types a POST or PUT body may have (a client that sends none means JSON; protobuf
+for the built-in kinds kubectl creates, `protobuf.py`)."""
 
 
 def serve(
@@ -50,9 +51,12 @@ def serve(
         return 200, store.get(*key, name, version=version)
     if (method == "POST") == bool(name):
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on this path")
-    if method in ("POST", "PUT") and media not in JSON_TYPES:
+    if method in ("POST", "PUT") and (
+        media not in BODY_TYPES or (media == protobuf.MEDIA_TYPE and not rtype.builtin)
+    ):
         message = "the body of the request was in an unknown format - accepted media types "
-        raise ApiError(415, "UnsupportedMediaType", message + "include: application/json")
+        accepted = "application/json" + (f", {protobuf.MEDIA_TYPE}" if rtype.builtin else "")
+        raise ApiError(415, "UnsupportedMediaType", f"{message}include: {accepted}")
     sent = body()
     if method == "PATCH":
         patched = store.patch(*key, name, sent, media, subresource=sub, version=version)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kernel_queue_fake_cluster.apiserver import crds as crd_files
+from kernel_queue_fake_cluster.apiserver import secrets
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import ResourceType
 from kernel_queue_fake_cluster.apiserver.store import Store
@@ -74,10 +75,11 @@ def install(
     namespaces: Iterable[str] = ("default", "kube-system"),
 ) -> None:
     """Register the built-in kinds and `crds` (None: those `crd_files.load()` finds; `()` for
-    none), and create the namespaces a fresh cluster has. Runs on the store's loop (or before
-    it starts)."""
+    none), the apiserver's Secret rules (`secrets.py`), and create the namespaces a fresh
+    cluster has. Runs on the store's loop (or before it starts)."""
     for rtype in BUILTIN:
         store.register(rtype)
+    secrets.install(store)
     for rtype in crd_files.load() if crds is None else crds:
         store.register(rtype)
     for name in namespaces:

@@ -23,7 +23,7 @@ import tornado.httpserver
 import tornado.netutil
 import tornado.web
 
-from kernel_queue_fake_cluster.apiserver import crud, discovery, faults, rbac, watches
+from kernel_queue_fake_cluster.apiserver import crud, discovery, faults, protobuf, rbac, watches
 from kernel_queue_fake_cluster.apiserver.changes import Subscription
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
@@ -337,6 +337,10 @@ class _Handler(tornado.web.RequestHandler):
         return None
 
     def json_body(self) -> Any:
+        """The body as JSON: parsed, or read from protobuf (`protobuf.py`); None when empty."""
+        media = (self.request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if media == protobuf.MEDIA_TYPE and self.request.body:
+            return protobuf.decode(self.request.body)
         try:
             return json.loads(self.request.body) if self.request.body else None
         except ValueError as exc:
