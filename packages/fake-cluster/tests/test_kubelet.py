@@ -729,3 +729,50 @@ async def test_the_termination_message_file_reaches_the_pod_status(tmp_path: Pat
         terminated = await until(ended)
         assert terminated["exitCode"] == 2
         assert terminated["message"] == "saved 3 variables"
+
+
+async def test_a_config_map_volume_carries_binary_data_byte_for_byte(tmp_path: Path) -> None:
+    """A zipapp in a ConfigMap's binaryData, mounted read-only, runs as `python /app/app.pyz`."""
+    archive = tmp_path / "app.pyz"
+    import zipfile
+
+    with zipfile.ZipFile(archive, "w") as out:
+        out.writestr("__main__.py", "print('from the archive', flush=True)\n")
+    data = archive.read_bytes()
+    async with cluster(tmp_path) as (store, kubelet):
+        config = {
+            "metadata": {"name": "app"},
+            "binaryData": {"app.pyz": base64.b64encode(data).decode()},
+        }
+        store.create("", "configmaps", NS, config)
+        pod = python_pod(
+            "zipped",
+            "",
+            container={
+                "command": ["python", "/app/app.pyz"],
+                "volumeMounts": [{"name": "app", "mountPath": "/app", "readOnly": True}],
+            },
+            volumes=[{"name": "app", "configMap": {"name": "app", "defaultMode": 0o444}}],
+        )
+        store.create("", "pods", NS, pod)
+        await logged(kubelet, "zipped", "from the archive")
+        await until(lambda: phase(store, "zipped") == "Succeeded", what="Succeeded")
+
+
+async def test_an_image_without_python_fails_to_start_as_a_real_kubelet_says(
+    tmp_path: Path,
+) -> None:
+    """An image mapped to a bin dir without `python` finds none (never this interpreter): the
+    container is terminated StartError 128 with the runtime's `executable file not found`."""
+    empty = tmp_path / "no-python" / "bin"
+    empty.mkdir(parents=True)
+    async with cluster(tmp_path, image_paths={"busybox:*": str(empty)}) as (store, _):
+        pod = python_pod("nopython", "print(1)", container={"image": "busybox:1.36"})
+        store.create("", "pods", NS, pod)
+        await until(lambda: phase(store, "nopython") == "Failed", what="Failed")
+        ended = terminated(store.get("", "pods", NS, "nopython"))
+        assert ended["exitCode"] == 128
+        assert ended["reason"] == "StartError"
+        assert 'exec: "python": executable file not found in $PATH' in ended["message"]
+        failed = [m for r, m in events(store, "nopython") if r == "Failed"]
+        assert failed and 'exec: "python": executable file not found in $PATH' in failed[0]

@@ -261,7 +261,10 @@ class FakeKubelet:
         except OSError as exc:
             container.exit_code, container.exit_reason = 128, "StartError"
             container.finished_at, container.process = now_rfc3339(), None
-            self.status.event_for(record, "Warning", "Failed", f"Error: exec: {exc}")
+            container.message = pod_startup.start_error(
+                container.argv[0] if container.argv else "", exc
+            )
+            self.status.event_for(record, "Warning", "Failed", f"Error: {container.message}")
             return False
         finally:
             os.close(output)

@@ -85,6 +85,14 @@ def expand(text: str, env: Mapping[str, str]) -> str:
 
 def lookup(store: Store, kind: str, namespace: str, name: str, optional: Any) -> dict[str, str]:
     """Decoded data of a Secret (`secretRef`/`secretKeyRef`/`secret`) or ConfigMap, or {}."""
+    found = lookup_bytes(store, kind, namespace, name, optional)
+    return {k: v.decode("utf-8", errors="replace") for k, v in found.items()}
+
+
+def lookup_bytes(
+    store: Store, kind: str, namespace: str, name: str, optional: Any
+) -> dict[str, bytes]:
+    """`lookup`, each value as the bytes it stands for (a ConfigMap's binaryData exactly)."""
     secret = kind.startswith("secret")
     plural = "secrets" if secret else "configmaps"
     try:
@@ -99,13 +107,13 @@ def lookup(store: Store, kind: str, namespace: str, name: str, optional: Any) ->
     data = {k: _decode(v) for k, v in (obj.get("data") or {}).items()} if secret else {}
     if not secret:
         data = {k: _decode(v) for k, v in (obj.get("binaryData") or {}).items()}
-        data.update({k: str(v) for k, v in (obj.get("data") or {}).items()})
-    data.update({k: str(v) for k, v in (obj.get("stringData") or {}).items()})
+        data.update({k: str(v).encode() for k, v in (obj.get("data") or {}).items()})
+    data.update({k: str(v).encode() for k, v in (obj.get("stringData") or {}).items()})
     return data
 
 
-def _decode(value: Any) -> str:
-    return base64.b64decode(str(value)).decode("utf-8", errors="replace")
+def _decode(value: Any) -> bytes:
+    return base64.b64decode(str(value))
 
 
 def _value_from(store: Store, pod: Obj, container: Obj, source: Obj) -> str | None:

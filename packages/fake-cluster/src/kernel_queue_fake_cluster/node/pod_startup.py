@@ -27,6 +27,9 @@ from kernel_queue_fake_cluster.node.pod_status import ContainerRecord, PodRecord
 log = logging.getLogger(__name__)
 
 BASE_ENV_KEYS = ("HOME", "LANG")  # copied from this process; PATH gets the venv's bin first
+IMAGE_PATH = "/usr/local/bin:/usr/bin:/bin"
+"""The rest of PATH in a container whose image `image_paths` maps: a Debian image's, never this
+process's (whose `python` would stand in for one the image lacks)."""
 NO_GPU = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
 PULL_FAILED = (
     'Failed to pull image "{image}": rpc error: code = NotFound desc = failed to pull and '
@@ -35,11 +38,14 @@ PULL_FAILED = (
 
 
 def base_env(pod_name: str, bin_dir: str | None = None) -> dict[str, str]:
-    """What every container starts with before its spec's env: PATH (`bin_dir`, else this
-    interpreter's bin, first: so `python` is that virtualenv's), HOME and LANG from this
-    process, HOSTNAME."""
-    first = bin_dir or os.path.dirname(sys.executable)
-    path = os.pathsep.join([first, os.environ.get("PATH", os.defpath)])
+    """What every container starts with before its spec's env: PATH (`bin_dir` then
+    `IMAGE_PATH`; else this interpreter's bin, then this process's PATH: so `python` is that
+    virtualenv's), HOME and LANG from this process, HOSTNAME."""
+    if bin_dir is not None:
+        path = os.pathsep.join([bin_dir, IMAGE_PATH])
+    else:
+        first = os.path.dirname(sys.executable)
+        path = os.pathsep.join([first, os.environ.get("PATH", os.defpath)])
     env = {"PATH": path, "HOSTNAME": pod_name}
     env.update({key: os.environ[key] for key in BASE_ENV_KEYS if key in os.environ})
     return env
@@ -284,6 +290,23 @@ def termination_message(container: ContainerRecord) -> str:
     except OSError:
         return ""
     return data.decode(errors="replace").strip()
+
+
+def start_error(executable: str, exc: OSError) -> str:
+    """The message containerd and runc give a container whose command cannot be executed."""
+    if isinstance(exc, FileNotFoundError) and "/" not in executable:
+        why = "executable file not found in $PATH"
+    elif isinstance(exc, FileNotFoundError):
+        why = "no such file or directory"
+    elif isinstance(exc, PermissionError):
+        why = "permission denied"
+    else:
+        why = exc.strerror or str(exc)
+    return (
+        "failed to create containerd task: failed to create shim task: OCI runtime create "
+        "failed: runc create failed: unable to start container process: exec: "
+        f'"{executable}": {why}: unknown'
+    )
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> None:

@@ -66,14 +66,14 @@ def prepare_volumes(store: Store, pod: Obj, cluster_dir: Path, pod_dir: Path) ->
 
 def _project(store: Store, pod: Obj, name: str, source: Obj, into: Path, volume: Obj) -> None:
     """Write one volume source's keys as files."""
-    files: dict[str, str] = {}
+    files: dict[str, bytes] = {}
     default_mode = volume.get("defaultMode", (volume.get("projected") or {}).get("defaultMode"))
     for kind, key in (("secret", "secretName"), ("configMap", "name")):
         if kind in source:
             ref = source[kind]
             ref_name = ref.get(key) or ref.get("name", "")
             try:
-                data = pod_env.lookup(
+                data = pod_env.lookup_bytes(
                     store, kind, pod["metadata"]["namespace"], ref_name, ref.get("optional")
                 )
             except pod_env.ConfigError as exc:
@@ -87,19 +87,21 @@ def _project(store: Store, pod: Obj, name: str, source: Obj, into: Path, volume:
         for item in source["downwardAPI"].get("items") or []:
             files[item["path"]] = pod_env.field_value(
                 pod, item.get("fieldRef", {}).get("fieldPath", "")
-            )
+            ).encode()
     if "serviceAccountToken" in source:
-        files[source["serviceAccountToken"].get("path", "token")] = "fake-service-account-token"
+        files[source["serviceAccountToken"].get("path", "token")] = b"fake-service-account-token"
     known = ("secret", "configMap", "downwardAPI", "serviceAccountToken")
     if not files and not any(k in source for k in known):
         kinds = sorted(k for k in source if k not in ("name", "defaultMode"))
         raise pod_env.ConfigError(
             "FailedMount", f'volume "{name}": type {kinds} is not supported by the fake kubelet'
         )
-    for path, text in files.items():
+    for path, content in files.items():
         target = into / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+        if target.exists():  # a read-only file of an earlier try
+            target.unlink()
+        target.write_bytes(content)
         target.chmod(default_mode if default_mode is not None else 0o600)
 
 
