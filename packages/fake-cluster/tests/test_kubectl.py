@@ -62,14 +62,64 @@ def test_a_secrets_string_data_is_folded_into_data_on_create_and_update(
     def b64(text: str) -> str:
         return base64.b64encode(text.encode()).decode()
 
-    kubectl("apply", "--validate=false", "-f", "-", stdin=SECRET % (b64("ann"), b64("old"), "new"))
+    kubectl("apply", "-f", "-", stdin=SECRET % (b64("ann"), b64("old"), "new"))
     secret = json.loads(kubectl("get", "secret", "creds", "-o", "json"))
     assert secret["data"] == {"user": b64("ann"), "token": b64("new")}
     assert "stringData" not in secret
 
-    kubectl(
-        "apply", "--validate=false", "-f", "-", stdin=SECRET % (b64("bob"), b64("old"), "newer")
-    )
+    kubectl("apply", "-f", "-", stdin=SECRET % (b64("bob"), b64("old"), "newer"))
     stored = _get(fake_cluster, "secrets", "default", "creds")
     assert stored["data"] == {"user": b64("bob"), "token": b64("newer")}
     assert "stringData" not in stored
+
+
+# -- kubectl apply with validation on (OpenAPI v3 and server-side field validation) ---------
+
+POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  containers: [{name: main, image: %s, ports: [{containerPort: 8888}]}]
+  %s
+"""
+CLUSTER_QUEUE = """
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: cq}
+spec:
+  namespaceSelector: {}
+  %s
+"""
+
+
+def test_kubectl_apply_validates_with_the_servers_schemas(kubectl: Kubectl) -> None:
+    assert kubectl("apply", "-f", "-", stdin=POD % ("python", "")) == "pod/p created\n"
+    assert kubectl("apply", "-f", "-", stdin=CLUSTER_QUEUE % "") == (
+        "clusterqueue.kueue.x-k8s.io/cq created\n"
+    )
+
+    unknown = kubectl.fails("apply", "-f", "-", stdin=POD % ("python", "foo: 1"))
+    assert 'strict decoding error: unknown field "spec.foo"' in unknown
+    assert 'Pod in version "v1" cannot be handled as a Pod' in unknown
+    nested = POD.replace("containerPort: 8888", "containerPort: 8888, bar: x") % ("python", "")
+    unknown = kubectl.fails("apply", "-f", "-", stdin=nested)
+    assert 'unknown field "spec.containers[0].ports[0].bar"' in unknown
+    wrong = kubectl.fails("apply", "-f", "-", stdin=POD % ("{a: 1}", ""))
+    assert "cannot unmarshal object into Go struct field Container.spec.containers.image" in wrong
+
+    unknown = kubectl.fails("apply", "-f", "-", stdin=CLUSTER_QUEUE % "foo: 1")
+    assert 'strict decoding error: unknown field "spec.foo"' in unknown
+    wrong = kubectl.fails("apply", "-f", "-", stdin=CLUSTER_QUEUE % "cohortName: [1]")
+    assert "spec.cohortName" in wrong
+
+    # an object that exists is patched: the patch is held to the schema too
+    unknown = kubectl.fails("apply", "-f", "-", stdin=CLUSTER_QUEUE % "stopPolicy: Hold\n  foo: 1")
+    assert 'strict decoding error: unknown field "spec.foo"' in unknown
+    changed = kubectl("apply", "-f", "-", stdin=CLUSTER_QUEUE % "stopPolicy: Hold")
+    assert changed == "clusterqueue.kueue.x-k8s.io/cq configured\n"
+
+
+def test_kubectl_explain_reads_the_servers_schemas(kubectl: Kubectl) -> None:
+    assert "containerPort" in kubectl("explain", "pods.spec.containers.ports")
+    assert "queueName" in kubectl("explain", "workloads.spec")

@@ -720,11 +720,11 @@ async def test_kubectl_gets_applies_labels_and_deletes(cluster: Server, tmp_path
         "get", "pods", "-n", "default"
     )
 
-    # --validate=false: kubectl's client-side validation wants /openapi/v2, which the fake lacks
+    # validation on: kubectl reads /openapi/v3 and leaves field validation to the server
     setup = EXAMPLES / "admin-single-clusterqueue-setup.yaml"
-    applied = await kubectl("apply", "--validate=false", "-f", setup)
+    applied = await kubectl("apply", "-f", setup)
     assert "clusterqueue.kueue.x-k8s.io/cluster-queue created" in applied
-    again = await kubectl("apply", "--validate=false", "-f", setup)
+    again = await kubectl("apply", "-f", setup)
     assert "localqueue.kueue.x-k8s.io/user-queue unchanged" in again
     assert "cluster-queue" in await kubectl("get", "clusterqueues")
     await kubectl("label", "localqueue", "user-queue", "-n", "default", "team=a")
@@ -732,7 +732,7 @@ async def test_kubectl_gets_applies_labels_and_deletes(cluster: Server, tmp_path
     assert labels["metadata"]["labels"] == {"team": "a"}
 
     example = EXAMPLES / "pods-kueue-kueue-pod.yaml"
-    await kubectl("create", "--validate=false", "-n", "default", "-f", example)
+    await kubectl("create", "-n", "default", "-f", example)
     pods = cluster.store.list_objects("", "pods", "default")[0]
     assert [p["metadata"]["generateName"] for p in pods] == ["kueue-sleep-"]
     await kubectl("label", "pods", "--all", "-n", "default", "team=a")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver import discovery, protobuf
+from kernel_queue_fake_cluster.apiserver import discovery, fields, protobuf
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, ResourceType
 from kernel_queue_fake_cluster.apiserver.store import Store
@@ -20,6 +20,9 @@ from kernel_queue_fake_cluster.apiserver.store import Store
 BODY_TYPES = ("", "application/json", "*/*", protobuf.MEDIA_TYPE)
 """Content types a POST or PUT body may have (a client that sends none means JSON; protobuf
 for the built-in kinds kubectl creates, `protobuf.py`)."""
+
+OBJECT_PATCHES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+"""Patches shaped as the object, whose fields `fields.check` can read."""
 
 
 def serve(
@@ -35,17 +38,17 @@ def serve(
     type (lower case, no parameters), `body()` its parsed JSON (read only once it is needed)."""
     version = target.version
     key = (target.group, target.plural, target.namespace or None)
-    labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
+    labels, by_fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
     name, sub = target.name, target.sub
 
     def served(obj: Obj) -> Obj:
         return store.versions.at(rtype, obj, version)
 
     if method == "GET" and not name:
-        items, rv = store.list_objects(*key, labels=labels, fields=fields)
+        items, rv = store.list_objects(*key, labels=labels, fields=by_fields)
         return 200, collection(store, rtype, version, items, rv)
     if method == "DELETE" and not name:
-        items = store.delete_collection(*key, labels=labels, fields=fields)
+        items = store.delete_collection(*key, labels=labels, fields=by_fields)
         return 200, collection(store, rtype, version, items, store.resource_version)
     if method == "GET":
         return 200, store.get(*key, name, version=version)
@@ -58,6 +61,8 @@ def serve(
         accepted = "application/json" + (f", {protobuf.MEDIA_TYPE}" if rtype.builtin else "")
         raise ApiError(415, "UnsupportedMediaType", f"{message}include: {accepted}")
     sent = body()
+    if method in ("POST", "PUT") or media in OBJECT_PATCHES:
+        fields.check(rtype, version, query.get("fieldValidation", ""), sent)
     if method == "PATCH":
         patched = store.patch(*key, name, sent, media, subresource=sub, version=version)
         return 200, served(patched)

@@ -23,7 +23,15 @@ import tornado.httpserver
 import tornado.netutil
 import tornado.web
 
-from kernel_queue_fake_cluster.apiserver import crud, discovery, faults, protobuf, rbac, watches
+from kernel_queue_fake_cluster.apiserver import (
+    crud,
+    discovery,
+    faults,
+    openapi,
+    protobuf,
+    rbac,
+    watches,
+)
 from kernel_queue_fake_cluster.apiserver.changes import Subscription
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
@@ -283,6 +291,8 @@ class Server:
         if target is None:
             if method != "GET":
                 raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+            if path.startswith("/openapi/"):
+                return 200, openapi.serve(self.store, path)
             return 200, discovery.document(self.store, self._extra, path)
         rtype = self.store.type(target.group, target.plural)
         if (
