@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from jupyter_core.application import JupyterApp
-from traitlets import Bool, Int, Unicode
+from traitlets import Bool, Int, List, Unicode
 
 SAMPLE_QUEUES = """\
 Sample queues: 1 flavor, a ClusterQueue with 8 CPU, 32Gi and 2 nvidia.com/gpu, the LocalQueue
@@ -49,12 +49,19 @@ class FakeClusterApp(JupyterApp):
         "0.19, or 0.14 for CRDs that serve v1beta1 only).",
     )
     sample_queues = Bool(False, config=True, help="Create the sample queues at start.")
+    claims = List(
+        Unicode(),
+        config=True,
+        help="PersistentVolumeClaims (ReadWriteMany) to create in namespace 'default' at start, "
+        "e.g. for the checkpoints of a kernelspec's `checkpoint.claim`.",
+    )
     aliases = {
         **JupyterApp.aliases,
         "port": "FakeClusterApp.port",
         "dir": "FakeClusterApp.directory",
         "crds": "FakeClusterApp.crds",
         "kueue": "FakeClusterApp.kueue",
+        "claim": "FakeClusterApp.claims",
     }
     flags = {
         **JupyterApp.flags,
@@ -98,6 +105,7 @@ class FakeClusterApp(JupyterApp):
         queues.write_text(yaml.safe_dump_all(samples, sort_keys=False))
         if self.sample_queues:
             cluster.apply(samples)
+        cluster.apply(claim_object(name) for name in self.claims)
         print(f"Fake Kubernetes API server with Kueue at {cluster.url}")
         if cluster.release is not None:
             release = cluster.release
@@ -120,6 +128,16 @@ class FakeClusterApp(JupyterApp):
         finally:
             with contextlib.suppress(Exception):
                 await cluster.stop()
+
+
+def claim_object(name: str) -> dict[str, object]:
+    """A ReadWriteMany PersistentVolumeClaim `name` in namespace 'default'."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "10Gi"}}},
+    }
 
 
 def sample_queue_objects() -> list[dict[str, object]]:

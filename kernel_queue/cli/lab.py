@@ -3,6 +3,8 @@
 It reports the GPU inventory the local backend will use; on a machine without an NVIDIA GPU it
 turns on a pretend inventory (2 GPUs unless told otherwise) and says so, so the queue can be
 tried at once. Then it becomes `jupyter lab` (exec), with any extra arguments passed through.
+With `--fake-cluster` it runs JupyterLab on the kubernetes backend against a fake cluster
+instead (`cli.lab_fake_cluster`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_core.application import JupyterApp
-from traitlets import Int
+from traitlets import Bool, Int, Unicode
 
 from kernel_queue.backends import gpus as gpu_detection
 
@@ -34,34 +36,58 @@ def inventory_message(found: list[gpu_detection.Gpu], visible: str | None, prete
     )
 
 
-class LabCommand(JupyterApp):
-    """Start JupyterLab with queued kernels on the local backend.
+USAGE = """\
+Usage: jupyter kernel-queue lab [--pretend-gpus N] [--fake-cluster [--kueue RELEASE]] [ARGS]
 
-    Extra arguments go to `jupyter lab`, e.g. jupyter kernel-queue lab --no-browser --port 8899
-    """
+Start JupyterLab with queued kernels.
+  --pretend-gpus N   GPUs the local backend pretends to have when it finds none (default 2)
+  --fake-cluster     use the kubernetes backend against a fake Kubernetes cluster with Kueue
+                     on this machine (sample queues, 2 GPUs), stopped when JupyterLab ends
+  --kueue RELEASE    with --fake-cluster: the Kueue release it is (0.14 needs its CRDs)
+Every other argument goes to `jupyter lab`, e.g. --no-browser --port 8899.
+"""
+
+
+class LabCommand(JupyterApp):
+    """Start JupyterLab with queued kernels on the local backend (or a fake cluster)."""
 
     name = "jupyter-kernel-queue-lab"
     description = __doc__
     pretend_gpus = Int(2, config=True, help="GPUs to pretend to have when none is found.")
+    fake_cluster = Bool(False, config=True, help="Run against a fake Kubernetes cluster.")
+    kueue = Unicode("", config=True, help="The fake cluster's Kueue release (0.14, 0.19, 0.20).")
 
     def initialize(self, argv: list[str] | None = None) -> None:
-        """Take `--pretend-gpus N`; every other argument is for `jupyter lab`."""
+        """Take our options; every other argument is for `jupyter lab`."""
         rest: list[str] = []
         args = list(argv or [])
         while args:
             arg = args.pop(0)
-            if arg == "--pretend-gpus" and args:
-                self.pretend_gpus = int(args.pop(0))
-            elif arg.startswith("--pretend-gpus="):
-                self.pretend_gpus = int(arg.split("=", 1)[1])
+            name, has_value, value = arg.partition("=")
+            if name in ("--pretend-gpus", "--kueue") and not has_value and args:
+                value, has_value = args.pop(0), "="
+            if name == "--pretend-gpus" and has_value:
+                self.pretend_gpus = int(value)
+            elif name == "--kueue" and has_value:
+                self.kueue = value
+            elif arg == "--fake-cluster":
+                self.fake_cluster = True
             elif arg in ("-h", "--help"):
-                self.print_help()
+                print(USAGE, end="")
                 self.exit(0)
             else:
                 rest.append(arg)
         self.extra_args = rest
 
     def start(self) -> Any:
+        if self.fake_cluster:
+            from kernel_queue.cli import lab_fake_cluster
+
+            try:
+                self.exit(lab_fake_cluster.run(self.lab_args(self.extra_args), kueue=self.kueue))
+            except lab_fake_cluster.FakeClusterFailed as exc:
+                print(f"jupyter kernel-queue lab: {exc}", file=sys.stderr)
+                self.exit(2)
         found = gpu_detection.detect()
         print(inventory_message(found, os.environ.get("CUDA_VISIBLE_DEVICES"), self.pretend_gpus))
         specs = KernelSpecManager(parent=self).find_kernel_specs()
@@ -76,12 +102,16 @@ class LabCommand(JupyterApp):
             sys.executable,
             "-m",
             "jupyterlab",
-            f"--LocalBackend.pretend_gpus={self.pretend_gpus}",
-            *self.extra_args,
+            *self.lab_args([f"--LocalBackend.pretend_gpus={self.pretend_gpus}", *self.extra_args]),
         ]
-        if os.geteuid() == 0 and "--allow-root" not in argv:
-            # Jupyter refuses root unless told; containers and CI machines often are root.
-            print("kernel-queue: running as root, so kernels run as root too (--allow-root)")
-            argv.append("--allow-root")
         sys.stdout.flush()
         os.execv(sys.executable, argv)
+
+    @staticmethod
+    def lab_args(args: list[str]) -> list[str]:
+        """`args` for `jupyter lab`, with --allow-root when running as root (and saying so)."""
+        if os.geteuid() == 0 and "--allow-root" not in args:
+            # Jupyter refuses root unless told; containers and CI machines often are root.
+            print("kernel-queue: running as root, so kernels run as root too (--allow-root)")
+            return [*args, "--allow-root"]
+        return args
