@@ -1,0 +1,129 @@
+"""etc/kubernetes/base: the RBAC the kubernetes backend needs in a namespace, its LocalQueue, the
+checkpoint claim and the kernels' NetworkPolicy; rendered by kubectl, checked against
+Kubernetes' and Kueue's schemas, applied with kubectl, and read for what it lets through."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+from kernel_queue_fake_cluster.cluster import FakeCluster
+
+from kernel_queue.kube import manifests
+from kernel_queue.model import ConnectionInfo, GroupSpec
+from tests.recipes import network, rendering
+from tests.recipes.conftest import kubectl_apply
+
+BACKEND_RULES = [
+    # (API group, resource, verbs): what kernel_queue/kube and backends/kubernetes.py call
+    ("", "pods", ["create", "get", "list", "watch", "delete"]),  # the group; one shared watch
+    ("", "pods/log", ["get"]),  # the last lines of a kernel that failed
+    ("", "secrets", ["create", "get", "list", "delete"]),  # the key; get on a 409, list: reaper
+    ("", "services", ["create", "get", "list", "delete"]),  # the kernel's address
+    ("", "configmaps", ["create", "get", "list", "delete"]),  # the launcher, delivered
+    ("", "persistentvolumeclaims", ["get"]),  # preflight: the checkpoint claim exists
+    ("kueue.x-k8s.io", "workloads", ["list", "watch", "delete"]),  # state; release
+    ("kueue.x-k8s.io", "localqueues", ["get", "list"]),  # preflight: the queue (else: which)
+    ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", ["get"]),  # positions
+]
+"""The Role: exactly these verbs, in the namespace of the kernels."""
+CLUSTER_RULES = [("kueue.x-k8s.io", "workloadpriorityclasses", ["get"])]
+"""The ClusterRole: preflight reads the kernelspec's WorkloadPriorityClass (cluster-scoped)."""
+
+
+def rules(role: dict) -> list[tuple[str, str, list[str]]]:
+    return [
+        (group, resource, rule["verbs"])
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    ]
+
+
+def test_the_base_renders_and_every_object_passes_its_schema() -> None:
+    objects = rendering.rendered("base")
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in objects) == [
+        ("ClusterRole", "kernel-queue-priority-classes"),
+        ("ClusterRoleBinding", "kernel-queue-priority-classes"),
+        ("LocalQueue", "user-queue"),
+        ("NetworkPolicy", "kernel-queue-kernels"),
+        ("PersistentVolumeClaim", "kernel-checkpoints"),
+        ("Role", "kernel-queue"),
+        ("RoleBinding", "kernel-queue"),
+        ("ServiceAccount", "kernel-queue"),
+    ]
+    for obj in objects:
+        rendering.validate(obj)
+
+
+def test_the_role_grants_exactly_the_verbs_the_backend_uses() -> None:
+    objects = rendering.rendered("base")
+    (role,) = rendering.of_kind(objects, "Role")
+    assert rules(role) == BACKEND_RULES
+    (cluster_role,) = rendering.of_kind(objects, "ClusterRole")
+    assert rules(cluster_role) == CLUSTER_RULES
+
+
+def test_the_checkpoint_claim_is_read_write_many() -> None:
+    (claim,) = rendering.of_kind(rendering.rendered("base"), "PersistentVolumeClaim")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def test_etc_kubernetes_rbac_yaml_is_the_base_s_rbac() -> None:
+    """tests/kube, the README and the backend's RBAC sentence name etc/kubernetes/rbac.yaml: it
+    stays, as a link to the base's file, so there is one list of verbs."""
+    link = rendering.RECIPES / "rbac.yaml"
+    assert os.readlink(link) == "base/rbac.yaml"
+    plain = list(yaml.safe_load_all(link.read_text()))
+    assert len(plain) == 5
+    assert [o for o in plain if o not in rendering.rendered("base")] == []
+
+
+def kernel_pods(namespace: str, group_size: int = 2) -> list[dict]:
+    """The pods the backend builds for a kernel (head and a worker), as manifests.py makes them."""
+    spec = GroupSpec(
+        kernel_id="1a2b3c4d-5e6f-4a0b-8c9d-0e1f2a3b4c5d",
+        name="kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d",
+        queue="user-queue",
+        argv=("python", "-m", "ipykernel_launcher", "-f", "{connection_file}"),
+        connection=ConnectionInfo("127.0.0.1", 0, 0, 0, 0, 0, key="k"),
+        gpus=1,
+        pod_group_size=group_size,
+        namespace=namespace,
+        image="registry.example/kernel:1.0",
+    )
+    return manifests.pods(spec, spec.name, 0)
+
+
+def test_only_the_server_reaches_the_kernel_ports_and_a_group_its_other_ports() -> None:
+    (policy,) = rendering.of_kind(rendering.rendered("base"), "NetworkPolicy")
+    head, worker = (network.Pod.of(p) for p in kernel_pods("default"))
+    server = network.Pod("default", {"app": "jupyterlab", "kernel-queue.dev/server": "true"})
+    stranger = network.Pod("default", {"app": "jupyterlab"})
+    elsewhere = network.Pod("other", {"kernel-queue.dev/server": "true"})
+    for port in manifests.KERNEL_PORTS.values():
+        assert network.ingress_allowed([policy], server, head, port)
+        assert not network.ingress_allowed([policy], stranger, head, port)
+        assert not network.ingress_allowed([policy], elsewhere, head, port)
+        assert not network.ingress_allowed([policy], worker, head, port)  # nor another kernel
+    assert network.ingress_allowed([policy], worker, head, 29500)  # torch.distributed's port
+    assert network.ingress_allowed([policy], head, worker, 29500)
+    assert not network.ingress_allowed([policy], server, head, 29500)
+    assert not network.ingress_allowed([policy], stranger, worker, 29500)
+    assert not network.ingress_allowed([policy], server, head, 50100, "UDP")
+
+
+@pytest.mark.parametrize("recipe", ["base"])
+def test_kubectl_applies_the_recipe_and_a_second_apply_changes_nothing(
+    recipe: str, plain_cluster: FakeCluster
+) -> None:
+    text = rendering.as_yaml(rendering.rendered(recipe))
+    first = kubectl_apply(plain_cluster, text).splitlines()
+    assert len(first) == len(rendering.rendered(recipe)), first
+    # queues.yaml, applied with the cluster, made the same LocalQueue in `default` already
+    assert [line for line in first if not line.endswith(" created")] == [
+        "localqueue.kueue.x-k8s.io/user-queue configured"
+    ]
+    again = kubectl_apply(plain_cluster, text)
+    assert again.count(" unchanged\n") == len(rendering.rendered(recipe)), again
