@@ -4,13 +4,13 @@ without Kueue's CRDs, and the `kernel_queue.testing` compatibility shim."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
-import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -18,26 +18,18 @@ from kernel_queue_fake_cluster.apiserver import crds as crd_files
 from kubernetes import client, config
 
 from tests.conftest import KUEUE_DATA, skip_unless_ci
+from tests.polling import until_sync
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 
 
-def _wait(check: Any, *, within: float = 60, what: str = "") -> Any:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def test_fake_cluster_command_serves_kueue_with_sample_queues(tmp_path: Path) -> None:
-    if not KUEUE_DATA.is_dir():
-        skip_unless_ci(f"Kueue's CRDs are not at {KUEUE_DATA} (../shared is absent)")
+@contextlib.contextmanager
+def serving(*args: str) -> Iterator[list[str]]:
+    """`jupyter kernel-queue fake-cluster ARGS` serving: its lines up to the kubeconfig's;
+    stopped with Ctrl-C (SIGINT) at the end, which it must take as a clean stop."""
     jupyter = str(Path(sys.executable).parent / "jupyter")
     process = subprocess.Popen(
-        [jupyter, "kernel-queue", "fake-cluster", "--sample-queues", f"--dir={tmp_path / 'c'}"],
+        [jupyter, "kernel-queue", "fake-cluster", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -49,7 +41,26 @@ def test_fake_cluster_command_serves_kueue_with_sample_queues(tmp_path: Path) ->
             lines.append(line)
             if line.startswith("kubeconfig: "):
                 break
-        kubeconfig = lines[-1].split(": ", 1)[1].strip()
+        yield lines
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+    assert process.returncode == 0
+
+
+def kubeconfig_of(lines: list[str]) -> str:
+    return lines[-1].split(": ", 1)[1].strip()
+
+
+def test_fake_cluster_command_serves_kueue_with_sample_queues(tmp_path: Path) -> None:
+    if not KUEUE_DATA.is_dir():
+        skip_unless_ci(f"Kueue's CRDs are not at {KUEUE_DATA} (../shared is absent)")
+    with serving("--sample-queues", f"--dir={tmp_path / 'c'}") as lines:
+        kubeconfig = kubeconfig_of(lines)
         assert lines[0].startswith("Fake Kubernetes API server with Kueue at http://127.0.0.1:")
         api = config.new_client_from_config(config_file=kubeconfig)
         queues = client.CustomObjectsApi(api).list_namespaced_custom_object(
@@ -72,19 +83,11 @@ def test_fake_cluster_command_serves_kueue_with_sample_queues(tmp_path: Path) ->
         }
         core = client.CoreV1Api(api)
         core.create_namespaced_pod("default", pod)
-        _wait(
+        until_sync(
             lambda: core.read_namespaced_pod("hello", "default").status.phase == "Succeeded",
-            what="the pod to run",
+            "the pod run to its end",
         )
         assert core.read_namespaced_pod_log("hello", "default").strip() == "hi from a pod"
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
-    assert process.returncode == 0
 
 
 def test_fake_cluster_sample_queues_are_etc_kubernetes_queues() -> None:
@@ -160,25 +163,12 @@ def test_fake_cluster_command_is_the_kueue_release_asked_for(tmp_path: Path) -> 
     v014 = KUEUE_DATA / "v0.14" / "crds"
     if not v014.is_dir():
         skip_unless_ci(f"Kueue 0.14's CRDs are not at {v014} (../shared is absent)")
-    jupyter = str(Path(sys.executable).parent / "jupyter")
-    command = ["kernel-queue", "fake-cluster", "--kueue=0.14", f"--crds={v014}", "--sample-queues"]
-    process = subprocess.Popen(
-        [jupyter, *command, f"--dir={tmp_path / 'c'}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        lines: list[str] = []
-        for line in process.stdout:
-            lines.append(line)
-            if line.startswith("kubeconfig: "):
-                break
+    release = ("--kueue=0.14", f"--crds={v014}", "--sample-queues", f"--dir={tmp_path / 'c'}")
+    with serving(*release) as lines:
         assert lines[1] == (
             "Kueue 0.14: kueue.x-k8s.io v1beta1, visibility.kueue.x-k8s.io v1beta1\n"
         )
-        api = config.new_client_from_config(config_file=lines[-1].split(": ", 1)[1].strip())
+        api = config.new_client_from_config(config_file=kubeconfig_of(lines))
         custom = client.CustomObjectsApi(api)
         queues = custom.list_namespaced_custom_object(GROUP, "v1beta1", "default", "localqueues")
         assert [q["apiVersion"] for q in queues["items"]] == [f"{GROUP}/v1beta1"]
@@ -187,14 +177,6 @@ def test_fake_cluster_command_is_the_kueue_release_asked_for(tmp_path: Path) -> 
         assert [v.version for v in kueue.versions] == ["v1beta1"]
         written = list(yaml.safe_load_all((tmp_path / "c" / "sample-queues.yaml").read_text()))
         assert {doc["apiVersion"] for doc in written} == {f"{GROUP}/v1beta1"}
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
-    assert process.returncode == 0
 
 
 def test_fake_cluster_command_refuses_crds_of_another_release(tmp_path: Path) -> None:
