@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernel_queue_fake_cluster.cluster import FakeCluster
-from kubectl import Kubectl
+from kubectl import Kubectl, until
 
 
 @pytest.fixture
@@ -123,3 +123,86 @@ def test_kubectl_apply_validates_with_the_servers_schemas(kubectl: Kubectl) -> N
 def test_kubectl_explain_reads_the_servers_schemas(kubectl: Kubectl) -> None:
     assert "containerPort" in kubectl("explain", "pods.spec.containers.ports")
     assert "queueName" in kubectl("explain", "workloads.spec")
+
+
+# -- kubectl delete of an admitted group's pod ------------------------------------------------
+
+GROUP_POD = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: %(name)s
+  labels: {kueue.x-k8s.io/queue-name: user-queue, kueue.x-k8s.io/pod-group-name: %(group)s}
+  annotations: {kueue.x-k8s.io/pod-group-total-count: "1"}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 10
+  containers:
+  - name: main
+    image: python
+    command: [python, -c, "%(code)s"]
+    resources: {requests: {cpu: "1"}}
+"""
+EXIT_0_ON_SIGTERM = (
+    "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); "
+    "time.sleep(600)"
+)
+KILLED_BY_SIGTERM = "import time; time.sleep(600)"
+
+
+def _running(kubectl: Kubectl, name: str) -> bool:
+    return kubectl("get", "pod", name, "-o", "jsonpath={.status.phase}") == "Running"
+
+
+def _workload(fake_cluster: FakeCluster, name: str) -> dict | None:
+    found = fake_cluster.call(fake_cluster.store.list_objects, "kueue.x-k8s.io", "workloads")
+    return next((w for w in found[0] if w["metadata"]["name"] == name), None)
+
+
+def _condition(workload: dict | None, kind: str) -> str:
+    conditions = ((workload or {}).get("status") or {}).get("conditions") or []
+    return next((c["status"] for c in conditions if c["type"] == kind), "")
+
+
+def test_kubectl_delete_of_an_admitted_group_pod_returns_once_kueue_lets_it_go(
+    kubectl: Kubectl, fake_cluster: FakeCluster
+) -> None:
+    """As Kueue's pod-group controller does (and its troubleshooting guide says), the pod's
+    `kueue.x-k8s.io/managed` finalizer goes once its group finished, or, for a Failed pod, once
+    a replacement pod exists; until then a Failed pod stays, so the group can be retried."""
+    fake_cluster.call(fake_cluster.setup_queues)
+
+    # a pod that ends well on SIGTERM: its group is finished, the pod is let go
+    kubectl(
+        "apply", "-f", "-", stdin=GROUP_POD % dict(name="a-0", group="a", code=EXIT_0_ON_SIGTERM)
+    )
+    until(lambda: _running(kubectl, "a-0"), "pod a-0 running")
+    assert kubectl("delete", "pod", "a-0") == 'pod "a-0" deleted\n'
+    assert "NotFound" in kubectl.fails("get", "pod", "a-0")
+
+    # a pod that SIGTERM kills (exit 143, Failed): kept, and the group waits for a replacement
+    kubectl(
+        "apply", "-f", "-", stdin=GROUP_POD % dict(name="b-0", group="b", code=KILLED_BY_SIGTERM)
+    )
+    until(lambda: _running(kubectl, "b-0"), "pod b-0 running")
+    assert kubectl("delete", "pod", "b-0", "--wait=false") == 'pod "b-0" deleted\n'
+    until(
+        lambda: _condition(_workload(fake_cluster, "b"), "WaitingForReplacementPods") == "True",
+        "the group waiting for a replacement pod",
+    )
+    kept = json.loads(kubectl("get", "pod", "b-0", "-o", "json"))
+    assert (kept["status"]["phase"], kept["metadata"]["finalizers"]) == (
+        "Failed",
+        ["kueue.x-k8s.io/managed"],
+    )
+    # the replacement comes: the failed pod is let go, and kubectl's wait for it returns
+    kubectl(
+        "apply", "-f", "-", stdin=GROUP_POD % dict(name="b-1", group="b", code=KILLED_BY_SIGTERM)
+    )
+    kubectl("wait", "--for=delete", "pod/b-0", "--timeout=60s")
+    until(lambda: _running(kubectl, "b-1"), "the replacement b-1 running")
+
+    # a pod marked not retriable in its group: deleting it finishes the group, the pod goes
+    kubectl("annotate", "pod", "b-1", "kueue.x-k8s.io/retriable-in-group=false")
+    assert kubectl("delete", "pod", "b-1") == 'pod "b-1" deleted\n'
+    assert "NotFound" in kubectl.fails("get", "pod", "b-1")
