@@ -1,0 +1,216 @@
+"""etc/kubernetes/kubeflow: JupyterLab as a Kubeflow Notebook in a profile namespace, its
+kernelspecs from a ConfigMap, the backend's verbs granted to `default-editor`. Rendered and
+validated, applied with kubectl, then a kernel-queue server holding only `default-editor`'s
+token runs a queued kernel end to end on the fake cluster, which enforces RBAC; a Role short of
+one verb fails the kernel with that verb named."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kernel_queue_fake_cluster.cluster import FakeCluster
+
+from kernel_queue import model
+from kernel_queue.kube import manifests
+from tests.conftest import Server
+from tests.recipes import network, rendering
+from tests.recipes.conftest import FIXTURES, kubectl_apply, start_cluster
+
+NAMESPACE = "kubeflow-user-example-com"
+EDITOR = f"system:serviceaccount:{NAMESPACE}:default-editor"
+EDITOR_TOKEN = "default-editor-token"
+KERNELSPEC = "python3-gpu-queued"
+OBJECTS = rendering.rendered("kubeflow")
+
+
+def profile(cluster: FakeCluster) -> None:
+    """What Kubeflow's profile controller makes for a profile: its namespace."""
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    cluster.call(cluster.apply, [namespace])
+
+
+@pytest.fixture(scope="module")
+def cluster(module_root: Path) -> Iterator[FakeCluster]:
+    """One RBAC-enforcing cluster for the module, the overlay applied by an admin. (kubectl
+    cannot authenticate to the fake, which serves plain HTTP: the same objects go in through
+    FakeCluster.apply; `test_kubectl_applies_the_overlay` applies them with kubectl.)"""
+    fake = start_cluster(module_root / "rbac", {EDITOR_TOKEN: EDITOR})
+    profile(fake)
+    fake.call(fake.apply, list(OBJECTS))
+    yield fake
+    fake.stop_in_thread()
+
+
+def test_the_overlay_renders_and_every_object_passes_its_schema() -> None:
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in OBJECTS) == [
+        ("ClusterRole", "kernel-queue-priority-classes"),
+        ("ClusterRoleBinding", f"kernel-queue-priority-classes-{NAMESPACE}"),
+        ("ConfigMap", "kernel-queue-kernelspecs"),
+        ("LocalQueue", "user-queue"),
+        ("NetworkPolicy", "kernel-queue-kernels"),
+        ("Notebook", "lab"),
+        ("PersistentVolumeClaim", "kernel-checkpoints"),
+        ("Role", "kernel-queue"),
+        ("RoleBinding", "kernel-queue"),
+    ]
+    assert {o["metadata"].get("namespace", NAMESPACE) for o in OBJECTS} == {NAMESPACE}
+    for obj in OBJECTS:
+        rendering.validate(obj)
+
+
+def test_default_editor_is_bound_to_the_base_s_verbs() -> None:
+    editor = [{"kind": "ServiceAccount", "name": "default-editor", "namespace": NAMESPACE}]
+    for kind in ("RoleBinding", "ClusterRoleBinding"):
+        (binding,) = rendering.of_kind(OBJECTS, kind)
+        assert binding["subjects"] == editor
+    (role,) = rendering.of_kind(OBJECTS, "Role")
+    (base_role,) = rendering.of_kind(rendering.rendered("base"), "Role")
+    assert role["rules"] == base_role["rules"]
+
+
+def test_kubectl_applies_the_overlay(plain_cluster: FakeCluster) -> None:
+    crd = (FIXTURES / "notebooks.kubeflow.org.yaml").name
+    assert crd  # the fake serves Notebooks through this test-only CRD
+    profile(plain_cluster)
+    out = kubectl_apply(plain_cluster, rendering.as_yaml(OBJECTS)).splitlines()
+    assert len(out) == len(OBJECTS), out
+    assert "notebook.kubeflow.org/lab created" in out
+    assert "configmap/kernel-queue-kernelspecs created" in out
+    again = kubectl_apply(plain_cluster, rendering.as_yaml(OBJECTS)).splitlines()
+    assert all(line.endswith(" unchanged") for line in again), again
+
+
+def notebook_files(root: Path) -> dict[str, str]:
+    """Lay out the files the Notebook's pod sees from its ConfigMap volumes under `root`;
+    return the pod's environment (from the Notebook's container)."""
+    (notebook,) = rendering.of_kind(OBJECTS, "Notebook")
+    pod = notebook["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    for mount in container["volumeMounts"]:
+        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        (config_map,) = rendering.of_kind(OBJECTS, "ConfigMap", volume["configMap"]["name"])
+        for item in volume["configMap"]["items"]:
+            target = root / mount["mountPath"].lstrip("/") / item["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(config_map["data"][item["key"]])
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+def labelled_in(cluster: FakeCluster, kernel: str) -> dict[str, list[str]]:
+    """What of the kernel is in the profile's namespace, by plural (empty ones dropped)."""
+
+    def find() -> dict[str, list[str]]:
+        found = {}
+        for group, plural in [("", "pods"), ("", "services"), ("", "secrets")]:
+            items, _ = cluster.store.list_objects(
+                group, plural, NAMESPACE, labels=f"kernel-queue.dev/kernel-id={kernel}"
+            )
+            found[plural] = [i["metadata"]["name"] for i in items]
+        workloads, _ = cluster.store.list_objects("kueue.x-k8s.io", "workloads", NAMESPACE)
+        prefix = model.group_name(kernel)
+        found["workloads"] = [
+            w["metadata"]["name"] for w in workloads if w["metadata"]["name"].startswith(prefix)
+        ]
+        return {k: v for k, v in found.items() if v}
+
+    return cluster.call(find)
+
+
+@pytest.fixture
+def jp_server_config(
+    jp_server_config: dict[str, Any],
+    cluster: FakeCluster,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> dict[str, Any]:
+    """The server as the Notebook's pod runs it: kernelspecs where JUPYTER_PATH points, the
+    namespace its service account's (KERNEL_QUEUE_NAMESPACE stands in for the pod's namespace
+    file), credentials that are `default-editor`'s token and nothing else."""
+    root = tmp_path / "notebook-pod"
+    env = notebook_files(root)
+    monkeypatch.setenv("JUPYTER_PATH", str(root / env["JUPYTER_PATH"].lstrip("/")))
+    monkeypatch.setenv("KERNEL_QUEUE_NAMESPACE", NAMESPACE)
+    kubeconfig = cluster.kubeconfig_for(EDITOR_TOKEN, namespace=NAMESPACE, name="editor")
+    jp_server_config["KubernetesBackend"] = {
+        "kubeconfig": str(kubeconfig),
+        "owner_id": "lab-0",
+        "position_interval": 0.2,
+    }
+    return jp_server_config
+
+
+async def test_a_queued_kernel_runs_with_only_default_editor_s_token(
+    server: Server, cluster: FakeCluster
+) -> None:
+    specs = json.loads((await server.fetch("api", "kernelspecs", method="GET")).body)
+    assert specs["kernelspecs"][KERNELSPEC]["spec"]["display_name"] == "Python 3 (1 GPU, queued)"
+    kernel = await server.start(KERNELSPEC)
+    result = await server.execute(kernel, f"import os; os.environ['KERNEL_ID'] == {kernel!r}")
+    assert result["data"] == "True"
+    made = labelled_in(cluster, kernel)
+    assert sorted(made) == ["pods", "secrets", "services", "workloads"]
+    pods, _ = cluster.call(
+        cluster.store.list_objects,
+        "",
+        "pods",
+        NAMESPACE,
+        labels=f"kernel-queue.dev/kernel-id={kernel}",
+    )
+    (head,) = pods
+    claims = [
+        v["persistentVolumeClaim"]["claimName"]
+        for v in head["spec"]["volumes"]
+        if "persistentVolumeClaim" in v
+    ]
+    assert claims == ["kernel-checkpoints"]
+    assert head["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
+    # The Notebook's pod (its labels as the notebook controller sets them) may reach the
+    # kernel's ports; another pod of the profile may not.
+    (policy,) = rendering.of_kind(OBJECTS, "NetworkPolicy")
+    (notebook,) = rendering.of_kind(OBJECTS, "Notebook")
+    lab = {**notebook["metadata"]["labels"], "notebook-name": "lab", "statefulset": "lab"}
+    target = network.Pod.of(head)
+    for port in manifests.KERNEL_PORTS.values():
+        assert network.ingress_allowed([policy], network.Pod(NAMESPACE, lab), target, port)
+        other = {"notebook-name": "other", "statefulset": "other"}
+        assert not network.ingress_allowed([policy], network.Pod(NAMESPACE, other), target, port)
+    await server.shutdown(kernel)
+    await server.wait_for(
+        lambda: not labelled_in(cluster, kernel),
+        what="nothing of the kernel left",
+        detail=lambda: labelled_in(cluster, kernel),
+    )
+
+
+async def test_a_role_short_of_one_verb_fails_the_kernel_naming_the_verb_and_resource(
+    server: Server, cluster: FakeCluster
+) -> None:
+    (role,) = rendering.of_kind(OBJECTS, "Role")
+    trimmed = json.loads(json.dumps(role))
+    (services,) = [r for r in trimmed["rules"] if r["resources"] == ["services"]]
+    services["verbs"].remove("create")
+    cluster.call(cluster.apply, [trimmed])
+    try:
+        kernel = await server.start(KERNELSPEC)
+
+        async def dead() -> bool:
+            return (await server.model(kernel))["execution_state"] == "dead"
+
+        await server.wait_for(dead)
+        reason = (await server.model(kernel))["reason"]
+    finally:
+        cluster.call(cluster.apply, [role])
+    assert reason.startswith(
+        f"kernel {kernel[:8]}: the server's service account '{NAMESPACE}/default-editor' may "
+        f"not create services in namespace '{NAMESPACE}'; grant it a Role in '{NAMESPACE}' "
+        "with verb 'create' on 'services' bound to it"
+    ), reason
+    await server.wait_for(
+        lambda: not labelled_in(cluster, kernel),
+        what="nothing of the failed kernel left",
+        detail=lambda: labelled_in(cluster, kernel),
+    )
