@@ -190,6 +190,9 @@ async def test_a_kernel_runs_restarts_in_place_is_reattached_and_released(
     await followed.until(lambda f: f.ended)
     assert followed.phase in ENDED
     await backend.release(ref)  # a second release finds nothing left to do
+    late = contract.follow(GroupRef.from_dict(ref.to_dict()))  # a server that comes back late
+    await late.until(lambda f: f.ended)
+    assert [s.phase for s in late.statuses] == [GroupPhase.FINISHED]  # gone, at once
 
 
 async def test_a_waiting_kernel_is_placed_and_cancelled_and_a_preempted_one_comes_back(

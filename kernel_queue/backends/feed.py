@@ -1,7 +1,8 @@
 """A group's latest status and the streams following it: what every backend's `watch` yields.
 
 Backends keep `status` and `watchers` on their own group records and call `publish` on each
-change; `follow` is the body of their `watch`. Pure asyncio, no I/O.
+change; `follow` is the body of their `watch` (of a group they know, or of one they do not: gone).
+Pure asyncio, no I/O.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Protocol
 from kernel_queue.model import GroupPhase, GroupStatus
 
 TERMINAL = (GroupPhase.FINISHED, GroupPhase.FAILED)
+GONE = GroupStatus(GroupPhase.FINISHED, message="the kernel is gone", exit_code=0)
+"""What following a group the backend does not know yields, once."""
 
 
 class Followed(Protocol):
@@ -31,8 +34,12 @@ def publish(group: Followed, status: GroupStatus) -> None:
         updates.put_nowait(status)
 
 
-async def follow(group: Followed) -> AsyncIterator[GroupStatus]:
-    """Yield the current status, then each change, ending after a terminal one."""
+async def follow(group: Followed | None) -> AsyncIterator[GroupStatus]:
+    """Yield the current status, then each change, ending after a terminal one; `GONE` alone
+    for no group."""
+    if group is None:
+        yield GONE
+        return
     updates: asyncio.Queue[GroupStatus] = asyncio.Queue()
     group.watchers.add(updates)
     try:

@@ -167,12 +167,8 @@ class LocalBackend(local_settings.LocalSettings):
         return ref
 
     async def watch(self, ref: GroupRef) -> AsyncIterator[GroupStatus]:
-        """Yield the current status, then each change, until the group ends."""
-        group = self._find(ref)
-        if group is None:
-            yield GroupStatus(GroupPhase.FINISHED, message="the kernel is gone", exit_code=0)
-            return
-        async for status in feed.follow(group):
+        """The group's status, then each change, until it ends; a ref never seen is gone."""
+        async for status in feed.follow(self._find(ref)):
             yield status
 
     async def stop(self, ref: GroupRef, *, grace: float, cause: StopCause) -> None:
