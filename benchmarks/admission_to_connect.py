@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cluster_process import ClusterProcess  # benchmarks/, beside this script
+
 from kernel_queue.cli.install import kernel_json
 
 KUBE = kernel_json(
@@ -119,44 +121,25 @@ async def serve_cluster(root: str) -> None:
         await cluster.stop()
 
 
-class Cluster:
+class Cluster(ClusterProcess):
     """The server's end of the cluster process."""
 
-    async def start(self, root: Path) -> str:
-        """Start the process; return its kubeconfig path once it serves."""
-        pipe = asyncio.subprocess.PIPE
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, __file__, "--serve-cluster", str(root), stdin=pipe, stdout=pipe
-        )
-        line = await asyncio.wait_for(self.proc.stdout.readline(), 60)
-        if not line:
-            raise RuntimeError("the fake cluster process ended before it served")
-        return line.decode().strip()
+    def __init__(self) -> None:
+        super().__init__(__file__)
 
-    async def ask(self, verb: str = "workloads", n: int = 0) -> dict[str, float | None]:
+    async def tell(self, verb: str = "workloads", n: int = 0) -> dict[str, float | None]:
         """Do `verb`; answer every Workload's name -> when it was seen admitted (or None)."""
-        self.proc.stdin.write(json.dumps([verb, n]).encode() + b"\n")
-        answer: dict[str, float | None] = json.loads(await self.proc.stdout.readline())
+        answer: dict[str, float | None] = json.loads(await self.ask(json.dumps([verb, n])))
         return answer
 
     async def until(self, test: Any, within: float = 60) -> dict[str, float | None]:
         """Ask until `test(answer)` holds."""
         deadline = time.monotonic() + within
-        while not test(answer := await self.ask()):
+        while not test(answer := await self.tell()):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the cluster did not get there: {answer}")
             await asyncio.sleep(0.02)
         return answer
-
-    async def stop(self) -> None:
-        """End of input stops the cluster; kill it if it has not ended within 30 s."""
-        if self.proc.stdin is not None and not self.proc.stdin.is_closing():
-            self.proc.stdin.close()
-        try:
-            await asyncio.wait_for(self.proc.wait(), 30)
-        except TimeoutError:
-            self.proc.kill()
-            await self.proc.wait()
 
 
 # -- the server process ----------------------------------------------------------------------
@@ -173,16 +156,16 @@ async def timed_start(config: Any, cluster: Cluster, n: int, queued: bool) -> fl
     km = AsyncKernelManager(kernel_name="gpu-kernel", config=config)
     try:
         if queued:
-            await cluster.ask("block", n)
+            await cluster.tell("block", n)
         task = asyncio.create_task(km.start_kernel())
         await cluster.until(lambda a: len(ours(a)) == 1 or task.done())
         if task.done():
             await task  # its error
         if queued:
             await asyncio.sleep(SETTLE_S)
-            if task.done() or any(at is not None for at in ours(await cluster.ask()).values()):
+            if task.done() or any(at is not None for at in ours(await cluster.tell()).values()):
                 raise RuntimeError("the kernel did not wait: is the GPU quota 1?")
-            await cluster.ask("free", n)
+            await cluster.tell("free", n)
         await task
         connected = time.monotonic()
         answer = await cluster.until(lambda a: None not in ours(a).values())
@@ -193,7 +176,7 @@ async def timed_start(config: Any, cluster: Cluster, n: int, queued: bool) -> fl
         if km.has_kernel:
             await km.shutdown_kernel(now=False)
         if queued:
-            await cluster.ask("free", n)
+            await cluster.tell("free", n)
         await cluster.until(lambda a: not a)
 
 

@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cluster_process import ClusterProcess  # benchmarks/, beside this script
+
 from kernel_queue.cli.install import kernel_json
 
 KUBE = kernel_json(
@@ -68,39 +70,16 @@ async def serve_cluster(root: str) -> None:
         await cluster.stop()
 
 
-class Cluster:
+class Cluster(ClusterProcess):
     """The server's end of the cluster process."""
 
-    async def start(self, root: Path) -> str:
-        """Start the process; return its kubeconfig path once it serves."""
-        pipe = asyncio.subprocess.PIPE
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, __file__, "--serve-cluster", str(root), stdin=pipe, stdout=pipe
-        )
-        try:
-            line = await asyncio.wait_for(self.proc.stdout.readline(), 60)
-            if not line:
-                raise RuntimeError("the fake cluster process ended before it served")
-        except BaseException:
-            await self.stop()
-            raise
-        return line.decode().strip()
+    def __init__(self) -> None:
+        super().__init__(__file__)
 
     async def stats(self) -> dict[str, Any]:
-        self.proc.stdin.write(b"stats\n")
-        answer: dict[str, Any] = json.loads(await self.proc.stdout.readline())
+        answer: dict[str, Any] = json.loads(await self.ask("stats"))
         answer["requests"] = collections.Counter({(v, r): n for v, r, n in answer["requests"]})
         return answer
-
-    async def stop(self) -> None:
-        """End of input stops the cluster; kill it if it has not ended within 30 s."""
-        if self.proc.stdin is not None and not self.proc.stdin.is_closing():
-            self.proc.stdin.close()
-        try:
-            await asyncio.wait_for(self.proc.wait(), 30)
-        except TimeoutError:
-            self.proc.kill()
-            await self.proc.wait()
 
 
 # -- the server process ----------------------------------------------------------------------
