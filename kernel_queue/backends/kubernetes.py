@@ -25,6 +25,7 @@ from kernel_queue.backends import feed, pod_groups, tasks
 from kernel_queue.kube import (
     caches,
     cleanup,
+    delivery,
     explain,
     kueue,
     names,
@@ -64,6 +65,7 @@ class KubernetesBackend(settings.BackendSettings):
         self._busy: collections.Counter[str] = collections.Counter()  # submits, releases
         self._tasks = tasks.Tasks(self.log)
         self._discovery = preflight.Discovery(self.retry)  # Kueue's versions, read once
+        self._delivery = delivery.LauncherDelivery()  # the launcher's ConfigMap per namespace
         self._caches = caches.Caches(lambda name: self._statuses.refresh(name))
         self._statuses = pod_groups.Statuses(
             self._groups,
@@ -115,11 +117,13 @@ class KubernetesBackend(settings.BackendSettings):
         api = await self._client()
         namespace = spec.namespace or self.namespace
         spec = replace(spec, namespace=namespace)
+        doing = f"check its queue in namespace {namespace!r}"
         try:
             await preflight.check(api, spec, namespace, self._discovery)
             await self._watch_namespace(namespace)
+            doing = f"deliver the launcher to namespace {namespace!r}"
+            launcher = await self._delivery.ensure(api, namespace)
         except errors.ClusterApiError as exc:
-            doing = f"check its queue in namespace {namespace!r}"
             raise explain.failure(exc, who=who, doing=doing, after="; nothing was created") from exc
         launch = self._launches.get(spec.kernel_id, 0)
         self._launches[spec.kernel_id] = launch + 1
@@ -131,7 +135,13 @@ class KubernetesBackend(settings.BackendSettings):
 
         try:
             address = await submission.create_launch(
-                spec, name, launch, owner=self.owner_id, create=create, progress=progress
+                spec,
+                name,
+                launch,
+                owner=self.owner_id,
+                create=create,
+                progress=progress,
+                launcher=launcher,
             )
         except BaseException as exc:
             after = await self._undo(api, spec, progress.created)  # the first cause is raised
@@ -142,7 +152,9 @@ class KubernetesBackend(settings.BackendSettings):
         connection = submission.connection(spec, address)
         ref = GroupRef(self.name, name, spec.kernel_id, connection, namespace=namespace)
         spec = submission.pinned(spec, progress)  # its replacement pods keep the head's class
-        self._groups[name] = pod_groups.Group(ref=ref, queue=spec.queue, spec=spec)
+        self._groups[name] = pod_groups.Group(
+            ref=ref, queue=spec.queue, spec=spec, launcher=launcher
+        )
         self.log.info(
             "kernel %s submitted as pod group %s in %s/%s needing %s",
             short_id(spec.kernel_id),

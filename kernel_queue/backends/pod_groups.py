@@ -50,6 +50,7 @@ class Group:
     ref: GroupRef
     queue: str
     spec: GroupSpec | None = None  # None for a group adopted after a server restart
+    launcher: str | None = None  # the ConfigMap of the launcher its pods run (replacements too)
     status: GroupStatus = field(default_factory=lambda: GroupStatus(GroupPhase.PENDING))
     place: QueuePlace | None = None
     watchers: set[asyncio.Queue[GroupStatus]] = field(default_factory=set)
@@ -222,6 +223,7 @@ class Statuses:
                     kernel_env=spec.env,
                     checkpoint_claim=preflight.claim(spec),
                     owner=self._owner,
+                    launcher=group.launcher,
                 )
             else:  # adopted after a server restart: copy the pods Kueue last saw
                 fresh = replacements.copies(pods, group.attempt)

@@ -9,11 +9,14 @@ array once, owning its memory. Only plain arrays of simple dtypes are packed.
 from __future__ import annotations
 
 import math
-from typing import Any, BinaryIO, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
-import numpy as np
+from kernel_queue.checkpoint import CheckpointWriter, arrays
 
-from kernel_queue.checkpoint import CheckpointWriter
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = arrays.NUMPY
 
 FILE = "small-arrays.bin"
 KIND = "small-arrays"

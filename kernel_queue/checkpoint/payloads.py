@@ -19,12 +19,16 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.lib.format as npy
+from kernel_queue.checkpoint import CheckpointWriter, arrays, digests, packs, references
 
-from kernel_queue.checkpoint import CheckpointWriter, digests, packs, references
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.lib.format as npy
+else:
+    np = arrays.NUMPY
+    npy = arrays.FORMAT
 
 BIG = 1 << 20
 """Arrays and tensors of at least this many bytes go to their own payload file."""
@@ -33,8 +37,8 @@ PLAIN = frozenset({str, int, float, bool, complex, bytes, type(None), tuple, lis
 CHUNK = 64 << 20  # bytes per write of a big array; the deadline is checked between chunks
 
 
-_HEADERS = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
-"""The .npy header versions `_write_array` writes, and their readers."""
+_HEADERS = {(1, 0): "read_array_header_1_0", (2, 0): "read_array_header_2_0"}
+"""The .npy header versions `_write_array` writes, and the names of their readers."""
 
 
 class DeadlinePassed(Exception):
@@ -127,7 +131,7 @@ def read(directory: Path, entry: Mapping[str, Any], record: Mapping[str, Any]) -
         version = npy.read_magic(file)
         if version not in _HEADERS:
             raise digests.Mismatch(f"its file {path.name} has a .npy header of version {version}")
-        shape, fortran, dtype = _HEADERS[version](file)
+        shape, fortran, dtype = getattr(npy, _HEADERS[version])(file)
         header = file.tell()
         file.seek(0)
         parsed = file.read(header)

@@ -15,10 +15,16 @@ import importlib
 import io
 import sys
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dill  # type: ignore[import-untyped]
-import numpy as np
+
+from kernel_queue.checkpoint import arrays
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = arrays.NUMPY
 
 _IN_MEMORY = (io.BytesIO, io.StringIO)
 

@@ -17,11 +17,10 @@ import sys
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from types import ModuleType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import dill  # type: ignore[import-untyped]
 import dill.session  # type: ignore[import-untyped]
-import numpy as np
 
 from kernel_queue.checkpoint import (
     FORMAT_VERSION,
@@ -33,12 +32,18 @@ from kernel_queue.checkpoint import (
     FormatMismatch,
     RestoreReport,
     SaveReport,
+    arrays,
     digests,
     packs,
     payloads,
     references,
     selection,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = arrays.NUMPY
 
 NAMESPACE = "namespace.pkl"
 PICKLE_PROTOCOL = selection.PICKLE_PROTOCOL
@@ -332,11 +337,9 @@ def _without_last_exception() -> Iterator[None]:
 
 
 def _versions() -> dict[str, str]:
-    versions = {
-        "python": platform.python_version(),
-        "dill": dill.__version__,
-        "numpy": np.__version__,
-    }
+    versions = {"python": platform.python_version(), "dill": dill.__version__}
+    if arrays.version() is not None:
+        versions["numpy"] = str(arrays.version())
     if "torch" in sys.modules:
         versions["torch"] = str(getattr(sys.modules["torch"], "__version__", "?"))
     return versions

@@ -60,6 +60,11 @@ USER_ANNOTATION = "kernel-queue.dev/user"
 KERNELSPEC_ANNOTATION = "kernel-queue.dev/kernelspec"
 MANAGED_BY_LABEL, MANAGED_BY = "app.kubernetes.io/managed-by", "kernel-queue"
 COMPONENT_LABEL, COMPONENT = "app.kubernetes.io/component", "kernel"
+LAUNCHER_COMPONENT = "launcher"
+"""The component label of the ConfigMaps carrying the launcher archive (one per namespace and
+archive, shared by every kernel there, so without a kernel id or owner)."""
+LAUNCHER_DIGEST_ANNOTATION = "kernel-queue.dev/launcher-digest"
+LAUNCHER_VERSION_ANNOTATION = "kernel-queue.dev/launcher-version"
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,7 @@ PODS = Kind("", "v1", "pods", namespaced=True)
 SECRETS = Kind("", "v1", "secrets", namespaced=True)
 SERVICES = Kind("", "v1", "services", namespaced=True)
 CLAIMS = Kind("", "v1", "persistentvolumeclaims", namespaced=True)
+CONFIGMAPS = Kind("", "v1", "configmaps", namespaced=True)
 
 
 # --- Readers: plain dict in, plain value out ---

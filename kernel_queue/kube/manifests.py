@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kernel_queue import errors
-from kernel_queue.kube import kueue, names, templates
+from kernel_queue.kube import kueue, launcher_archive, names, templates
 from kernel_queue.launcher import contract, worker
 from kernel_queue.model import GroupSpec
 
@@ -25,6 +25,7 @@ KEY_FIELD = "key"
 """The Secret's data field holding the connection key."""
 KERNEL_CONTAINER, WORKER_CONTAINER = "kernel", "worker"
 LAUNCHER_COMMAND = ("python", "-m", "kernel_queue.launcher")
+"""The command of an image with kernel-queue installed; the backend delivers its own instead."""
 WORKER_COMMAND = (*LAUNCHER_COMMAND, "--worker")
 """Default command of worker pods: the launcher's worker mode, which waits for SIGTERM."""
 CHECKPOINT_VOLUME, CHECKPOINT_MOUNT = "checkpoints", "/checkpoints"
@@ -136,6 +137,7 @@ def pods(
     worker_command: Sequence[str] = WORKER_COMMAND,
     checkpoint_claim: str | None = None,
     owner: str = "",
+    launcher: str | None = None,
 ) -> list[dict[str, Any]]:
     """The ``spec.pod_group_size`` pods of ``group``'s replacement round ``attempt``; head first.
 
@@ -146,12 +148,18 @@ def pods(
     ``worker_command`` runs in worker pods.
     ``checkpoint_claim`` mounts the kernel's own directory of that PVC (``subPath``: the kernel
     id) at ``/checkpoints`` in the head pod. ``owner`` labels every pod with the server's id.
+    ``launcher`` names the ConfigMap holding the launcher archive: each container of ours then
+    runs it (``launcher_archive.COMMAND``) from that ConfigMap, mounted read-only; without it,
+    ``python -m kernel_queue.launcher`` of the image.
     """
     env = dict(kernel_env or {})
-    return [
+    found = [
         _pod(spec, group, attempt, index, env, worker_command, checkpoint_claim, owner)
         for index in range(spec.pod_group_size)
     ]
+    if launcher:
+        return [launcher_archive.mounted(pod, launcher, LAUNCHER_COMMAND) for pod in found]
+    return found
 
 
 def _metadata(

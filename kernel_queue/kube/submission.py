@@ -38,11 +38,19 @@ def pinned(spec: GroupSpec, progress: Progress) -> GroupSpec:
 
 
 async def create_launch(
-    spec: GroupSpec, group: str, launch: int, *, owner: str, create: Create, progress: Progress
+    spec: GroupSpec,
+    group: str,
+    launch: int,
+    *,
+    owner: str,
+    create: Create,
+    progress: Progress,
+    launcher: str | None = None,
 ) -> str:
     """Create the kernel's objects for launch `launch` of group `group`; return the address
     clients connect to. A relaunch (launch > 0) finds the Secret and Service of the first one
-    and leaves them out of `progress.created`."""
+    and leaves them out of `progress.created`. `launcher`: the ConfigMap of the delivered
+    launcher the pods run (`manifests.pods`)."""
     who, namespace = f"kernel {short_id(spec.kernel_id)}", spec.namespace
     service: Obj = {}
     for kind, body, word in (
@@ -61,6 +69,7 @@ async def create_launch(
         kernel_env=dict(spec.env),
         checkpoint_claim=preflight.claim(spec),
         owner=owner,
+        launcher=launcher,
     )
     for pod in pods:
         progress.doing = f"create its pod {pod['metadata']['name']}"

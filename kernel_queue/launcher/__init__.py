@@ -3,8 +3,12 @@
 This package holds the exit codes its callers share; ``contract`` names every variable it takes
 and the time budget after SIGTERM. It runs in the kernel image, so it imports nothing
 server-side; ``kernel.py`` is the only module that imports ipykernel. Run it as
-``python -m kernel_queue.launcher``.
+``python -m kernel_queue.launcher``, or from the archive the server delivers (``archive``).
 """
+
+ARCHIVE_FALLBACK = "_fallback"
+"""The folder of the launcher archive (``archive``) holding the pure-Python libraries bundled
+from the server's environment (dill), used only where the image has none."""
 
 RESTART_EXIT_CODE = 75
 """Exit status of a kernel that was asked to restart; the launcher starts a new one in place."""

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kernel_queue.launcher import contract
+from kernel_queue.launcher import archive, contract
 
 CONNECTION_FILE_PLACEHOLDER = "{connection_file}"
 PORT_NAMES = ("shell", "iopub", "stdin", "control", "hb")
@@ -51,9 +51,25 @@ class LaunchSettings:
     """File for the checkpoint sentence after a preemption (Kubernetes' termination message)."""
 
 
+KERNEL_MODULE = ("-m", "kernel_queue.launcher.kernel")
+
+
 def default_kernel_argv() -> tuple[str, ...]:
     """The IPython kernel of ``kernel_queue.launcher.kernel`` run by this interpreter."""
-    return (sys.executable, "-m", "kernel_queue.launcher.kernel", "-f", CONNECTION_FILE_PLACEHOLDER)
+    return (sys.executable, *KERNEL_MODULE, "-f", CONNECTION_FILE_PLACEHOLDER)
+
+
+def from_archive(argv: Sequence[str], where: str | None) -> tuple[str, ...]:
+    """``argv`` with ``-m kernel_queue.launcher.kernel`` run from the archive at ``where``
+    (``python ARCHIVE kernel …``): an image need not have kernel-queue installed. Unchanged
+    when the launcher does not run from an archive (``where`` None)."""
+    argv = tuple(argv)
+    if where is None:
+        return argv
+    for index in range(len(argv) - 1):
+        if argv[index : index + 2] == KERNEL_MODULE:
+            return (*argv[:index], where, archive.KERNEL_COMMAND, *argv[index + 2 :])
+    return argv
 
 
 def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSettings:
@@ -98,7 +114,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSet
         signature_scheme=_parse_signature_scheme(
             pick(args.signature_scheme, contract.ENV_SIGNATURE_SCHEME, "hmac-sha256")
         ),
-        kernel_argv=kernel_argv or default_kernel_argv(),
+        kernel_argv=from_archive(kernel_argv or default_kernel_argv(), archive.path()),
         status_fd=status_fd,
         parent_death=parent_death,
         stop_timeout=contract.parse_seconds(

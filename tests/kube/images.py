@@ -1,0 +1,47 @@
+"""Kernel images for the fake kubelet that really lack kernel-queue: `image_paths` targets.
+
+`bare_kernel_bin` is the bin dir of `.venv-bare` (scripts/bare-kernel-env: ipykernel only, no
+kernel-queue, dill, numpy or blake3), built once and kept until the script changes (about 20 s
+from pip's cache). `no_ipykernel_bin` is a virtual environment without pip or anything else,
+and `no_python_bin` an empty directory: images mapped there have no `python` at all.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.kube.support import REPO
+
+BARE_ENV_SCRIPT = REPO / "scripts" / "bare-kernel-env"
+EXAMPLE_IMAGE = "quay.io/jupyter/scipy-notebook:*"
+"""kernelspecs/kubernetes-gpu-example's image (pattern): mapped to the ipykernel-only venv."""
+NO_IPYKERNEL_IMAGE = "registry.example/python-only:3.11"
+NO_PYTHON_IMAGE = "registry.example/busybox:1.36"
+
+
+def bare_kernel_bin() -> Path:
+    """The bin dir of `.venv-bare` (built by scripts/bare-kernel-env when missing or stale)."""
+    done = subprocess.run(
+        [str(BARE_ENV_SCRIPT)], capture_output=True, text=True, timeout=600, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"building the bare kernel environment failed:\n{done.stderr}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def no_ipykernel_bin(root: Path) -> Path:
+    """A virtual environment under `root` with Python only (no pip, no ipykernel)."""
+    venv = root / "python-only"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
+    return venv / "bin"
+
+
+def no_python_bin(root: Path) -> Path:
+    """An empty bin dir: an image without any Python."""
+    empty = root / "no-python" / "bin"
+    empty.mkdir(parents=True, exist_ok=True)
+    return empty

@@ -1,0 +1,152 @@
+"""The launcher archive the server delivers: what it holds, its ConfigMap, the pods that run it,
+and the archive itself run by interpreters that lack kernel-queue (and ipykernel)."""
+
+from __future__ import annotations
+
+import ast
+import base64
+import io
+import re
+import subprocess
+import sys
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+from kernel_queue.kube import launcher_archive, manifests
+from tests.test_manifests import GROUP, SPEC
+
+ALLOWED = {"ipykernel", "IPython", "traitlets", "zmq", "dill", "numpy", "blake3"}
+"""Libraries the archive's own modules may import besides the stdlib and each other: what every
+image with ipykernel has, and the checkpoint libraries (dill bundled, numpy and blake3 optional)."""
+OURS = ("kernel_queue.launcher", "kernel_queue.checkpoint", "kernel_queue.errors")
+
+
+def test_the_archive_is_small_deterministic_and_named_for_its_version_and_bytes() -> None:
+    first, second = launcher_archive.build(), launcher_archive.build()
+    assert first.data == second.data
+    assert re.fullmatch(r"kq-launcher-0\.1\.0-[0-9a-f]{12}", first.name)
+    assert first.name.endswith(first.digest[:12])
+    print(f"launcher archive: {len(first.data)} bytes, bundling {first.bundled}")
+    assert len(first.data) < launcher_archive.LIMIT // 2  # room to grow under ConfigMap's 1 MiB
+    names = zipfile.ZipFile(io.BytesIO(first.data)).namelist()
+    assert "__main__.py" in names
+    assert "kernel_queue/launcher/kernel.py" in names
+    assert "kernel_queue/checkpoint/snapshot.py" in names
+    assert "_fallback/dill/__init__.py" in names
+    assert not [n for n in names if "/tests/" in n or n.startswith("kernel_queue/kube")]
+
+
+def test_the_archive_imports_only_the_stdlib_ipykernel_and_the_checkpoint_libraries() -> None:
+    found = launcher_archive.build()
+    archive = zipfile.ZipFile(io.BytesIO(found.data))
+    imported: dict[str, set[str]] = {}
+    for name in archive.namelist():
+        if not name.startswith("kernel_queue/"):
+            continue
+        for node in ast.walk(ast.parse(archive.read(name))):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                imported.setdefault(module, set()).add(name)
+    outside = {
+        module: where
+        for module, where in imported.items()
+        if module.split(".")[0] not in sys.stdlib_module_names
+        and module.split(".")[0] not in ALLOWED
+        and module not in ("kernel_queue", "kernel_queue._version", *OURS)
+        and not module.startswith(tuple(f"{o}." for o in OURS))
+        and module != "__future__"
+    }
+    assert outside == {}
+
+
+def test_the_config_map_is_immutable_labelled_ours_and_holds_the_archive() -> None:
+    found = launcher_archive.build()
+    body = launcher_archive.configmap(found, "team-a")
+    assert body["metadata"] == {
+        "name": found.name,
+        "namespace": "team-a",
+        "labels": {
+            "app.kubernetes.io/managed-by": "kernel-queue",
+            "app.kubernetes.io/component": "launcher",
+        },
+        "annotations": {
+            "kernel-queue.dev/launcher-digest": f"sha256:{found.digest}",
+            "kernel-queue.dev/launcher-version": "0.1.0",
+        },
+    }
+    assert body["immutable"] is True
+    assert base64.b64decode(body["binaryData"]["launcher.pyz"]) == found.data
+    assert launcher_archive.holds(body, found)
+    assert not launcher_archive.holds({"binaryData": {"launcher.pyz": "AAAA"}}, found)
+
+
+def test_every_pod_of_a_group_runs_the_delivered_archive_mounted_read_only() -> None:
+    head, worker = manifests.pods(
+        replace(SPEC, pod_group_size=2), GROUP, 0, launcher="kq-launcher-0.1.0-0123456789ab"
+    )
+    volume = {
+        "name": "kernel-queue-launcher",
+        "configMap": {
+            "name": "kq-launcher-0.1.0-0123456789ab",
+            "items": [{"key": "launcher.pyz", "path": "launcher.pyz"}],
+            "defaultMode": 0o444,
+        },
+    }
+    mount = {
+        "name": "kernel-queue-launcher",
+        "mountPath": "/var/lib/kernel-queue/launcher",
+        "readOnly": True,
+    }
+    for pod, command in (
+        (head, ["python", "/var/lib/kernel-queue/launcher/launcher.pyz"]),
+        (worker, ["python", "/var/lib/kernel-queue/launcher/launcher.pyz", "--worker"]),
+    ):
+        assert pod["spec"]["volumes"] == [volume]
+        (container,) = pod["spec"]["containers"]
+        assert container["command"] == command
+        assert container["volumeMounts"] == [mount]
+    assert head["spec"]["containers"][0]["args"][0] == "--"  # the kernel's argv is unchanged
+
+
+def run_archive(python: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "launcher.pyz"
+    path.write_bytes(launcher_archive.build().data)
+    message = tmp_path / "termination-log"
+    message.touch()
+    env = {"KERNEL_QUEUE_LAUNCH_TERMINATION_LOG": str(message), "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [python, "-I", str(path), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_an_interpreter_without_ipykernel_is_told_in_one_line_and_the_termination_message(
+    tmp_path: Path,
+) -> None:
+    venv = tmp_path / "python-only"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    done = run_archive(str(venv / "bin" / "python"), tmp_path, "--ports", "1,2,3,4,5")
+    assert done.returncode == 3
+    line = f"no module named ipykernel in {venv / 'bin' / 'python'} (Python "
+    assert line in done.stderr
+    assert (tmp_path / "termination-log").read_text().startswith(line)
+
+
+def test_the_archive_runs_the_launcher_of_this_checkout_where_kernel_queue_is_absent(
+    tmp_path: Path,
+) -> None:
+    """Under `-I` nothing of this checkout is importable but what the archive holds."""
+    done = run_archive(sys.executable, tmp_path, "--ports", "1,2,3,4,5")
+    assert done.returncode == 2  # a usage error of the launcher itself: no key given
+    assert "no connection key" in done.stderr
