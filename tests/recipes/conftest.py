@@ -13,6 +13,9 @@ import pytest
 from kernel_queue_fake_cluster.apiserver import rbac
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
+from kernel_queue import model
+from kernel_queue.kube import manifests
+from kernel_queue.model import ConnectionInfo, GroupSpec
 from tests.conftest import KUEUE_CRDS, skip_unless_ci
 from tests.kube.support import GPU_QUOTA, QUEUES
 from tests.recipes import rendering
@@ -77,3 +80,40 @@ def kubectl_apply(cluster: FakeCluster, manifests: str, *extra: str) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def labelled_in(cluster: FakeCluster, namespace: str, kernel: str) -> dict[str, list[str]]:
+    """What of the kernel is in `namespace`, by plural (empty ones dropped): its pods, Service
+    and Secret (by the kernel-id label) and its group's Workloads."""
+
+    def find() -> dict[str, list[str]]:
+        found = {}
+        for plural in ("pods", "services", "secrets"):
+            items, _ = cluster.store.list_objects(
+                "", plural, namespace, labels=f"kernel-queue.dev/kernel-id={kernel}"
+            )
+            found[plural] = [i["metadata"]["name"] for i in items]
+        workloads, _ = cluster.store.list_objects("kueue.x-k8s.io", "workloads", namespace)
+        prefix = model.group_name(kernel)
+        found["workloads"] = [
+            w["metadata"]["name"] for w in workloads if w["metadata"]["name"].startswith(prefix)
+        ]
+        return {k: v for k, v in found.items() if v}
+
+    return cluster.call(find)
+
+
+def kernel_pods(namespace: str, group_size: int = 2) -> list[dict]:
+    """The pods the backend builds for a kernel (head and a worker), as manifests.py makes them."""
+    spec = GroupSpec(
+        kernel_id="1a2b3c4d-5e6f-4a0b-8c9d-0e1f2a3b4c5d",
+        name="kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d",
+        queue="user-queue",
+        argv=("python", "-m", "ipykernel_launcher", "-f", "{connection_file}"),
+        connection=ConnectionInfo("127.0.0.1", 0, 0, 0, 0, 0, key="k"),
+        gpus=1,
+        pod_group_size=group_size,
+        namespace=namespace,
+        image="registry.example/kernel:1.0",
+    )
+    return manifests.pods(spec, spec.name, 0)

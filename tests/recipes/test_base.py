@@ -11,9 +11,8 @@ import yaml
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue.kube import manifests
-from kernel_queue.model import ConnectionInfo, GroupSpec
 from tests.recipes import network, rendering
-from tests.recipes.conftest import kubectl_apply
+from tests.recipes.conftest import kernel_pods, kubectl_apply
 
 BACKEND_RULES = [
     # (API group, resource, verbs): what kernel_queue/kube and backends/kubernetes.py call
@@ -78,22 +77,6 @@ def test_etc_kubernetes_rbac_yaml_is_the_base_s_rbac() -> None:
     plain = list(yaml.safe_load_all(link.read_text()))
     assert len(plain) == 5
     assert [o for o in plain if o not in rendering.rendered("base")] == []
-
-
-def kernel_pods(namespace: str, group_size: int = 2) -> list[dict]:
-    """The pods the backend builds for a kernel (head and a worker), as manifests.py makes them."""
-    spec = GroupSpec(
-        kernel_id="1a2b3c4d-5e6f-4a0b-8c9d-0e1f2a3b4c5d",
-        name="kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d",
-        queue="user-queue",
-        argv=("python", "-m", "ipykernel_launcher", "-f", "{connection_file}"),
-        connection=ConnectionInfo("127.0.0.1", 0, 0, 0, 0, 0, key="k"),
-        gpus=1,
-        pod_group_size=group_size,
-        namespace=namespace,
-        image="registry.example/kernel:1.0",
-    )
-    return manifests.pods(spec, spec.name, 0)
 
 
 def test_only_the_server_reaches_the_kernel_ports_and_a_group_its_other_ports() -> None:

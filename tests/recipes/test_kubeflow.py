@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
-from kernel_queue import model
 from kernel_queue.kube import manifests
 from tests.conftest import Server
 from tests.recipes import network, rendering
-from tests.recipes.conftest import FIXTURES, kubectl_apply, start_cluster
+from tests.recipes.conftest import FIXTURES, kubectl_apply, labelled_in, start_cluster
 
 NAMESPACE = "kubeflow-user-example-com"
 EDITOR = f"system:serviceaccount:{NAMESPACE}:default-editor"
@@ -100,26 +99,6 @@ def notebook_files(root: Path) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container["env"]}
 
 
-def labelled_in(cluster: FakeCluster, kernel: str) -> dict[str, list[str]]:
-    """What of the kernel is in the profile's namespace, by plural (empty ones dropped)."""
-
-    def find() -> dict[str, list[str]]:
-        found = {}
-        for group, plural in [("", "pods"), ("", "services"), ("", "secrets")]:
-            items, _ = cluster.store.list_objects(
-                group, plural, NAMESPACE, labels=f"kernel-queue.dev/kernel-id={kernel}"
-            )
-            found[plural] = [i["metadata"]["name"] for i in items]
-        workloads, _ = cluster.store.list_objects("kueue.x-k8s.io", "workloads", NAMESPACE)
-        prefix = model.group_name(kernel)
-        found["workloads"] = [
-            w["metadata"]["name"] for w in workloads if w["metadata"]["name"].startswith(prefix)
-        ]
-        return {k: v for k, v in found.items() if v}
-
-    return cluster.call(find)
-
-
 @pytest.fixture
 def jp_server_config(
     jp_server_config: dict[str, Any],
@@ -151,7 +130,7 @@ async def test_a_queued_kernel_runs_with_only_default_editor_s_token(
     kernel = await server.start(KERNELSPEC)
     result = await server.execute(kernel, f"import os; os.environ['KERNEL_ID'] == {kernel!r}")
     assert result["data"] == "True"
-    made = labelled_in(cluster, kernel)
+    made = labelled_in(cluster, NAMESPACE, kernel)
     assert sorted(made) == ["pods", "secrets", "services", "workloads"]
     pods, _ = cluster.call(
         cluster.store.list_objects,
@@ -180,9 +159,9 @@ async def test_a_queued_kernel_runs_with_only_default_editor_s_token(
         assert not network.ingress_allowed([policy], network.Pod(NAMESPACE, other), target, port)
     await server.shutdown(kernel)
     await server.wait_for(
-        lambda: not labelled_in(cluster, kernel),
+        lambda: not labelled_in(cluster, NAMESPACE, kernel),
         what="nothing of the kernel left",
-        detail=lambda: labelled_in(cluster, kernel),
+        detail=lambda: labelled_in(cluster, NAMESPACE, kernel),
     )
 
 
@@ -210,7 +189,7 @@ async def test_a_role_short_of_one_verb_fails_the_kernel_naming_the_verb_and_res
         "with verb 'create' on 'services' bound to it"
     ), reason
     await server.wait_for(
-        lambda: not labelled_in(cluster, kernel),
+        lambda: not labelled_in(cluster, NAMESPACE, kernel),
         what="nothing of the failed kernel left",
-        detail=lambda: labelled_in(cluster, kernel),
+        detail=lambda: labelled_in(cluster, NAMESPACE, kernel),
     )
