@@ -166,7 +166,8 @@ def test_baseline_allows_what_only_restricted_forbids(store: Store) -> None:
 def test_an_unlabelled_namespace_enforces_nothing(store: Store) -> None:
     pod = with_changes(hostNetwork=True, containers=[{"name": "a", "image": "x"}])
     pod["metadata"]["namespace"] = "default"
-    store.create("", "pods", "default", pod)
+    created = store.create("", "pods", "default", pod)
+    assert created["spec"]["hostNetwork"] is True  # admitted as asked, nothing enforced
 
 
 def test_a_pod_whose_service_account_is_missing_is_refused(store: Store) -> None:
@@ -182,7 +183,8 @@ def test_a_pod_whose_service_account_is_missing_is_refused(store: Store) -> None
 
 def test_the_default_service_account_is_always_there(store: Store) -> None:
     # The ServiceAccount controller makes `default` in every namespace; the fake keeps none.
-    store.create("", "pods", "secure", with_changes(serviceAccountName="default"))
+    created = store.create("", "pods", "secure", with_changes(serviceAccountName="default"))
+    assert created["spec"]["serviceAccountName"] == "default"
 
 
 async def test_the_refusal_reaches_clients_as_a_403_status(
