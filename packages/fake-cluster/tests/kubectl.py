@@ -44,6 +44,12 @@ class Kubectl:
             check=False,
         )
 
+    def watch(self, *args: str | Path) -> subprocess.Popen[str]:
+        """A command left running (`kubectl get -w`), its stdout a pipe; the caller kills it."""
+        env = {**os.environ, "HOME": str(self.home), "KUBECONFIG": str(self.kubeconfig)}
+        command = [self.path, *map(str, args)]
+        return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+
     def __call__(self, *args: str | Path, stdin: str | None = None) -> str:
         """The command's output; the test fails with its stderr when it exits non-zero."""
         done = self.run(*args, stdin=stdin)

@@ -18,7 +18,14 @@ from typing import Any, TypeVar
 
 import yaml
 
-from kernel_queue_fake_cluster.apiserver import addresses, pod_rules, pod_security, rbac, resources
+from kernel_queue_fake_cluster.apiserver import (
+    addresses,
+    nodes,
+    pod_rules,
+    pod_security,
+    rbac,
+    resources,
+)
 from kernel_queue_fake_cluster.apiserver import crds as crd_files
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
@@ -117,6 +124,7 @@ class FakeCluster:
             addresses.ClusterIPs(self.store, SERVICE_IP_POOL).install()
         if self.kubelet is not None:
             self.kubelet.install()
+            nodes.register(self.store, self.kubelet.node_name)  # as a kubelet registers its Node
             self.server.serve_logs(self.kubelet.logs)
         await self.server.start()
         self._write_kubeconfig()

@@ -90,6 +90,7 @@ def crd_type(crd: dict[str, Any]) -> ResourceType:
             for v in served
             if (v.get("schema") or {}).get("openAPIV3Schema")
         },
+        printer_columns={v["name"]: tuple(v.get("additionalPrinterColumns") or ()) for v in served},
     )
 
 

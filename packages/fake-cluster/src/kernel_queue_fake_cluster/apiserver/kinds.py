@@ -28,6 +28,8 @@ class ResourceType:
     singular: str = ""
     short_names: tuple[str, ...] = ()
     schemas: Mapping[str, Obj] = field(default_factory=dict)  # version -> openAPIV3Schema
+    printer_columns: Mapping[str, tuple[Obj, ...]] = field(default_factory=dict)
+    """version -> the CRD's additionalPrinterColumns (`tables.py`)."""
 
     @property
     def key(self) -> tuple[str, str]:

@@ -42,6 +42,14 @@ BUILTIN: tuple[ResourceType, ...] = (
     _core("serviceaccounts", "ServiceAccount", ("sa",)),
     ResourceType(
         "",
+        "nodes",
+        "Node",
+        namespaced=False,
+        singular="node",
+        short_names=("no",),
+    ),
+    ResourceType(
+        "",
         "namespaces",
         "Namespace",
         namespaced=False,
@@ -65,7 +73,7 @@ BUILTIN: tuple[ResourceType, ...] = (
         )
     ),
 )
-"""Built-in kinds; pods, services, namespaces and PVCs have a status subresource."""
+"""Built-in kinds; pods, services, nodes and PVCs have a status subresource."""
 
 
 def install(

@@ -30,6 +30,7 @@ from kernel_queue_fake_cluster.apiserver import (
     openapi,
     protobuf,
     rbac,
+    tables,
     watches,
 )
 from kernel_queue_fake_cluster.apiserver.changes import Subscription
@@ -302,8 +303,12 @@ class Server:
             or (target.sub and (target.sub != "status" or not rtype.status_subresource))
         ):
             raise discovery.no_such_path()
+        as_table = tables.wanted(request.headers.get("Accept", "")) and not target.sub
         if watch:
-            await self.watches.serve(handler, rtype, target, query)
+            present = (
+                (lambda obj: tables.table(rtype, target.version, obj, query)) if as_table else None
+            )
+            await self.watches.serve(handler, rtype, target, query, present)
             return None
         if rtype.namespaced and not target.namespace and method != "GET":
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
@@ -314,6 +319,8 @@ class Server:
         answer = crud.serve(self.store, method, rtype, target, query, media, handler.json_body)
         if fault is not None and fault.after:
             raise fault.error(verb, resource)
+        if method == "GET" and as_table:
+            return answer[0], tables.table(rtype, target.version, answer[1], query)
         return answer
 
 

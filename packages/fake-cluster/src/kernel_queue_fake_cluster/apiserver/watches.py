@@ -9,7 +9,7 @@ route requests or decide who may watch; `server.py` does.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Protocol
 
 import tornado.iostream
@@ -65,8 +65,10 @@ class Watches:
         rtype: ResourceType,
         target: discovery.Target,
         query: Mapping[str, str],
+        present: Callable[[Obj], Obj] | None = None,
     ) -> None:
-        """Write one watch response until timeout, drop, disconnect or server stop."""
+        """Write one watch response until timeout, drop, disconnect or server stop; `present`
+        turns each event's object into what the client asked for (a Table, `tables.py`)."""
         fields = query.get("fieldSelector", "")
         if target.name:  # a watch on one object's path
             fields = ",".join(filter(None, (fields, f"metadata.name={target.name}")))
@@ -99,7 +101,9 @@ class Watches:
         deadline = loop.time() + timeout if timeout else None
         try:
             await stream.flush()  # the headers now, so the client's call returns
-            await self._events(stream, subscription, rtype, target.version, deadline, bookmarks)
+            await self._events(
+                stream, subscription, rtype, target.version, deadline, bookmarks, present
+            )
         except tornado.iostream.StreamClosedError:
             pass  # the client went away
         finally:
@@ -117,6 +121,7 @@ class Watches:
         version: str,
         deadline: float | None,
         bookmarks: bool,
+        present: Callable[[Obj], Obj] | None,
     ) -> None:
         loop = asyncio.get_running_loop()
         events = aiter(subscription)
@@ -145,6 +150,8 @@ class Watches:
                 if event is None:
                     return
                 obj = self.store.versions.at(rtype, event.object, version)
+                if present is not None:
+                    obj = present(obj)
                 await _send(stream, {"type": event.type, "object": obj})
         finally:
             if pending is not None:
