@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import kubernetes.client
+import kubernetes.config
+import kubernetes.watch
 import pytest
 
 from kernel_queue_fake_cluster.cluster import FakeCluster
@@ -43,6 +47,43 @@ def test_kubectl_creates_a_configmap(kubectl: Kubectl, fake_cluster: FakeCluster
     out = kubectl("create", "configmap", "c", "--from-literal=a=b", "-n", "default")
     assert out == "configmap/c created\n"
     assert _get(fake_cluster, "configmaps", "default", "c")["data"] == {"a": "b"}
+
+
+def test_kubectl_creates_services_service_accounts_and_rbac(
+    kubectl: Kubectl, fake_cluster: FakeCluster
+) -> None:
+    kubectl("create", "service", "clusterip", "web", "--tcp=80:8080")
+    service = _get(fake_cluster, "services", "default", "web")
+    assert (service["spec"]["type"], service["spec"]["ports"]) == (
+        "ClusterIP",
+        [{"name": "80-8080", "protocol": "TCP", "port": 80, "targetPort": 8080}],
+    )
+    assert service["spec"]["selector"] == {"app": "web"}
+    kubectl("create", "serviceaccount", "robot")
+    assert _get(fake_cluster, "serviceaccounts", "default", "robot")["metadata"]["name"] == "robot"
+    kubectl("create", "role", "reader", "--verb=get,list", "--resource=pods")
+    kubectl(
+        "create", "rolebinding", "robot-reads", "--role=reader", "--serviceaccount=default:robot"
+    )
+    role = fake_cluster.call(
+        fake_cluster.store.get, "rbac.authorization.k8s.io", "roles", "default", "reader"
+    )
+    assert role["rules"] == [{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}]
+    binding = fake_cluster.call(
+        fake_cluster.store.get,
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        "default",
+        "robot-reads",
+    )
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "reader",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "robot", "namespace": "default"}
+    ]
 
 
 # -- Secrets' stringData ----------------------------------------------------------------------
@@ -206,3 +247,126 @@ def test_kubectl_delete_of_an_admitted_group_pod_returns_once_kueue_lets_it_go(
     kubectl("annotate", "pod", "b-1", "kueue.x-k8s.io/retriable-in-group=false")
     assert kubectl("delete", "pod", "b-1") == 'pod "b-1" deleted\n'
     assert "NotFound" in kubectl.fails("get", "pod", "b-1")
+
+
+# -- Nodes ------------------------------------------------------------------------------------
+
+
+def test_the_fake_node_is_a_node_object_kubectl_and_clients_read(
+    kubectl: Kubectl, fake_cluster: FakeCluster
+) -> None:
+    assert "fake-node" in kubectl("get", "nodes")
+    node = json.loads(kubectl("get", "node", "fake-node", "-o", "json"))
+    status = node["status"]
+    assert status["capacity"]["nvidia.com/gpu"] == status["allocatable"]["nvidia.com/gpu"] == "8"
+    assert int(status["capacity"]["cpu"]) >= 1
+    assert {"type": "InternalIP", "address": "127.0.0.1"} in status["addresses"]
+    ready = [c for c in status["conditions"] if c["type"] == "Ready"]
+    assert [(c["status"], c["reason"]) for c in ready] == [("True", "KubeletReady")]
+
+    api = kubernetes.config.new_client_from_config(config_file=str(fake_cluster.kubeconfig))
+    core = kubernetes.client.CoreV1Api(api)
+    listed = core.list_node()
+    assert [n.metadata.name for n in listed.items] == ["fake-node"]
+    stream = kubernetes.watch.Watch().stream(core.list_node, timeout_seconds=1)
+    assert [(e["type"], e["object"].metadata.name) for e in stream] == [("ADDED", "fake-node")]
+
+
+# -- server-side printing: kubectl get's columns -----------------------------------------------
+
+PLAIN_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: web, labels: {app: web}}
+spec:
+  containers:
+  - name: main
+    image: python
+    command: [python, -c, "import time; time.sleep(600)"]
+"""
+SERVICE = """
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+"""
+
+
+def _table(text: str) -> list[list[str]]:
+    """kubectl's columns: cells are at least two spaces apart (one space may sit inside)."""
+    return [re.split(r"\s{2,}", line.strip()) for line in text.splitlines() if line.strip()]
+
+
+def test_kubectl_get_shows_a_real_clusters_columns(
+    kubectl: Kubectl, fake_cluster: FakeCluster
+) -> None:
+    kubectl("apply", "-f", "-", stdin=PLAIN_POD)
+    kubectl("apply", "-f", "-", stdin=SERVICE)
+    until(lambda: _table(kubectl("get", "pods"))[1][1:3] == ["1/1", "Running"], "web ready")
+
+    header, row = _table(kubectl("get", "pods"))
+    assert header == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    assert row[:4] == ["web", "1/1", "Running", "0"]
+    with kubectl.watch("get", "pods", "-w") as watcher:
+        try:
+            assert watcher.stdout is not None
+            lines = watcher.stdout
+            assert _table(lines.readline()) == [["NAME", "READY", "STATUS", "RESTARTS", "AGE"]]
+            assert _table(lines.readline())[0][:3] == ["web", "1/1", "Running"]
+            kubectl("label", "pod", "web", "seen=yes")  # a watch event, printed as a row
+            assert _table(lines.readline())[0][:3] == ["web", "1/1", "Running"]
+        finally:
+            watcher.kill()
+    header, row = _table(kubectl("get", "pods", "-o", "wide"))
+    assert header == [
+        "NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE", "NOMINATED NODE",
+        "READINESS GATES",
+    ]  # fmt: skip
+    pod = _get(fake_cluster, "pods", "default", "web")
+    assert row[5:] == [pod["status"]["podIP"], "fake-node", "<none>", "<none>"]
+
+    header, row = _table(kubectl("get", "services", "web"))
+    assert header == ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"]
+    service = _get(fake_cluster, "services", "default", "web")
+    assert row[:5] == ["web", "ClusterIP", service["spec"]["clusterIP"], "<none>", "80/TCP"]
+    assert _table(kubectl("get", "services", "web", "-o", "wide"))[1][-1] == "app=web"
+
+    kubectl("create", "secret", "generic", "s", "--from-literal=a=b", "--from-literal=c=d")
+    header, row = _table(kubectl("get", "secret", "s"))
+    assert (header, row[:3]) == (["NAME", "TYPE", "DATA", "AGE"], ["s", "Opaque", "2"])
+    kubectl("create", "configmap", "c", "--from-literal=a=b")
+    header, row = _table(kubectl("get", "configmap", "c"))
+    assert (header, row[:2]) == (["NAME", "DATA", "AGE"], ["c", "1"])
+    header, row = _table(kubectl("get", "namespace", "default"))
+    assert (header, row[:2]) == (["NAME", "STATUS", "AGE"], ["default", "Active"])
+
+    header, row = _table(kubectl("get", "nodes"))
+    assert header == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    assert (row[:3], row[4]) == (["fake-node", "Ready", "<none>"], "v1.32.0-fake")
+    header, row = _table(kubectl("get", "nodes", "-o", "wide"))
+    assert header[5:] == ["INTERNAL-IP", "EXTERNAL-IP", "OS-IMAGE", "KERNEL-VERSION",
+                          "CONTAINER-RUNTIME"]  # fmt: skip
+    assert row[5:7] == ["127.0.0.1", "<none>"]
+
+
+def test_kubectl_get_shows_the_crds_printer_columns(
+    kubectl: Kubectl, fake_cluster: FakeCluster
+) -> None:
+    fake_cluster.call(fake_cluster.setup_queues)
+    kubectl(
+        "apply", "-f", "-", stdin=GROUP_POD % dict(name="a-0", group="a", code=KILLED_BY_SIGTERM)
+    )
+    until(lambda: _condition(_workload(fake_cluster, "a"), "Admitted") == "True", "a admitted")
+
+    header, row = _table(kubectl("get", "workloads"))
+    assert header == ["NAME", "QUEUE", "RESERVED IN", "ADMITTED", "FINISHED", "AGE"]
+    assert row[:4] == ["a", "user-queue", "cluster-queue", "True"]
+    header, row = _table(kubectl("get", "localqueues"))
+    assert header == ["NAME", "CLUSTERQUEUE", "PENDING WORKLOADS", "ADMITTED WORKLOADS"]
+    assert row[:2] == ["user-queue", "cluster-queue"]
+    assert _table(kubectl("get", "clusterqueues", "-o", "wide"))[0] == [
+        "NAME", "COHORT", "STRATEGY", "PENDING WORKLOADS", "ADMITTED WORKLOADS"
+    ]  # fmt: skip
+    assert _table(kubectl("get", "resourceflavors"))[0] == ["NAME", "AGE"]

@@ -1,6 +1,7 @@
 """Request bodies in Kubernetes' protobuf encoding, read into the JSON objects the store keeps.
 
-kubectl's typed clients (`kubectl create namespace | secret | configmap | serviceaccount`) send
+kubectl's typed clients (`kubectl create namespace | secret | configmap | serviceaccount |
+service | role | rolebinding | clusterrole | clusterrolebinding`) send
 built-in kinds as `application/vnd.kubernetes.protobuf`: the magic `k8s\\0`, then a
 `runtime.Unknown` with the object's TypeMeta and its own protobuf bytes. A real apiserver reads
 them, and client-go never falls back to JSON after a 415 for protobuf (kubernetes#86253), so the
@@ -67,7 +68,57 @@ _OBJECT_REFERENCE: Message = {
     6: ("resourceVersion", "string", False),
     7: ("fieldPath", "string", False),
 }
+_POLICY_RULE: Message = {
+    1: ("verbs", "string", True),
+    2: ("apiGroups", "string", True),
+    3: ("resources", "string", True),
+    4: ("resourceNames", "string", True),
+    5: ("nonResourceURLs", "string", True),
+}
+_SUBJECT: Message = {
+    1: ("kind", "string", False),
+    2: ("apiGroup", "string", False),
+    3: ("name", "string", False),
+    4: ("namespace", "string", False),
+}
+_ROLE_REF: Message = {
+    1: ("apiGroup", "string", False),
+    2: ("kind", "string", False),
+    3: ("name", "string", False),
+}
+_SERVICE_PORT: Message = {
+    1: ("name", "string", False),
+    2: ("protocol", "string", False),
+    6: ("appProtocol", "string", False),
+    3: ("port", "int", False),
+    4: ("targetPort", "intstr", False),
+    5: ("nodePort", "int", False),
+}
+_SERVICE_SPEC: Message = {
+    1: ("ports", _SERVICE_PORT, True),
+    2: ("selector", "map:string", False),
+    3: ("clusterIP", "string", False),
+    18: ("clusterIPs", "string", True),
+    4: ("type", "string", False),
+    5: ("externalIPs", "string", True),
+    7: ("sessionAffinity", "string", False),
+    8: ("loadBalancerIP", "string", False),
+    9: ("loadBalancerSourceRanges", "string", True),
+    10: ("externalName", "string", False),
+    11: ("externalTrafficPolicy", "string", False),
+    12: ("healthCheckNodePort", "int", False),
+    13: ("publishNotReadyAddresses", "bool", False),
+    19: ("ipFamilies", "string", True),
+    17: ("ipFamilyPolicy", "string", False),
+    20: ("allocateLoadBalancerNodePorts", "bool", False),
+    21: ("loadBalancerClass", "string", False),
+    22: ("internalTrafficPolicy", "string", False),
+    23: ("trafficDistribution", "string", False),
+}
 _METADATA = (1, ("metadata", _OBJECT_META, False))
+_RULES = (2, ("rules", _POLICY_RULE, True))
+_BINDING = [_METADATA, (2, ("subjects", _SUBJECT, True)), (3, ("roleRef", _ROLE_REF, False))]
+_RBAC = "rbac.authorization.k8s.io/v1"
 KINDS: Mapping[tuple[str, str], Message] = {
     ("v1", "Namespace"): dict(
         [
@@ -101,6 +152,11 @@ KINDS: Mapping[tuple[str, str], Message] = {
             (4, ("automountServiceAccountToken", "bool", False)),
         ]
     ),
+    ("v1", "Service"): dict([_METADATA, (2, ("spec", _SERVICE_SPEC, False))]),
+    (_RBAC, "Role"): dict([_METADATA, _RULES]),
+    (_RBAC, "ClusterRole"): dict([_METADATA, _RULES]),
+    (_RBAC, "RoleBinding"): dict(_BINDING),
+    (_RBAC, "ClusterRoleBinding"): dict(_BINDING),
 }
 """The kinds kubectl creates with its typed clients, by (apiVersion, kind)."""
 
@@ -156,8 +212,8 @@ def _message(data: memoryview, table: Message) -> Obj:
             out.setdefault(name, {})[entry.get("key", "")] = entry.get("value", "")
             continue
         value = _value(raw, kind)
-        if value is None:
-            continue
+        if value is None or (not repeated and value in ("", 0) and not isinstance(value, bool)):
+            continue  # Go writes unset strings and numbers as zeros; its JSON omits them
         if repeated:
             out.setdefault(name, []).append(value)
         else:
@@ -178,6 +234,10 @@ def _value(raw: Any, kind: Kind) -> Any:
         return raw - (1 << 64) if raw >= 1 << 63 else raw
     if kind == "bool":
         return bool(raw)
+    if kind == "intstr":  # IntOrString: type 0 with intVal, 1 with strVal
+        fields = {1: ("type", "int", False), 2: ("int", "int", False), 3: ("str", "string", False)}
+        parts = _message(raw, fields)
+        return parts.get("str", "") if parts.get("type") == 1 else parts.get("int", 0)
     if kind == "time":
         seconds = _message(raw, {1: ("seconds", "int", False)}).get("seconds", 0)
         if not seconds:
