@@ -79,6 +79,7 @@ class KubernetesBackend(settings.BackendSettings):
             kueue_timeout=lambda: self.kueue_timeout,
             log=self.log,
             discovery=self._discovery,
+            forget_launcher=self._delivery.forget,
         )
         self._handed: set[str] = set()  # kernels whose objects were handed to the reaper
         self.reaper = Reaper(

@@ -23,8 +23,10 @@ from kernel_queue import errors
 from kernel_queue.backends import feed, pod_waits, tasks
 from kernel_queue.kube import (
     caches,
+    delivery,
     explain,
     kueue,
+    launch_failures,
     manifests,
     positions,
     preflight,
@@ -51,6 +53,8 @@ class Group:
     queue: str
     spec: GroupSpec | None = None  # None for a group adopted after a server restart
     launcher: str | None = None  # the ConfigMap of the launcher its pods run (replacements too)
+    launcher_checked: bool = False  # this round's pod was seen stuck creating: the read is done
+    launcher_gone: str = ""  # why this round's pod cannot start: its launcher ConfigMap is gone
     status: GroupStatus = field(default_factory=lambda: GroupStatus(GroupPhase.PENDING))
     place: QueuePlace | None = None
     watchers: set[asyncio.Queue[GroupStatus]] = field(default_factory=set)
@@ -82,8 +86,10 @@ class Statuses:
         log: logging.Logger | logging.LoggerAdapter[Any],
         discovery: preflight.Discovery | None = None,
         kueue_timeout: Callable[[], float] = lambda: 0.0,
+        forget_launcher: Callable[[str], None] = lambda namespace: None,
     ) -> None:
         self.groups, self.caches, self.tasks, self.log = groups, caches, tasks, log
+        self._forget_launcher = forget_launcher  # its ConfigMap is gone: make it again
         self._connect, self._create, self._owner = connect, create, owner
         self._namespace = namespace  # the default namespace, known once the client connected
         self.positions = positions.Readers(
@@ -147,6 +153,8 @@ class Statuses:
                 place=group.place,
                 since=group.since,
             )
+        if status.phase is GroupPhase.ADMITTED:
+            status = self._launcher_check(group, name, namespace, pods, status)
         group.had_workload = group.had_workload or workload is not None
         if status.phase is GroupPhase.RUNNING:
             group.was_running, group.saved = True, ""
@@ -186,6 +194,37 @@ class Statuses:
             group.place = place
             self.refresh(name)
 
+    def _launcher_check(
+        self, group: Group, name: str, namespace: str, pods: list[Obj], status: GroupStatus
+    ) -> GroupStatus:
+        """An admitted group whose pod is stuck creating: is its launcher ConfigMap gone?"""
+        if group.launcher_gone:
+            return status.evolve(message=group.launcher_gone)
+        lead = group_status.head(pods)
+        configmap = launch_failures.launcher_configmap(lead) if lead else None
+        if lead and configmap and not group.launcher_checked and launch_failures.creating(lead):
+            group.launcher_checked = True
+            check = self._check_launcher(group, name, namespace, configmap)
+            self.tasks.spawn(check, f"launcher of {name}")
+        return status
+
+    async def _check_launcher(
+        self, group: Group, name: str, namespace: str, configmap: str
+    ) -> None:
+        await asyncio.sleep(delivery.MOUNT_GRACE)
+        lead = group_status.head(self.caches.pods(namespace, name))
+        if group.ending or lead is None or not launch_failures.creating(lead):
+            return
+        try:
+            missing = await delivery.gone(await self._connect(), namespace, configmap)
+        except errors.ClusterApiError as exc:
+            self.log.debug("cannot read the launcher ConfigMap %s: %s", configmap, exc)
+            return
+        if missing:
+            group.launcher_gone = launch_failures.missing_launcher(configmap, namespace)
+            self._forget_launcher(namespace)
+            self.refresh(name)
+
     async def _fail_with_logs(self, group: Group, pods: list[Obj], status: GroupStatus) -> None:
         """A pod that failed before it was ready: its last log lines make the error."""
         lead = group_status.head(pods)
@@ -214,6 +253,7 @@ class Statuses:
         try:
             api = await self._connect()
             group.attempt += 1
+            group.launcher_checked, group.launcher_gone = False, ""
             if group.spec is not None:
                 spec = group.spec
                 fresh = manifests.pods(

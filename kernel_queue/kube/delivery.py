@@ -16,6 +16,20 @@ from kernel_queue import errors
 from kernel_queue.kube import kueue, launcher_archive
 from kernel_queue.kube.verbs import KubeApi
 
+MOUNT_GRACE = 2.0
+"""Seconds a kernel's pod may stay ContainerCreating before the backend reads whether the
+launcher ConfigMap it mounts still exists (a kubelet shows a missing one only in events): a
+pod that starts sooner costs no read of the 140 kB object."""
+
+
+async def gone(api: KubeApi, namespace: str, name: str) -> bool:
+    """True when the launcher ConfigMap `name` no longer exists in `namespace`."""
+    try:
+        await api.get(kueue.CONFIGMAPS, namespace, name)
+    except errors.ClusterNotFound:
+        return True
+    return False
+
 
 class LauncherDelivery:
     """The namespaces whose launcher ConfigMap this process has made sure of."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kernel_queue.kube import kueue
+from kernel_queue.kube import kueue, launch_failures
 from kernel_queue.model import GroupPhase, GroupStatus, QueuePlace
 
 Obj = Mapping[str, Any]
@@ -107,12 +107,7 @@ def group_status(
         code = kueue.container_exit_code(lead, "kernel")
         if was_running:
             return GroupStatus(GroupPhase.FINISHED, message="the kernel ended", exit_code=code)
-        return GroupStatus(
-            GroupPhase.FAILED,
-            message=f"the kernel's pod {lead['metadata']['name']} ended with exit code {code} "
-            "before it was ready",
-            exit_code=code,
-        )
+        return GroupStatus(GroupPhase.FAILED, message=launch_failures.ended(lead), exit_code=code)
     waiting = kueue.waiting_reason(lead)
     if waiting is not None:
         return admitted.evolve(message=f"{waiting[0]}: {waiting[1]}".rstrip(": "))

@@ -13,6 +13,10 @@ from the server's environment (dill), used only where the image has none."""
 RESTART_EXIT_CODE = 75
 """Exit status of a kernel that was asked to restart; the launcher starts a new one in place."""
 
+IMAGE_EXIT_CODE = 3
+"""Exit status of a launcher whose image lacks what a kernel needs (ipykernel, a recent Python);
+its one line is in the container's termination message."""
+
 PREEMPTED_EXIT_CODE = 143
 """Exit status of a launcher stopped by SIGTERM (128 + 15); never 0, or Kueue would not requeue."""
 

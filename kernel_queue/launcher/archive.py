@@ -23,8 +23,7 @@ from kernel_queue.launcher import contract
 FALLBACK = launcher.ARCHIVE_FALLBACK
 KERNEL_COMMAND = "kernel"
 """First argument that makes the archive run the kernel instead of the launcher."""
-IMAGE_EXIT_CODE = 3
-"""Exit status of a launcher whose image lacks what a kernel needs (no ipykernel, old Python)."""
+IMAGE_EXIT_CODE = launcher.IMAGE_EXIT_CODE
 MIN_PYTHON = (3, 10)
 
 

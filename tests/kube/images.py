@@ -8,9 +8,12 @@ and `no_python_bin` an empty directory: images mapped there have no `python` at 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import ipykernel
 
 from tests.kube.support import REPO
 
@@ -23,8 +26,9 @@ NO_PYTHON_IMAGE = "registry.example/busybox:1.36"
 
 def bare_kernel_bin() -> Path:
     """The bin dir of `.venv-bare` (built by scripts/bare-kernel-env when missing or stale)."""
+    env = {**os.environ, "IPYKERNEL": ipykernel.__version__}  # this environment's version
     done = subprocess.run(
-        [str(BARE_ENV_SCRIPT)], capture_output=True, text=True, timeout=600, check=False
+        [str(BARE_ENV_SCRIPT)], capture_output=True, text=True, timeout=600, check=False, env=env
     )
     if done.returncode != 0:
         raise RuntimeError(f"building the bare kernel environment failed:\n{done.stderr}")

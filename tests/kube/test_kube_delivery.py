@@ -18,7 +18,7 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 from kernel_queue.kube import kueue, launcher_archive
 from tests.conftest import KernelspecFactory, Server
 from tests.kube import images
-from tests.kube.support import REPO, ours, wait_clean
+from tests.kube.support import REPO, kube_spec, ours, wait_clean
 
 EXAMPLE = REPO / "kernelspecs" / "kubernetes-gpu-example" / "kernel.json"
 LAUNCHERS = f"{kueue.COMPONENT_LABEL}={kueue.LAUNCHER_COMPONENT}"
@@ -90,3 +90,66 @@ async def test_the_example_kernelspec_runs_on_an_image_with_ipykernel_only(
     await server.shutdown(kernel)
     await wait_clean(server, cluster, kernel)
     assert ours(cluster) == {}
+
+
+async def failure(server: Server, name: str, within: float = 60) -> tuple[str, str]:
+    """Start a kernel of kernelspec `name`, wait until it is dead; return its id and reason."""
+    kernel = await server.start(name)
+
+    async def dead() -> bool:
+        return (await server.model(kernel))["execution_state"] == "dead"
+
+    await server.wait_for(dead, within=within)
+    return kernel, str((await server.model(kernel))["reason"])
+
+
+async def left_only_the_launcher(server: Server, cluster: FakeCluster, kernel: str) -> None:
+    """Nothing of the kernel is left (no pod, Secret, Service, Workload); the shared launcher
+    ConfigMap may stay."""
+    await wait_clean(server, cluster, kernel, within=30)
+    assert ours(cluster) == {}
+    assert launcher_configmaps(cluster) == [launcher_archive.current().name]
+
+
+async def test_an_image_without_python_fails_in_a_sentence_that_names_it(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    image = images.NO_PYTHON_IMAGE
+    kernel, reason = await failure(server, kube_spec(kernelspec, image=image, startup_timeout=30))
+    assert reason.startswith(f"kernel {kernel[:8]}"), reason
+    assert f"image {image} cannot run the launcher" in reason, reason
+    assert 'exec: "python": executable file not found in $PATH' in reason, reason
+    assert "Python 3.10 or newer with ipykernel" in reason, reason
+    await left_only_the_launcher(server, cluster, kernel)
+
+
+async def test_an_image_without_ipykernel_fails_in_a_sentence_that_says_what_to_add(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    image = images.NO_IPYKERNEL_IMAGE
+    kernel, reason = await failure(server, kube_spec(kernelspec, image=image, startup_timeout=30))
+    assert f"image {image} has no ipykernel: no module named ipykernel in " in reason, reason
+    assert "add ipykernel to the image" in reason, reason
+    await left_only_the_launcher(server, cluster, kernel)
+
+
+async def test_a_missing_launcher_config_map_fails_in_a_sentence_and_is_made_again(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    """Someone deleted the launcher ConfigMap after the server made it: the kernel's pod cannot
+    mount it; the kernel fails naming it within startup_timeout, and the next kernel works."""
+    first = await server.start(kube_spec(kernelspec))
+    assert (await server.execute(first, "1 + 1"))["data"] == "2"
+    await server.shutdown(first)
+    await wait_clean(server, cluster, first)
+    (name,) = launcher_configmaps(cluster)
+    cluster.store.delete("", "configmaps", "default", name)
+    kernel, reason = await failure(server, kube_spec(kernelspec, "again", startup_timeout=3))
+    assert f'configmap "{name}" not found' in reason, reason
+    assert "the launcher's ConfigMap" in reason, reason
+    await wait_clean(server, cluster, kernel, within=30)
+    assert ours(cluster) == {}
+    back = await server.start(kube_spec(kernelspec, "third"))
+    assert (await server.execute(back, "2 + 2"))["data"] == "4"
+    assert launcher_configmaps(cluster) == [name]
+    await server.shutdown(back)
