@@ -8,6 +8,7 @@ import os
 import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kernel_queue_fake_cluster.apiserver import rbac
@@ -34,13 +35,15 @@ def crds_dir(where: Path) -> Path:
     return where
 
 
-def start_cluster(root: Path, accounts: Mapping[str, str] | None) -> FakeCluster:
+def start_cluster(root: Path, accounts: Mapping[str, str] | None, **options: Any) -> FakeCluster:
     """A fake cluster with the sample queues of etc/kubernetes/queues.yaml and a 1-GPU quota;
-    `accounts` (token → user) turns RBAC on, with an admin token besides; None: no RBAC."""
+    `accounts` (token → user) turns RBAC on, with an admin token besides; None: no RBAC.
+    `options`: more FakeCluster arguments (`image_paths`)."""
     tokens = None
     if accounts is not None:
         tokens = {ADMIN_TOKEN: rbac.User("admin", ("system:masters",)), **accounts}
-    fake = FakeCluster(root_dir=root / "cluster", crds=crds_dir(root / "crds"), tokens=tokens)
+    crds = crds_dir(root / "crds")
+    fake = FakeCluster(root_dir=root / "cluster", crds=crds, tokens=tokens, **options)
     fake.start_in_thread()
     fake.call(fake.apply, fake.for_release(QUEUES))
     assert fake.kueue is not None
@@ -117,3 +120,28 @@ def kernel_pods(namespace: str, group_size: int = 2) -> list[dict]:
         image="registry.example/kernel:1.0",
     )
     return manifests.pods(spec, spec.name, 0)
+
+
+def lay_out_config_maps(
+    objects: tuple[rendering.Obj, ...], pod: rendering.Obj, container: rendering.Obj, root: Path
+) -> dict[str, str]:
+    """Write the files `container` of `pod` (a pod spec) sees from its ConfigMap volumes, under
+    `root` as the container's `/`; return its environment (literal `env` values)."""
+    for mount in container.get("volumeMounts") or ():
+        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        if "configMap" not in volume:
+            continue
+        (config_map,) = rendering.of_kind(objects, "ConfigMap", volume["configMap"]["name"])
+        items = volume["configMap"].get("items") or [
+            {"key": key, "path": key} for key in config_map["data"]
+        ]
+        for item in items:
+            target = root / mount["mountPath"].lstrip("/") / item["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(config_map["data"][item["key"]])
+    return {e["name"]: e["value"] for e in container.get("env") or () if "value" in e}
+
+
+def under(root: Path, path: str) -> Path:
+    """A container's absolute `path` as laid out under `root`."""
+    return root / path.lstrip("/")

@@ -17,7 +17,14 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 from kernel_queue.kube import manifests
 from tests.conftest import Server
 from tests.recipes import network, rendering
-from tests.recipes.conftest import FIXTURES, kubectl_apply, labelled_in, start_cluster
+from tests.recipes.conftest import (
+    FIXTURES,
+    kubectl_apply,
+    labelled_in,
+    lay_out_config_maps,
+    start_cluster,
+    under,
+)
 
 NAMESPACE = "kubeflow-user-example-com"
 EDITOR = f"system:serviceaccount:{NAMESPACE}:default-editor"
@@ -84,19 +91,11 @@ def test_kubectl_applies_the_overlay(plain_cluster: FakeCluster) -> None:
 
 
 def notebook_files(root: Path) -> dict[str, str]:
-    """Lay out the files the Notebook's pod sees from its ConfigMap volumes under `root`;
-    return the pod's environment (from the Notebook's container)."""
+    """The files the Notebook's pod sees from its ConfigMaps, under `root`; its environment."""
     (notebook,) = rendering.of_kind(OBJECTS, "Notebook")
     pod = notebook["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    for mount in container["volumeMounts"]:
-        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
-        (config_map,) = rendering.of_kind(OBJECTS, "ConfigMap", volume["configMap"]["name"])
-        for item in volume["configMap"]["items"]:
-            target = root / mount["mountPath"].lstrip("/") / item["path"]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(config_map["data"][item["key"]])
-    return {e["name"]: e["value"] for e in container["env"]}
+    return lay_out_config_maps(OBJECTS, pod, container, root)
 
 
 @pytest.fixture
@@ -111,7 +110,7 @@ def jp_server_config(
     file), credentials that are `default-editor`'s token and nothing else."""
     root = tmp_path / "notebook-pod"
     env = notebook_files(root)
-    monkeypatch.setenv("JUPYTER_PATH", str(root / env["JUPYTER_PATH"].lstrip("/")))
+    monkeypatch.setenv("JUPYTER_PATH", str(under(root, env["JUPYTER_PATH"])))
     monkeypatch.setenv("KERNEL_QUEUE_NAMESPACE", NAMESPACE)
     kubeconfig = cluster.kubeconfig_for(EDITOR_TOKEN, namespace=NAMESPACE, name="editor")
     jp_server_config["KubernetesBackend"] = {

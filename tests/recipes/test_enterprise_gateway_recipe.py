@@ -1,0 +1,200 @@
+"""etc/kubernetes/enterprise-gateway: Enterprise Gateway 3.x as a Deployment in the kernels'
+namespace, its kernelspecs and config from ConfigMaps, the base's RBAC for its account. Rendered,
+validated and applied with kubectl; its config kept alike with etc/jupyter's example; then EG (in
+`.venv-eg`) started as the Deployment's pod would start, with only the account's token, runs a
+queued kernel for a notebook server in gateway mode, on the RBAC-enforcing fake cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kernel_queue_fake_cluster.cluster import FakeCluster
+from traitlets.config import Config
+
+from kernel_queue.kube import manifests
+from tests.conftest import Server
+from tests.gateway.conftest import gateway_client, server_config  # noqa: F401 - fixture
+from tests.gateway.gateways import (
+    GatewayProcess,
+    enterprise_gateway_python,
+    free_port,
+    gateway_env,
+)
+from tests.recipes import network, rendering
+from tests.recipes.conftest import (
+    kubectl_apply,
+    labelled_in,
+    lay_out_config_maps,
+    start_cluster,
+    under,
+)
+
+NAMESPACE = "enterprise-gateway"
+ACCOUNT = f"system:serviceaccount:{NAMESPACE}:kernel-queue"
+ACCOUNT_TOKEN = "enterprise-gateway-token"
+KERNELSPEC = "eg-gpu-queued"
+OBJECTS = rendering.rendered("enterprise-gateway")
+RECIPE = rendering.RECIPES / "enterprise-gateway"
+EXAMPLE = rendering.RECIPES.parent / "jupyter" / "enterprise_gateway_config.py"
+(DEPLOYMENT,) = rendering.of_kind(OBJECTS, "Deployment")
+POD = DEPLOYMENT["spec"]["template"]
+(CONTAINER,) = POD["spec"]["containers"]
+(KERNEL_SPEC_MAP,) = rendering.of_kind(OBJECTS, "ConfigMap", "enterprise-gateway-kernelspecs")
+KERNEL_IMAGE = json.loads(KERNEL_SPEC_MAP["data"][f"{KERNELSPEC}.json"])["metadata"][
+    "kernel_provisioner"
+]["config"]["image"]
+
+
+def gateway_namespace(cluster: FakeCluster) -> None:
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    cluster.call(cluster.apply, [namespace])
+
+
+@pytest.fixture(scope="module")
+def eg_python() -> Path:
+    return enterprise_gateway_python()
+
+
+@pytest.fixture(scope="module")
+def cluster(module_root: Path, eg_python: Path) -> Iterator[FakeCluster]:
+    """The RBAC-enforcing cluster of the module, the recipe applied by an admin; the kernels'
+    image runs with `.venv-eg`'s python (ipykernel 6, as EG 3's kernels need)."""
+    images = {KERNEL_IMAGE: str(eg_python.parent)}
+    fake = start_cluster(module_root / "rbac", {ACCOUNT_TOKEN: ACCOUNT}, image_paths=images)
+    gateway_namespace(fake)
+    fake.call(fake.apply, list(OBJECTS))
+    yield fake
+    fake.stop_in_thread()
+
+
+def test_the_recipe_renders_and_every_object_passes_its_schema() -> None:
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in OBJECTS) == [
+        ("ClusterRole", "kernel-queue-priority-classes"),
+        ("ClusterRoleBinding", f"kernel-queue-priority-classes-{NAMESPACE}"),
+        ("ConfigMap", "enterprise-gateway-config"),
+        ("ConfigMap", "enterprise-gateway-kernelspecs"),
+        ("Deployment", "enterprise-gateway"),
+        ("LocalQueue", "user-queue"),
+        ("NetworkPolicy", "kernel-queue-kernels"),
+        ("PersistentVolumeClaim", "enterprise-gateway-sessions"),
+        ("PersistentVolumeClaim", "kernel-checkpoints"),
+        ("Role", "kernel-queue"),
+        ("RoleBinding", "kernel-queue"),
+        ("Service", "enterprise-gateway"),
+        ("ServiceAccount", "kernel-queue"),
+    ]
+    assert {o["metadata"].get("namespace", NAMESPACE) for o in OBJECTS} == {NAMESPACE}
+    for obj in OBJECTS:
+        rendering.validate(obj)
+    assert POD["spec"]["serviceAccountName"] == "kernel-queue"
+
+
+def loaded(path: Path) -> Config:
+    """The traitlets config a config file makes."""
+    config = Config()
+    exec(compile(path.read_text(), str(path), "exec"), {"get_config": lambda: config})
+    return config
+
+
+def test_the_config_is_the_example_s_but_for_the_kernels_namespace() -> None:
+    ours, example = loaded(RECIPE / "enterprise_gateway_config.py"), loaded(EXAMPLE)
+    assert example.KubernetesBackend.pop("namespace") == "jupyter-kernels"
+    assert "KubernetesBackend" not in ours or not ours.KubernetesBackend
+    example.pop("KubernetesBackend")
+    assert ours == example
+
+
+def test_kubectl_applies_the_recipe(plain_cluster: FakeCluster) -> None:
+    gateway_namespace(plain_cluster)
+    out = kubectl_apply(plain_cluster, rendering.as_yaml(OBJECTS)).splitlines()
+    assert len(out) == len(OBJECTS), out
+    assert "deployment.apps/enterprise-gateway created" in out
+
+
+@pytest.fixture
+def enterprise_gateway(
+    cluster: FakeCluster,
+    eg_python: Path,
+    tmp_path: Path,
+    jp_asyncio_loop: asyncio.AbstractEventLoop,
+) -> Iterator[GatewayProcess]:
+    """EG started as the Deployment's container: its command and environment, its ConfigMaps
+    laid out under a directory standing for the container's `/`, the pod's namespace
+    (KERNEL_QUEUE_NAMESPACE stands in for its service-account namespace file), the account's
+    token as its only credentials; on 127.0.0.1 and a free port instead of 0.0.0.0:8888."""
+    root = tmp_path / "gateway-pod"
+    env = lay_out_config_maps(OBJECTS, POD["spec"], CONTAINER, root)
+    command = CONTAINER["command"]
+    assert command[:2] == ["jupyter", "enterprisegateway"]
+    options = [
+        f"--config={under(root, a.removeprefix('--config='))}" if a.startswith("--config=") else a
+        for a in command[2:]
+    ]
+    port = free_port()
+    kubeconfig = cluster.kubeconfig_for(ACCOUNT_TOKEN, namespace=NAMESPACE, name="gateway")
+    argv = [
+        str(eg_python.parent / "jupyter-enterprisegateway"),
+        *options,
+        f"--KubernetesBackend.kubeconfig={kubeconfig}",
+        "--KubernetesBackend.position_interval=0.2",
+    ]
+    home = tmp_path / "gateway-home"
+    home.mkdir()
+    gateway = GatewayProcess(
+        argv,
+        gateway_env(
+            home,
+            **{
+                **env,
+                "EG_IP": "127.0.0.1",
+                "EG_PORT": str(port),
+                "JUPYTER_PATH": str(under(root, env["JUPYTER_PATH"])),
+                "EG_PERSISTENCE_ROOT": str(under(root, env["EG_PERSISTENCE_ROOT"])),
+                "KERNEL_QUEUE_NAMESPACE": NAMESPACE,
+            },
+        ),
+        port,
+        home / "enterprise-gateway.log",
+    )
+    jp_asyncio_loop.run_until_complete(gateway.start())
+    yield gateway
+    jp_asyncio_loop.run_until_complete(gateway.stop())
+
+
+@pytest.fixture
+def jp_server_config(
+    enterprise_gateway: GatewayProcess,
+    gateway_client: None,  # noqa: F811 - the fixture imported above
+) -> dict[str, Any]:
+    return server_config(enterprise_gateway)
+
+
+async def test_the_gateway_runs_a_queued_kernel_with_the_account_s_token(
+    server: Server, cluster: FakeCluster, enterprise_gateway: GatewayProcess
+) -> None:
+    kernel = await server.start(KERNELSPEC)
+    result = await server.execute(kernel, "import ipykernel; 6 * 7, ipykernel.__version__[0]")
+    assert result["data"] == "(42, '6')", (result, enterprise_gateway.log()[-3000:])
+    pods, _ = cluster.call(
+        cluster.store.list_objects,
+        "",
+        "pods",
+        NAMESPACE,
+        labels=f"kernel-queue.dev/kernel-id={kernel}",
+    )
+    (head,) = pods
+    (policy,) = rendering.of_kind(OBJECTS, "NetworkPolicy")
+    gateway_pod = network.Pod(NAMESPACE, POD["metadata"]["labels"])
+    for port in manifests.KERNEL_PORTS.values():
+        assert network.ingress_allowed([policy], gateway_pod, network.Pod.of(head), port)
+    await server.shutdown(kernel)
+    await server.wait_for(
+        lambda: not labelled_in(cluster, NAMESPACE, kernel),
+        what="nothing of the kernel left",
+        detail=lambda: labelled_in(cluster, NAMESPACE, kernel),
+    )
