@@ -153,3 +153,44 @@ async def test_a_missing_launcher_config_map_fails_in_a_sentence_and_is_made_aga
     assert (await server.execute(back, "2 + 2"))["data"] == "4"
     assert launcher_configmaps(cluster) == [name]
     await server.shutdown(back)
+
+
+BARE_SETUP = """
+class Point:
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+    def norm2(self):
+        return self.x * self.x + self.y * self.y
+
+count = 41
+settings = {"lr": 0.1, "layers": [64, 32]}
+square = lambda v: v * v
+origin = Point(3, 4)
+"""
+BARE_CHECK = "(count, settings['layers'][1], square(7), origin.norm2())"
+
+
+async def test_a_kernel_on_an_ipykernel_only_image_is_preempted_saved_and_restored(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, jp_kernel_dir: Path
+) -> None:
+    """The example's checkpoints need dill, which the image lacks: the archive's own copy
+    (bundled from the server's environment) saves a lambda and a class of the notebook, and
+    without numpy nothing asks for it."""
+    claim(cluster, "notebook-checkpoints")
+    low = await server.start(
+        example_spec(
+            jp_kernel_dir,
+            checkpoint={"enabled": True, "claim": "notebook-checkpoints", "grace_seconds": 30},
+        )
+    )
+    assert (await server.execute(low, BARE_SETUP, within=120))["status"] == "ok"
+    high = await server.start(kube_spec(kernelspec, "high", priority_class="high"))
+    model = await server.wait_reason(low, "saved 5 variables")  # its termination message
+    assert "; requeued in 'user-queue'" in model["reason"], model["reason"]
+    assert (await server.execute(high, "1 + 1"))["data"] == "2"
+    await server.shutdown(high)
+    back = await server.execute(low, BARE_CHECK, within=120)
+    assert back["data"] == repr((41, 32, 49, 25)), back
+    assert "restored 5 variables" in back["stream"], back
+    await server.shutdown(low)
+    await wait_clean(server, cluster, low, high)
