@@ -161,6 +161,12 @@ def test_kubectl_apply_validates_with_the_servers_schemas(kubectl: Kubectl) -> N
     assert changed == "clusterqueue.kueue.x-k8s.io/cq configured\n"
 
 
+def test_kubectl_apply_with_validate_warn_warns_of_an_unknown_field(kubectl: Kubectl) -> None:
+    done = kubectl.run("apply", "--validate=warn", "-f", "-", stdin=POD % ("python", "foo: 1"))
+    assert (done.returncode, done.stdout) == (0, "pod/p created\n")
+    assert 'Warning: unknown field "spec.foo"' in done.stderr
+
+
 def test_kubectl_explain_reads_the_servers_schemas(kubectl: Kubectl) -> None:
     assert "containerPort" in kubectl("explain", "pods.spec.containers.ports")
     assert "queueName" in kubectl("explain", "workloads.spec")

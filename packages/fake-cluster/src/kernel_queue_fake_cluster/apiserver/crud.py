@@ -33,9 +33,11 @@ def serve(
     query: Mapping[str, str],
     media: str,
     body: Callable[[], Any],
+    warn: Callable[[str], None] = lambda text: None,
 ) -> tuple[int, Obj]:
     """The status and body answering `method` on `target`; `media` is the request's content
-    type (lower case, no parameters), `body()` its parsed JSON (read only once it is needed)."""
+    type (lower case, no parameters), `body()` its parsed JSON (read only once it is needed);
+    `warn(text)` is told each warning for the client (`fieldValidation=Warn`)."""
     version = target.version
     key = (target.group, target.plural, target.namespace or None)
     labels, by_fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
@@ -62,7 +64,8 @@ def serve(
         raise ApiError(415, "UnsupportedMediaType", f"{message}include: {accepted}")
     sent = body()
     if method in ("POST", "PUT") or media in OBJECT_PATCHES:
-        fields.check(rtype, version, query.get("fieldValidation", ""), sent)
+        for warning in fields.check(rtype, version, query.get("fieldValidation", ""), sent):
+            warn(warning)
     if method == "PATCH":
         patched = store.patch(*key, name, sent, media, subresource=sub, version=version)
         return 200, served(patched)

@@ -3,11 +3,12 @@ patch, which kubectl sends as `Strict` once the OpenAPI documents (`openapi.py`)
 takes it.
 
 `Strict` refuses a body naming a field its kind's schema lacks (400 `strict decoding error:
-unknown field "spec.foo"`); with `Strict` or `Warn` a built-in kind's field of the wrong JSON
-type is refused as the apiserver's decoder words it (`json: cannot unmarshal string into Go
-struct field Container.spec.containers.image of type string`); custom kinds' types are the
-schema validation's (`schema.py`, 422). Without the parameter (or `Ignore`) nothing is checked
-here, as before. A patch is checked as sent (its `$` directives aside), not as merged.
+unknown field "spec.foo"`), `Warn` serves it with a warning each; with `Strict` or `Warn` a
+built-in kind's field of the wrong JSON type is refused as the apiserver's decoder words it
+(`json: cannot unmarshal string into Go struct field Container.spec.containers.image of type
+string`); custom kinds' types are the schema validation's (`schema.py`, 422). Without the
+parameter (or with `Ignore`) nothing is checked here, as before. A patch is checked as sent
+(its `$` directives aside), not as merged.
 """
 
 from __future__ import annotations
@@ -32,19 +33,20 @@ class _Findings:
     wrong: list[str] = field(default_factory=list)
 
 
-def check(rtype: ResourceType, version: str, directive: str, body: Any) -> None:
+def check(rtype: ResourceType, version: str, directive: str, body: Any) -> list[str]:
     """Refuse `body` (an object or a merge/strategic patch) under `directive`; 400 for a
-    directive other than Ignore, Warn or Strict."""
+    directive other than Ignore, Warn or Strict. Returns the warnings `Warn` gives (the
+    apiserver's `Warning` headers): `unknown field "spec.foo"`."""
     if not directive or directive == "Ignore":
-        return
+        return []
     if directive not in DIRECTIVES:
         message = f'fieldValidation parameter unsupported: "{directive}" (use Ignore, Warn, Strict)'
         raise ApiError(400, "BadRequest", message)
     if not isinstance(body, dict):
-        return
+        return []
     root, schemas = openapi.kind_schema(rtype, version)
     if not root:
-        return
+        return []
     found = _Findings()
     _walk(body, {"$ref": openapi.REF + root}, schemas, "", "", found, top=True)
     what = f'{rtype.kind} in version "{version}" cannot be handled as a {rtype.kind}'
@@ -53,6 +55,7 @@ def check(rtype: ResourceType, version: str, directive: str, body: Any) -> None:
     if found.unknown and directive == "Strict":
         listed = ", ".join(f'unknown field "{path}"' for path in found.unknown)
         raise ApiError(400, "BadRequest", f"{what}: strict decoding error: {listed}")
+    return [f'unknown field "{path}"' for path in found.unknown]
 
 
 def _resolve(schema: Obj, schemas: Mapping[str, Obj], struct: str) -> tuple[Obj, str]:

@@ -316,7 +316,9 @@ class Server:
         if planted is not None:
             self.store.create(target.group, target.plural, target.namespace or None, planted)
         media = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        answer = crud.serve(self.store, method, rtype, target, query, media, handler.json_body)
+        answer = crud.serve(
+            self.store, method, rtype, target, query, media, handler.json_body, handler.warn
+        )
         if fault is not None and fault.after:
             raise fault.error(verb, resource)
         if method == "GET" and as_table:
@@ -349,6 +351,10 @@ class _Handler(tornado.web.RequestHandler):
             self.reply(*answer)
 
     get = post = put = patch = delete = _any
+
+    def warn(self, text: str) -> None:
+        """A `Warning` header, as the apiserver sends them (code 299, no agent)."""
+        self.add_header("Warning", f"299 - {json.dumps(text)}")
 
     def compute_etag(self) -> str | None:
         return None
