@@ -711,9 +711,10 @@ def kubectl_runner(url: str, home: Path) -> Callable[..., Awaitable[str]]:
     return run
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 @pytest.mark.skipif(not EXAMPLES.is_dir(), reason=f"no Kueue examples at {EXAMPLES}")
 async def test_kubectl_gets_applies_labels_and_deletes(cluster: Server, tmp_path: Path) -> None:
+    if shutil.which("kubectl") is None:
+        pytest.fail("kubectl is not installed: this test runs the real kubectl; install it")
     kubectl = kubectl_runner(cluster.url, tmp_path)
     visibility.serve(cluster, lambda ns, name: [], lambda name: [])  # an extra group
     assert "No resources found in default namespace" in await kubectl(
