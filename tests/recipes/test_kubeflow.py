@@ -34,9 +34,15 @@ OBJECTS = rendering.rendered("kubeflow")
 
 
 def profile(cluster: FakeCluster) -> None:
-    """What Kubeflow's profile controller makes for a profile: its namespace."""
+    """What Kubeflow's profile controller makes for a profile: its namespace and the
+    service account `default-editor` there."""
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-    cluster.call(cluster.apply, [namespace])
+    editor = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "default-editor", "namespace": NAMESPACE},
+    }
+    cluster.call(cluster.apply, [namespace, editor])
 
 
 @pytest.fixture(scope="module")
