@@ -38,16 +38,31 @@ NAMESPACE = "enterprise-gateway"
 ACCOUNT = f"system:serviceaccount:{NAMESPACE}:kernel-queue"
 ACCOUNT_TOKEN = "enterprise-gateway-token"
 KERNELSPEC = "eg-gpu-queued"
-OBJECTS = rendering.rendered("enterprise-gateway")
+
+
+def objects() -> tuple[rendering.Obj, ...]:
+    """The recipe as `kubectl kustomize` renders it (once per run; rendered at first use, so a
+    missing kubectl fails the tests that need it, not the collection)."""
+    return rendering.rendered("enterprise-gateway")
+
+
 RECIPE = rendering.RECIPES / "enterprise-gateway"
 EXAMPLE = rendering.RECIPES.parent / "jupyter" / "enterprise_gateway_config.py"
-(DEPLOYMENT,) = rendering.of_kind(OBJECTS, "Deployment")
-POD = DEPLOYMENT["spec"]["template"]
-(CONTAINER,) = POD["spec"]["containers"]
-(KERNEL_SPEC_MAP,) = rendering.of_kind(OBJECTS, "ConfigMap", "enterprise-gateway-kernelspecs")
-KERNEL_IMAGE = json.loads(KERNEL_SPEC_MAP["data"][f"{KERNELSPEC}.json"])["metadata"][
-    "kernel_provisioner"
-]["config"]["image"]
+
+
+def gateway_pod() -> tuple[rendering.Obj, rendering.Obj]:
+    """The Deployment's pod template and its one container."""
+    (deployment,) = rendering.of_kind(objects(), "Deployment")
+    pod = deployment["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    return pod, container
+
+
+def kernel_image() -> str:
+    """The image the recipe's kernelspec runs kernels in."""
+    (specs,) = rendering.of_kind(objects(), "ConfigMap", "enterprise-gateway-kernelspecs")
+    spec = json.loads(specs["data"][f"{KERNELSPEC}.json"])
+    return str(spec["metadata"]["kernel_provisioner"]["config"]["image"])
 
 
 def gateway_namespace(cluster: FakeCluster) -> None:
@@ -64,16 +79,16 @@ def eg_python() -> Path:
 def cluster(module_root: Path, eg_python: Path) -> Iterator[FakeCluster]:
     """The RBAC-enforcing cluster of the module, the recipe applied by an admin; the kernels'
     image runs with `.venv-eg`'s python (ipykernel 6, as EG 3's kernels need)."""
-    images = {KERNEL_IMAGE: str(eg_python.parent)}
+    images = {kernel_image(): str(eg_python.parent)}
     fake = start_cluster(module_root / "rbac", {ACCOUNT_TOKEN: ACCOUNT}, image_paths=images)
     gateway_namespace(fake)
-    fake.call(fake.apply, list(OBJECTS))
+    fake.call(fake.apply, list(objects()))
     yield fake
     fake.stop_in_thread()
 
 
 def test_the_recipe_renders_and_every_object_passes_its_schema() -> None:
-    assert sorted((o["kind"], o["metadata"]["name"]) for o in OBJECTS) == [
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in objects()) == [
         ("ClusterRole", "kernel-queue-priority-classes"),
         ("ClusterRoleBinding", f"kernel-queue-priority-classes-{NAMESPACE}"),
         ("ConfigMap", "enterprise-gateway-config"),
@@ -88,10 +103,10 @@ def test_the_recipe_renders_and_every_object_passes_its_schema() -> None:
         ("Service", "enterprise-gateway"),
         ("ServiceAccount", "kernel-queue"),
     ]
-    assert {o["metadata"].get("namespace", NAMESPACE) for o in OBJECTS} == {NAMESPACE}
-    for obj in OBJECTS:
+    assert {o["metadata"].get("namespace", NAMESPACE) for o in objects()} == {NAMESPACE}
+    for obj in objects():
         rendering.validate(obj)
-    assert POD["spec"]["serviceAccountName"] == "kernel-queue"
+    assert gateway_pod()[0]["spec"]["serviceAccountName"] == "kernel-queue"
 
 
 def loaded(path: Path) -> Config:
@@ -111,8 +126,8 @@ def test_the_config_is_the_example_s_but_for_the_kernels_namespace() -> None:
 
 def test_kubectl_applies_the_recipe(plain_cluster: FakeCluster) -> None:
     gateway_namespace(plain_cluster)
-    out = kubectl_apply(plain_cluster, rendering.as_yaml(OBJECTS)).splitlines()
-    assert len(out) == len(OBJECTS), out
+    out = kubectl_apply(plain_cluster, rendering.as_yaml(objects())).splitlines()
+    assert len(out) == len(objects()), out
     assert "deployment.apps/enterprise-gateway created" in out
 
 
@@ -128,8 +143,9 @@ def enterprise_gateway(
     (KERNEL_QUEUE_NAMESPACE stands in for its service-account namespace file), the account's
     token as its only credentials; on 127.0.0.1 and a free port instead of 0.0.0.0:8888."""
     root = tmp_path / "gateway-pod"
-    env = lay_out_config_maps(OBJECTS, POD["spec"], CONTAINER, root)
-    command = CONTAINER["command"]
+    pod, container = gateway_pod()
+    env = lay_out_config_maps(objects(), pod["spec"], container, root)
+    command = container["command"]
     assert command[:2] == ["jupyter", "enterprisegateway"]
     options = [
         f"--config={under(root, a.removeprefix('--config='))}" if a.startswith("--config=") else a
@@ -188,10 +204,10 @@ async def test_the_gateway_runs_a_queued_kernel_with_the_account_s_token(
         labels=f"kernel-queue.dev/kernel-id={kernel}",
     )
     (head,) = pods
-    (policy,) = rendering.of_kind(OBJECTS, "NetworkPolicy")
-    gateway_pod = network.Pod(NAMESPACE, POD["metadata"]["labels"])
+    (policy,) = rendering.of_kind(objects(), "NetworkPolicy")
+    gateway = network.Pod(NAMESPACE, gateway_pod()[0]["metadata"]["labels"])
     for port in manifests.KERNEL_PORTS.values():
-        assert network.ingress_allowed([policy], gateway_pod, network.Pod.of(head), port)
+        assert network.ingress_allowed([policy], gateway, network.Pod.of(head), port)
     await server.shutdown(kernel)
     await server.wait_for(
         lambda: not labelled_in(cluster, NAMESPACE, kernel),

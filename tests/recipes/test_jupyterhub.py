@@ -24,7 +24,14 @@ from tests.recipes.conftest import kernel_pods, kubectl_apply, labelled_in, star
 NAMESPACE = "jupyterhub"
 ACCOUNT = f"system:serviceaccount:{NAMESPACE}:kernel-queue"
 ACCOUNT_TOKEN = "kernel-queue-user-server-token"
-OBJECTS = rendering.rendered("jupyterhub")
+
+
+def objects() -> tuple[rendering.Obj, ...]:
+    """The recipe as `kubectl kustomize` renders it (once per run; rendered at first use, so a
+    missing kubectl fails the tests that need it, not the collection)."""
+    return rendering.rendered("jupyterhub")
+
+
 VALUES = yaml.safe_load((rendering.RECIPES / "jupyterhub" / "values.yaml").read_text())
 SINGLEUSER = VALUES["singleuser"]
 USER_POD_LABELS = {
@@ -48,13 +55,13 @@ def cluster(module_root: Path) -> Iterator[FakeCluster]:
     """The RBAC-enforcing cluster of the module, the kustomization applied by an admin."""
     fake = start_cluster(module_root / "rbac", {ACCOUNT_TOKEN: ACCOUNT})
     hub_namespace(fake)
-    fake.call(fake.apply, list(OBJECTS))
+    fake.call(fake.apply, list(objects()))
     yield fake
     fake.stop_in_thread()
 
 
 def test_the_kustomization_renders_and_every_object_passes_its_schema() -> None:
-    assert sorted((o["kind"], o["metadata"]["name"]) for o in OBJECTS) == [
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in objects()) == [
         ("ClusterRole", "kernel-queue-priority-classes"),
         ("ClusterRoleBinding", f"kernel-queue-priority-classes-{NAMESPACE}"),
         ("LocalQueue", "user-queue"),
@@ -64,13 +71,13 @@ def test_the_kustomization_renders_and_every_object_passes_its_schema() -> None:
         ("RoleBinding", "kernel-queue"),
         ("ServiceAccount", "kernel-queue"),
     ]
-    assert {o["metadata"].get("namespace", NAMESPACE) for o in OBJECTS} == {NAMESPACE}
-    for obj in OBJECTS:
+    assert {o["metadata"].get("namespace", NAMESPACE) for o in objects()} == {NAMESPACE}
+    for obj in objects():
         rendering.validate(obj)
-    (account,) = rendering.of_kind(OBJECTS, "ServiceAccount")
+    (account,) = rendering.of_kind(objects(), "ServiceAccount")
     assert SINGLEUSER["serviceAccountName"] == account["metadata"]["name"]
     for kind in ("RoleBinding", "ClusterRoleBinding"):
-        (binding,) = rendering.of_kind(OBJECTS, kind)
+        (binding,) = rendering.of_kind(objects(), kind)
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "kernel-queue", "namespace": NAMESPACE}
         ]
@@ -78,8 +85,8 @@ def test_the_kustomization_renders_and_every_object_passes_its_schema() -> None:
 
 def test_kubectl_applies_the_kustomization(plain_cluster: FakeCluster) -> None:
     hub_namespace(plain_cluster)
-    out = kubectl_apply(plain_cluster, rendering.as_yaml(OBJECTS)).splitlines()
-    assert len(out) == len(OBJECTS), out
+    out = kubectl_apply(plain_cluster, rendering.as_yaml(objects())).splitlines()
+    assert len(out) == len(objects()), out
     assert "serviceaccount/kernel-queue created" in out
 
 
@@ -111,7 +118,7 @@ def test_a_user_server_may_reach_exactly_the_kernel_ports_of_the_private_network
     assert not network.egress_allowed(rules, NAMESPACE, worker, 29500)
     assert not network.egress_allowed(rules, NAMESPACE, database, 5432)
     # ... and the kernels' own policy lets the user's pod in.
-    (policy,) = rendering.of_kind(OBJECTS, "NetworkPolicy")
+    (policy,) = rendering.of_kind(objects(), "NetworkPolicy")
     user = network.Pod(NAMESPACE, USER_POD_LABELS)
     assert network.ingress_allowed([policy], user, head, manifests.KERNEL_PORTS["shell"])
 

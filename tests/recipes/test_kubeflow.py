@@ -30,7 +30,12 @@ NAMESPACE = "kubeflow-user-example-com"
 EDITOR = f"system:serviceaccount:{NAMESPACE}:default-editor"
 EDITOR_TOKEN = "default-editor-token"
 KERNELSPEC = "python3-gpu-queued"
-OBJECTS = rendering.rendered("kubeflow")
+
+
+def objects() -> tuple[rendering.Obj, ...]:
+    """The recipe as `kubectl kustomize` renders it (once per run; rendered at first use, so a
+    missing kubectl fails the tests that need it, not the collection)."""
+    return rendering.rendered("kubeflow")
 
 
 def profile(cluster: FakeCluster) -> None:
@@ -52,13 +57,13 @@ def cluster(module_root: Path) -> Iterator[FakeCluster]:
     FakeCluster.apply; `test_kubectl_applies_the_overlay` applies them with kubectl.)"""
     fake = start_cluster(module_root / "rbac", {EDITOR_TOKEN: EDITOR})
     profile(fake)
-    fake.call(fake.apply, list(OBJECTS))
+    fake.call(fake.apply, list(objects()))
     yield fake
     fake.stop_in_thread()
 
 
 def test_the_overlay_renders_and_every_object_passes_its_schema() -> None:
-    assert sorted((o["kind"], o["metadata"]["name"]) for o in OBJECTS) == [
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in objects()) == [
         ("ClusterRole", "kernel-queue-priority-classes"),
         ("ClusterRoleBinding", f"kernel-queue-priority-classes-{NAMESPACE}"),
         ("ConfigMap", "kernel-queue-kernelspecs"),
@@ -69,17 +74,17 @@ def test_the_overlay_renders_and_every_object_passes_its_schema() -> None:
         ("Role", "kernel-queue"),
         ("RoleBinding", "kernel-queue"),
     ]
-    assert {o["metadata"].get("namespace", NAMESPACE) for o in OBJECTS} == {NAMESPACE}
-    for obj in OBJECTS:
+    assert {o["metadata"].get("namespace", NAMESPACE) for o in objects()} == {NAMESPACE}
+    for obj in objects():
         rendering.validate(obj)
 
 
 def test_default_editor_is_bound_to_the_base_s_verbs() -> None:
     editor = [{"kind": "ServiceAccount", "name": "default-editor", "namespace": NAMESPACE}]
     for kind in ("RoleBinding", "ClusterRoleBinding"):
-        (binding,) = rendering.of_kind(OBJECTS, kind)
+        (binding,) = rendering.of_kind(objects(), kind)
         assert binding["subjects"] == editor
-    (role,) = rendering.of_kind(OBJECTS, "Role")
+    (role,) = rendering.of_kind(objects(), "Role")
     (base_role,) = rendering.of_kind(rendering.rendered("base"), "Role")
     assert role["rules"] == base_role["rules"]
 
@@ -88,20 +93,20 @@ def test_kubectl_applies_the_overlay(plain_cluster: FakeCluster) -> None:
     crd = (FIXTURES / "notebooks.kubeflow.org.yaml").name
     assert crd  # the fake serves Notebooks through this test-only CRD
     profile(plain_cluster)
-    out = kubectl_apply(plain_cluster, rendering.as_yaml(OBJECTS)).splitlines()
-    assert len(out) == len(OBJECTS), out
+    out = kubectl_apply(plain_cluster, rendering.as_yaml(objects())).splitlines()
+    assert len(out) == len(objects()), out
     assert "notebook.kubeflow.org/lab created" in out
     assert "configmap/kernel-queue-kernelspecs created" in out
-    again = kubectl_apply(plain_cluster, rendering.as_yaml(OBJECTS)).splitlines()
+    again = kubectl_apply(plain_cluster, rendering.as_yaml(objects())).splitlines()
     assert all(line.endswith(" unchanged") for line in again), again
 
 
 def notebook_files(root: Path) -> dict[str, str]:
     """The files the Notebook's pod sees from its ConfigMaps, under `root`; its environment."""
-    (notebook,) = rendering.of_kind(OBJECTS, "Notebook")
+    (notebook,) = rendering.of_kind(objects(), "Notebook")
     pod = notebook["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    return lay_out_config_maps(OBJECTS, pod, container, root)
+    return lay_out_config_maps(objects(), pod, container, root)
 
 
 @pytest.fixture
@@ -154,8 +159,8 @@ async def test_a_queued_kernel_runs_with_only_default_editor_s_token(
     assert head["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
     # The Notebook's pod (its labels as the notebook controller sets them) may reach the
     # kernel's ports; another pod of the profile may not.
-    (policy,) = rendering.of_kind(OBJECTS, "NetworkPolicy")
-    (notebook,) = rendering.of_kind(OBJECTS, "Notebook")
+    (policy,) = rendering.of_kind(objects(), "NetworkPolicy")
+    (notebook,) = rendering.of_kind(objects(), "Notebook")
     lab = {**notebook["metadata"]["labels"], "notebook-name": "lab", "statefulset": "lab"}
     target = network.Pod.of(head)
     for port in manifests.KERNEL_PORTS.values():
@@ -173,7 +178,7 @@ async def test_a_queued_kernel_runs_with_only_default_editor_s_token(
 async def test_a_role_short_of_one_verb_fails_the_kernel_naming_the_verb_and_resource(
     server: Server, cluster: FakeCluster
 ) -> None:
-    (role,) = rendering.of_kind(OBJECTS, "Role")
+    (role,) = rendering.of_kind(objects(), "Role")
     trimmed = json.loads(json.dumps(role))
     (services,) = [r for r in trimmed["rules"] if r["resources"] == ["services"]]
     services["verbs"].remove("create")
