@@ -376,3 +376,10 @@ def test_kubectl_get_shows_the_crds_printer_columns(
         "NAME", "COHORT", "STRATEGY", "PENDING WORKLOADS", "ADMITTED WORKLOADS"
     ]  # fmt: skip
     assert _table(kubectl("get", "resourceflavors"))[0] == ["NAME", "AGE"]
+
+
+def test_kubectl_get_all_lists_pods_and_services(kubectl: Kubectl) -> None:
+    kubectl("apply", "-f", "-", stdin=PLAIN_POD)
+    kubectl("apply", "-f", "-", stdin=SERVICE)
+    shown = kubectl("get", "all")
+    assert "pod/web" in shown and "service/web" in shown

@@ -85,6 +85,7 @@ def crd_type(crd: dict[str, Any]) -> ResourceType:
         builtin=False,
         singular=names.get("singular", names["kind"].lower()),
         short_names=tuple(names.get("shortNames") or ()),
+        categories=tuple(names.get("categories") or ()),
         schemas={
             v["name"]: v["schema"]["openAPIV3Schema"]
             for v in served

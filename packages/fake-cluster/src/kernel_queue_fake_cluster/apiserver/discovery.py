@@ -141,7 +141,12 @@ def _groups(groups: Mapping[str, list[str]], only: str = "") -> list[Obj]:
 def _api_resources(rtype: ResourceType) -> list[Obj]:
     entry: Obj = {"name": rtype.plural, "singularName": rtype.singular, "kind": rtype.kind}
     entry |= {"namespaced": rtype.namespaced, "verbs": VERBS}
-    found = [entry | ({"shortNames": list(rtype.short_names)} if rtype.short_names else {})]
+    named = dict(entry)  # the resource itself; its subresources have no short names
+    if rtype.short_names:
+        named["shortNames"] = list(rtype.short_names)
+    if rtype.categories:
+        named["categories"] = list(rtype.categories)
+    found = [named]
     if rtype.status_subresource:
         found.append(entry | {"name": f"{rtype.plural}/status", "singularName": ""})
         found[-1]["verbs"] = ["get", "patch", "update"]

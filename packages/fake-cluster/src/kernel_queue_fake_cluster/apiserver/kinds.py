@@ -27,6 +27,7 @@ class ResourceType:
     builtin: bool = True  # strategic merge patch is allowed only on built-in kinds
     singular: str = ""
     short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()  # as "all", which `kubectl get all` lists
     schemas: Mapping[str, Obj] = field(default_factory=dict)  # version -> openAPIV3Schema
     printer_columns: Mapping[str, tuple[Obj, ...]] = field(default_factory=dict)
     """version -> the CRD's additionalPrinterColumns (`tables.py`)."""

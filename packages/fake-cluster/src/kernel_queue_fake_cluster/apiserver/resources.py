@@ -19,7 +19,12 @@ RBAC_GROUP = "rbac.authorization.k8s.io"
 
 
 def _core(
-    plural: str, kind: str, short: tuple[str, ...] = (), *, status: bool = False
+    plural: str,
+    kind: str,
+    short: tuple[str, ...] = (),
+    *,
+    status: bool = False,
+    categories: tuple[str, ...] = (),
 ) -> ResourceType:
     return ResourceType(
         group="",
@@ -28,12 +33,13 @@ def _core(
         status_subresource=status,
         singular=kind.lower(),
         short_names=short,
+        categories=categories,
     )
 
 
 BUILTIN: tuple[ResourceType, ...] = (
-    _core("pods", "Pod", ("po",), status=True),
-    _core("services", "Service", ("svc",), status=True),
+    _core("pods", "Pod", ("po",), status=True, categories=("all",)),
+    _core("services", "Service", ("svc",), status=True, categories=("all",)),
     _core("endpoints", "Endpoints", ("ep",)),
     _core("secrets", "Secret"),
     _core("configmaps", "ConfigMap", ("cm",)),
