@@ -106,7 +106,14 @@ def test_the_recipe_renders_and_every_object_passes_its_schema() -> None:
     assert {o["metadata"].get("namespace", NAMESPACE) for o in objects()} == {NAMESPACE}
     for obj in objects():
         rendering.validate(obj)
-    assert gateway_pod()[0]["spec"]["serviceAccountName"] == "kernel-queue"
+    pod, container = gateway_pod()
+    assert pod["spec"]["serviceAccountName"] == "kernel-queue"
+    # The sessions EG persists land on the claim, so a new gateway pod finds them.
+    env = {e["name"]: e["value"] for e in container["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    (sessions,) = [v for v in pod["spec"]["volumes"] if v["name"] == "sessions"]
+    assert sessions["persistentVolumeClaim"]["claimName"] == "enterprise-gateway-sessions"
+    assert mounts["sessions"] == env["EG_PERSISTENCE_ROOT"]
 
 
 def loaded(path: Path) -> Config:
@@ -191,11 +198,16 @@ def jp_server_config(
 
 
 async def test_the_gateway_runs_a_queued_kernel_with_the_account_s_token(
-    server: Server, cluster: FakeCluster, enterprise_gateway: GatewayProcess
+    server: Server, cluster: FakeCluster, enterprise_gateway: GatewayProcess, tmp_path: Path
 ) -> None:
     kernel = await server.start(KERNELSPEC)
     result = await server.execute(kernel, "import ipykernel; 6 * 7, ipykernel.__version__[0]")
     assert result["data"] == "(42, '6')", (result, enterprise_gateway.log()[-3000:])
+    # EG keeps the session where the Deployment's environment says, on the sessions claim.
+    _, container = gateway_pod()
+    (root,) = [e["value"] for e in container["env"] if e["name"] == "EG_PERSISTENCE_ROOT"]
+    sessions = under(tmp_path / "gateway-pod", root) / "kernel_sessions"
+    assert (sessions / f"{kernel}.json").is_file(), sorted(sessions.glob("*"))
     pods, _ = cluster.call(
         cluster.store.list_objects,
         "",
