@@ -87,6 +87,7 @@ class KubernetesBackend(settings.BackendSettings):
             known=lambda: owners.REGISTRY.known(self.owner_id),
             log=self.log,
             discovery=self._discovery,
+            current=lambda: self._delivery.name,
         )
         owners.REGISTRY.add(self, self.owner_id)
 

@@ -6,7 +6,9 @@ never a request per kernel); a kernel id that no kernel of this server knows, at
 row, has its objects deleted with their Workloads, one INFO line each. Releases that failed are
 handed over (`hand_over`) and retried at each sweep until done. Objects of another owner are
 never listed, so never touched. Workloads are deleted at the version the connection speaks
-(`preflight.Discovery`).
+(`preflight.Discovery`). Launcher ConfigMaps (one per namespace and archive, shared by every
+server of that version) are deleted when no pod of kernel-queue's, whoever's, mounts them at
+two sweeps in a row, except the one this server delivers (`current`).
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernel_queue import errors
-from kernel_queue.kube import cleanup, explain, kueue, names, preflight
+from kernel_queue.kube import cleanup, explain, kueue, launch_failures, names, preflight
 from kernel_queue.kube.verbs import KubeApi
 from kernel_queue.model import short_id
 
 Work = Callable[["KubeApi"], Awaitable[list[str]]]
+OURS = f"{kueue.MANAGED_BY_LABEL}={kueue.MANAGED_BY}"
+LAUNCHERS = f"{kueue.COMPONENT_LABEL}={kueue.LAUNCHER_COMPONENT}"
 Key = tuple[str, str]  # (namespace, kernel id label value)
 
 
@@ -52,8 +56,11 @@ class Reaper:
         known: Callable[[], Iterable[str]],
         log: logging.Logger | logging.LoggerAdapter[Any],
         discovery: preflight.Discovery | None = None,
+        current: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.owner = names.label_value(owner)
+        self._current = current  # the launcher ConfigMap this server delivers: never reaped
+        self._stale: set[Key] = set()  # (namespace, launcher ConfigMap) unused at the last sweep
         self._known = known
         self._discovery = discovery or preflight.Discovery()
         self.log = log
@@ -89,6 +96,7 @@ class Reaper:
             self._jobs.remove(job)
             deleted += self._report(job.key, done, f"handed over when {job.what} failed")
         found: dict[Key, _Found] = {}
+        mounted: set[Key] = set()  # launcher ConfigMaps our own pods mount
         for namespace in sorted(set(namespaces)):
             for kind in (kueue.PODS, kueue.SERVICES, kueue.SECRETS):
                 items, _ = await api.list(kind, namespace, label_selector=self.selector)
@@ -101,6 +109,7 @@ class Reaper:
                     entry = found.setdefault((namespace, str(kernel)), _Found())
                     if kind is kueue.PODS:
                         entry.groups.add(str(labels.get(kueue.POD_GROUP_NAME_LABEL, "")))
+                        mounted.add((namespace, launch_failures.launcher_configmap(obj) or ""))
                     elif kind is kueue.SERVICES:
                         entry.services.add(str(meta["name"]))
                     else:
@@ -121,6 +130,32 @@ class Reaper:
                 self._suspects.add(key)
                 continue
             deleted += self._report(key, done, "unknown to this server")
+        for namespace in sorted(set(namespaces)):
+            deleted += await self._sweep_launchers(api, namespace, mounted)
+        return deleted
+
+    async def _sweep_launchers(self, api: KubeApi, namespace: str, mounted: set[Key]) -> list[str]:
+        """Delete the launcher ConfigMaps of `namespace` no pod mounted at two sweeps in a row."""
+        selector = f"{kueue.MANAGED_BY_LABEL}={kueue.MANAGED_BY},{LAUNCHERS}"
+        items, _ = await api.list(kueue.CONFIGMAPS, namespace, label_selector=selector)
+        unused = {
+            (namespace, str(obj["metadata"]["name"]))
+            for obj in items
+            if obj["metadata"]["name"] != self._current()
+        } - mounted
+        if unused:  # maybe another server's pods mount them: one list of every pod of ours
+            pods, _ = await api.list(kueue.PODS, namespace, label_selector=OURS)
+            unused -= {(namespace, launch_failures.launcher_configmap(p) or "") for p in pods}
+        kept = {key for key in self._stale if key[0] != namespace}
+        ripe, self._stale = unused & self._stale, kept | unused
+        deleted = []
+        for _, name in sorted(ripe):
+            if await api.delete(kueue.CONFIGMAPS, namespace, name):
+                self.log.info(
+                    "reaper: deleted ConfigMap %s in %s (no pod uses it)", name, namespace
+                )
+                deleted.append(f"ConfigMap {name}")
+        self._stale -= ripe
         return deleted
 
     def _report(self, key: Key, done: list[str], why: str) -> list[str]:

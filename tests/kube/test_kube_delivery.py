@@ -194,3 +194,58 @@ async def test_a_kernel_on_an_ipykernel_only_image_is_preempted_saved_and_restor
     assert "restored 5 variables" in back["stream"], back
     await server.shutdown(low)
     await wait_clean(server, cluster, low, high)
+
+
+def stale_launcher(cluster: FakeCluster, name: str) -> None:
+    """A launcher ConfigMap as a server of another version left it."""
+    body = launcher_archive.configmap(launcher_archive.Archive(b"old launcher"), "default")
+    body["metadata"]["name"] = name
+    cluster.store.create("", "configmaps", "default", body)
+
+
+async def test_the_reaper_deletes_launcher_config_maps_no_pod_uses_and_keeps_the_others(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    """An old version's ConfigMap no pod mounts goes; one another server's pod still mounts
+    stays, and so does this server's own, used or not."""
+    stale_launcher(cluster, "kq-launcher-0.0.9-000000000000")
+    stale_launcher(cluster, "kq-launcher-0.0.8-111111111111")
+    other = {
+        "metadata": {
+            "name": "another-servers-kernel",
+            "labels": {
+                kueue.MANAGED_BY_LABEL: kueue.MANAGED_BY,
+                kueue.OWNER_LABEL: "another-server",
+                kueue.KERNEL_ID_LABEL: "someone-elses",
+            },
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "schedulingGates": [{"name": "held"}],  # never runs: only its volume matters
+            "containers": [{"name": "kernel", "image": "x", "command": ["true"]}],
+            "volumes": [
+                {
+                    "name": "kernel-queue-launcher",
+                    "configMap": {"name": "kq-launcher-0.0.8-111111111111"},
+                }
+            ],
+        },
+    }
+    cluster.store.create("", "pods", "default", other)
+    kernel = await server.start(kube_spec(kernelspec))
+    assert (await server.execute(kernel, "1 + 1"))["data"] == "2"
+    current = launcher_archive.current().name
+    await server.shutdown(kernel)
+
+    async def swept() -> bool:
+        return launcher_configmaps(cluster) == sorted([current, "kq-launcher-0.0.8-111111111111"])
+
+    await server.wait_for(swept, within=30, detail=lambda: launcher_configmaps(cluster))
+    cluster.store.delete("", "pods", "default", "another-servers-kernel")
+    await server.wait_for(
+        lambda: _only(cluster, current), within=30, detail=lambda: launcher_configmaps(cluster)
+    )
+
+
+async def _only(cluster: FakeCluster, name: str) -> bool:
+    return launcher_configmaps(cluster) == [name]

@@ -20,7 +20,7 @@ BACKEND_RULES = [
     ("", "pods/log", ["get"]),  # the last lines of a kernel that failed
     ("", "secrets", ["create", "get", "list", "delete"]),  # the key; get on a 409, list: reaper
     ("", "services", ["create", "get", "list", "delete"]),  # the kernel's address
-    ("", "configmaps", ["create", "get"]),  # the launcher, delivered once per namespace
+    ("", "configmaps", ["create", "get", "list", "delete"]),  # the launcher; list: reaper
     ("", "persistentvolumeclaims", ["get"]),  # preflight: the checkpoint claim exists
     ("kueue.x-k8s.io", "workloads", ["list", "watch", "delete"]),  # state; release
     ("kueue.x-k8s.io", "localqueues", ["get", "list"]),  # preflight: the queue (else: which)
