@@ -298,6 +298,15 @@ spec:
   selector: {app: web}
   ports: [{port: 80, targetPort: 8080}]
 """
+CLAIM = """
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data}
+spec:
+  accessModes: [ReadWriteMany]
+  volumeMode: Filesystem
+  resources: {requests: {storage: 1Gi}}
+"""
 
 
 def _table(text: str) -> list[list[str]]:
@@ -347,6 +356,21 @@ def test_kubectl_get_shows_a_real_clusters_columns(
     assert (header, row[:2]) == (["NAME", "DATA", "AGE"], ["c", "1"])
     header, row = _table(kubectl("get", "namespace", "default"))
     assert (header, row[:2]) == (["NAME", "STATUS", "AGE"], ["default", "Active"])
+
+    rows = _table(kubectl("get", "events", "--field-selector=involvedObject.name=web"))
+    assert rows[0] == ["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert ["Normal", "Started", "pod/web", "Started container main"] in [r[1:] for r in rows]
+    kubectl("create", "serviceaccount", "robot")
+    header, row = _table(kubectl("get", "serviceaccount", "robot"))
+    assert (header, row[:2]) == (["NAME", "SECRETS", "AGE"], ["robot", "0"])
+    kubectl("apply", "-f", "-", stdin=CLAIM)
+    header, row = _table(kubectl("get", "pvc", "data", "-o", "wide"))
+    assert header == [
+        "NAME", "STATUS", "VOLUME", "CAPACITY", "ACCESS MODES", "STORAGECLASS",
+        "VOLUMEATTRIBUTESCLASS", "AGE", "VOLUMEMODE",
+    ]  # fmt: skip
+    assert (row[0], row[-1]) == ("data", "Filesystem")  # unbound: no volume, no capacity
+    assert {"RWX", "<unset>"} <= set(row)
 
     header, row = _table(kubectl("get", "nodes"))
     assert header == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kernel_queue_fake_cluster.apiserver import fields, openapi, resources, tables
+from kernel_queue_fake_cluster.apiserver import fields, openapi, printers, resources, tables
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.cluster import FakeCluster
@@ -116,7 +116,7 @@ def test_field_validation_lets_valid_bodies_and_strategic_directives_through(
 def test_ages_are_worded_as_the_apiserver_words_them(seconds: int, shown: str) -> None:
     now = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     then = (now - datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    assert tables.age(then, now) == shown
+    assert printers.age(then, now) == shown
 
 
 def _pod(**status: Any) -> dict:
