@@ -1,12 +1,13 @@
-"""Fixtures of the recipe tests: a fake cluster per module that serves Kueue (main's CRDs) and
-the test-only CRDs of tests/recipes/fixtures, enforces RBAC, and knows the tokens of the
-service accounts the module's recipe grants; and `kubectl apply` of a rendered recipe."""
+"""Helpers of the recipe tests: a fake cluster (one per module) that serves Kueue (main's CRDs)
+and the test-only CRDs of tests/recipes/fixtures, enforces RBAC, and knows the tokens of the
+service accounts the module's recipe grants; `kubectl apply` of a rendered recipe as its admin;
+what a kernel left in a namespace; the pods the backend builds; a pod's ConfigMap files."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from kernel_queue.kube import manifests
 from kernel_queue.model import ConnectionInfo, GroupSpec
 from tests.conftest import KUEUE_CRDS, skip_unless_ci
 from tests.kube.support import GPU_QUOTA, QUEUES
-from tests.recipes import rendering
+from tests.recipes import rendering, tls
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 ADMIN_TOKEN = "recipe-admin-token"
@@ -35,20 +36,30 @@ def crds_dir(where: Path) -> Path:
     return where
 
 
-def start_cluster(root: Path, accounts: Mapping[str, str] | None, **options: Any) -> FakeCluster:
-    """A fake cluster with the sample queues of etc/kubernetes/queues.yaml and a 1-GPU quota;
-    `accounts` (token → user) turns RBAC on, with an admin token besides; None: no RBAC.
-    `options`: more FakeCluster arguments (`image_paths`)."""
-    tokens = None
-    if accounts is not None:
-        tokens = {ADMIN_TOKEN: rbac.User("admin", ("system:masters",)), **accounts}
+_FRONTS: dict[FakeCluster, tuple[Path, Callable[[], None]]] = {}
+"""Each started cluster's admin kubeconfig through its TLS front, and what closes the front."""
+
+
+def start_cluster(root: Path, accounts: Mapping[str, str], **options: Any) -> FakeCluster:
+    """A fake cluster that enforces RBAC, with the sample queues of etc/kubernetes/queues.yaml
+    and a 1-GPU quota; `accounts` (token → user) are known besides an admin, whose kubeconfig
+    (through a TLS front, `tls.py`) `kubectl_apply` uses. `options`: more FakeCluster arguments
+    (`image_paths`). Stop it with `stop_cluster`."""
+    tokens = {ADMIN_TOKEN: rbac.User("admin", ("system:masters",)), **accounts}
     crds = crds_dir(root / "crds")
     fake = FakeCluster(root_dir=root / "cluster", crds=crds, tokens=tokens, **options)
     fake.start_in_thread()
+    _FRONTS[fake] = tls.front(fake, ADMIN_TOKEN)
     fake.call(fake.apply, fake.for_release(QUEUES))
     assert fake.kueue is not None
     fake.call(fake.kueue.set_quota, "cluster-queue", "default-flavor", GPU_QUOTA)
     return fake
+
+
+def stop_cluster(fake: FakeCluster) -> None:
+    _, close = _FRONTS.pop(fake)
+    close()
+    fake.stop_in_thread()
 
 
 @pytest.fixture(scope="module")
@@ -56,22 +67,14 @@ def module_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("recipe")
 
 
-@pytest.fixture(scope="module")
-def plain_cluster(module_root: Path) -> Iterator[FakeCluster]:
-    """A fake cluster without RBAC, for kubectl: kubectl sends no bearer token over plain
-    HTTP (client-go keeps a kubeconfig's credentials for TLS), and the fake serves HTTP."""
-    fake = start_cluster(module_root / "plain", None)
-    yield fake
-    fake.stop_in_thread()
-
-
-def kubectl_apply(cluster: FakeCluster, manifests: str, *extra: str) -> str:
-    """`kubectl apply -f -` of `manifests` as an admin would, validation on (the fake serves
-    the OpenAPI documents kubectl asks for, and strict field validation); its output (the test
-    fails with kubectl's own error when it fails)."""
-    home = Path(str(cluster.root)) / "kubectl-home"
+def kubectl_apply(cluster: FakeCluster, manifests: str, *extra: str) -> list[str]:
+    """`kubectl apply -f -` of `manifests` as the cluster's admin, validation on (the fake
+    serves the OpenAPI documents kubectl asks for, and strict field validation); kubectl's
+    lines (the test fails with kubectl's own error when it fails)."""
+    kubeconfig, _ = _FRONTS[cluster]
+    home = kubeconfig.parent / "kubectl-home"
     home.mkdir(exist_ok=True)
-    env = {**os.environ, "HOME": str(home), "KUBECONFIG": str(cluster.kubeconfig)}
+    env = {**os.environ, "HOME": str(home), "KUBECONFIG": str(kubeconfig)}
     done = subprocess.run(
         [rendering.kubectl(), "apply", *extra, "-f", "-"],
         input=manifests,
@@ -82,7 +85,7 @@ def kubectl_apply(cluster: FakeCluster, manifests: str, *extra: str) -> str:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    return done.stdout
+    return done.stdout.splitlines()
 
 
 def labelled_in(cluster: FakeCluster, namespace: str, kernel: str) -> dict[str, list[str]]:

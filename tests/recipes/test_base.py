@@ -5,14 +5,13 @@ Kubernetes' and Kueue's schemas, applied with kubectl, and read for what it lets
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-import pytest
 import yaml
-from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue.kube import manifests
 from tests.recipes import network, rendering
-from tests.recipes.conftest import kernel_pods, kubectl_apply
+from tests.recipes.conftest import kernel_pods, kubectl_apply, start_cluster, stop_cluster
 
 BACKEND_RULES = [
     # (API group, resource, verbs): what kernel_queue/kube and backends/kubernetes.py call
@@ -97,16 +96,19 @@ def test_only_the_server_reaches_the_kernel_ports_and_a_group_its_other_ports() 
     assert not network.ingress_allowed([policy], server, head, 50100, "UDP")
 
 
-@pytest.mark.parametrize("recipe", ["base"])
-def test_kubectl_applies_the_recipe_and_a_second_apply_changes_nothing(
-    recipe: str, plain_cluster: FakeCluster
+def test_kubectl_applies_the_base_as_an_admin_and_a_second_apply_changes_nothing(
+    module_root: Path,
 ) -> None:
-    text = rendering.as_yaml(rendering.rendered(recipe))
-    first = kubectl_apply(plain_cluster, text).splitlines()
-    assert len(first) == len(rendering.rendered(recipe)), first
-    # queues.yaml, applied with the cluster, made the same LocalQueue in `default` already
-    assert [line for line in first if not line.endswith(" created")] == [
-        "localqueue.kueue.x-k8s.io/user-queue configured"
-    ]
-    again = kubectl_apply(plain_cluster, text)
-    assert again.count(" unchanged\n") == len(rendering.rendered(recipe)), again
+    cluster = start_cluster(module_root / "base", {})
+    try:
+        text = rendering.as_yaml(rendering.rendered("base"))
+        first = kubectl_apply(cluster, text)
+        assert len(first) == len(rendering.rendered("base")), first
+        # queues.yaml, applied with the cluster, made the same LocalQueue in `default` already
+        assert [line for line in first if not line.endswith(" created")] == [
+            "localqueue.kueue.x-k8s.io/user-queue configured"
+        ]
+        again = kubectl_apply(cluster, text)
+        assert all(line.endswith(" unchanged") for line in again), again
+    finally:
+        stop_cluster(cluster)

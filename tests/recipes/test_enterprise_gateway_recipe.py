@@ -31,6 +31,7 @@ from tests.recipes.conftest import (
     labelled_in,
     lay_out_config_maps,
     start_cluster,
+    stop_cluster,
     under,
 )
 
@@ -38,6 +39,8 @@ NAMESPACE = "enterprise-gateway"
 ACCOUNT = f"system:serviceaccount:{NAMESPACE}:kernel-queue"
 ACCOUNT_TOKEN = "enterprise-gateway-token"
 KERNELSPEC = "eg-gpu-queued"
+APPLIED: list[str] = []
+"""What `kubectl apply` said when the module's cluster got the recipe."""
 
 
 def objects() -> tuple[rendering.Obj, ...]:
@@ -77,14 +80,17 @@ def eg_python() -> Path:
 
 @pytest.fixture(scope="module")
 def cluster(module_root: Path, eg_python: Path) -> Iterator[FakeCluster]:
-    """The RBAC-enforcing cluster of the module, the recipe applied by an admin; the kernels'
-    image runs with `.venv-eg`'s python (ipykernel 6, as EG 3's kernels need)."""
+    """The RBAC-enforcing cluster of the module, the recipe applied by an admin with kubectl
+    (what it said in `APPLIED`); the kernels' image runs with `.venv-eg`'s python (ipykernel
+    6, as EG 3's kernels need)."""
     images = {kernel_image(): str(eg_python.parent)}
     fake = start_cluster(module_root / "rbac", {ACCOUNT_TOKEN: ACCOUNT}, image_paths=images)
-    gateway_namespace(fake)
-    fake.call(fake.apply, list(objects()))
-    yield fake
-    fake.stop_in_thread()
+    try:
+        gateway_namespace(fake)
+        APPLIED[:] = kubectl_apply(fake, rendering.as_yaml(objects()))
+        yield fake
+    finally:
+        stop_cluster(fake)
 
 
 def test_the_recipe_renders_and_every_object_passes_its_schema() -> None:
@@ -131,11 +137,10 @@ def test_the_config_is_the_example_s_but_for_the_kernels_namespace() -> None:
     assert ours == example
 
 
-def test_kubectl_applies_the_recipe(plain_cluster: FakeCluster) -> None:
-    gateway_namespace(plain_cluster)
-    out = kubectl_apply(plain_cluster, rendering.as_yaml(objects())).splitlines()
-    assert len(out) == len(objects()), out
-    assert "deployment.apps/enterprise-gateway created" in out
+def test_kubectl_applies_the_recipe(cluster: FakeCluster) -> None:
+    assert len(APPLIED) == len(objects()), APPLIED
+    assert all(line.endswith(" created") for line in APPLIED), APPLIED
+    assert "deployment.apps/enterprise-gateway created" in APPLIED
 
 
 @pytest.fixture

@@ -19,11 +19,19 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 from kernel_queue.kube import manifests
 from tests.conftest import Server
 from tests.recipes import network, rendering
-from tests.recipes.conftest import kernel_pods, kubectl_apply, labelled_in, start_cluster
+from tests.recipes.conftest import (
+    kernel_pods,
+    kubectl_apply,
+    labelled_in,
+    start_cluster,
+    stop_cluster,
+)
 
 NAMESPACE = "jupyterhub"
 ACCOUNT = f"system:serviceaccount:{NAMESPACE}:kernel-queue"
 ACCOUNT_TOKEN = "kernel-queue-user-server-token"
+APPLIED: list[str] = []
+"""What `kubectl apply` said when the module's cluster got the kustomization."""
 
 
 def objects() -> tuple[rendering.Obj, ...]:
@@ -52,12 +60,15 @@ def hub_namespace(cluster: FakeCluster) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(module_root: Path) -> Iterator[FakeCluster]:
-    """The RBAC-enforcing cluster of the module, the kustomization applied by an admin."""
+    """The RBAC-enforcing cluster of the module, the kustomization applied by an admin with
+    kubectl (what it said in `APPLIED`)."""
     fake = start_cluster(module_root / "rbac", {ACCOUNT_TOKEN: ACCOUNT})
-    hub_namespace(fake)
-    fake.call(fake.apply, list(objects()))
-    yield fake
-    fake.stop_in_thread()
+    try:
+        hub_namespace(fake)
+        APPLIED[:] = kubectl_apply(fake, rendering.as_yaml(objects()))
+        yield fake
+    finally:
+        stop_cluster(fake)
 
 
 def test_the_kustomization_renders_and_every_object_passes_its_schema() -> None:
@@ -83,11 +94,10 @@ def test_the_kustomization_renders_and_every_object_passes_its_schema() -> None:
         ]
 
 
-def test_kubectl_applies_the_kustomization(plain_cluster: FakeCluster) -> None:
-    hub_namespace(plain_cluster)
-    out = kubectl_apply(plain_cluster, rendering.as_yaml(objects())).splitlines()
-    assert len(out) == len(objects()), out
-    assert "serviceaccount/kernel-queue created" in out
+def test_kubectl_applies_the_kustomization(cluster: FakeCluster) -> None:
+    assert len(APPLIED) == len(objects()), APPLIED
+    assert all(line.endswith(" created") for line in APPLIED), APPLIED
+    assert "serviceaccount/kernel-queue created" in APPLIED
 
 
 def egress_policy() -> dict[str, Any]:

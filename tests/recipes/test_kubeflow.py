@@ -23,6 +23,7 @@ from tests.recipes.conftest import (
     labelled_in,
     lay_out_config_maps,
     start_cluster,
+    stop_cluster,
     under,
 )
 
@@ -30,6 +31,8 @@ NAMESPACE = "kubeflow-user-example-com"
 EDITOR = f"system:serviceaccount:{NAMESPACE}:default-editor"
 EDITOR_TOKEN = "default-editor-token"
 KERNELSPEC = "python3-gpu-queued"
+APPLIED: list[str] = []
+"""What `kubectl apply` said when the module's cluster got the overlay."""
 
 
 def objects() -> tuple[rendering.Obj, ...]:
@@ -52,14 +55,15 @@ def profile(cluster: FakeCluster) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(module_root: Path) -> Iterator[FakeCluster]:
-    """One RBAC-enforcing cluster for the module, the overlay applied by an admin. (kubectl
-    cannot authenticate to the fake, which serves plain HTTP: the same objects go in through
-    FakeCluster.apply; `test_kubectl_applies_the_overlay` applies them with kubectl.)"""
+    """One RBAC-enforcing cluster for the module, the overlay applied by an admin with
+    kubectl (what it said in `APPLIED`)."""
     fake = start_cluster(module_root / "rbac", {EDITOR_TOKEN: EDITOR})
-    profile(fake)
-    fake.call(fake.apply, list(objects()))
-    yield fake
-    fake.stop_in_thread()
+    try:
+        profile(fake)
+        APPLIED[:] = kubectl_apply(fake, rendering.as_yaml(objects()))
+        yield fake
+    finally:
+        stop_cluster(fake)
 
 
 def test_the_overlay_renders_and_every_object_passes_its_schema() -> None:
@@ -89,15 +93,14 @@ def test_default_editor_is_bound_to_the_base_s_verbs() -> None:
     assert role["rules"] == base_role["rules"]
 
 
-def test_kubectl_applies_the_overlay(plain_cluster: FakeCluster) -> None:
-    crd = (FIXTURES / "notebooks.kubeflow.org.yaml").name
-    assert crd  # the fake serves Notebooks through this test-only CRD
-    profile(plain_cluster)
-    out = kubectl_apply(plain_cluster, rendering.as_yaml(objects())).splitlines()
-    assert len(out) == len(objects()), out
-    assert "notebook.kubeflow.org/lab created" in out
-    assert "configmap/kernel-queue-kernelspecs created" in out
-    again = kubectl_apply(plain_cluster, rendering.as_yaml(objects())).splitlines()
+def test_kubectl_applies_the_overlay(cluster: FakeCluster) -> None:
+    # The fake serves Notebooks through a test-only CRD (tests/recipes/fixtures).
+    assert (FIXTURES / "notebooks.kubeflow.org.yaml").is_file()
+    assert len(APPLIED) == len(objects()), APPLIED
+    assert all(line.endswith(" created") for line in APPLIED), APPLIED
+    assert "notebook.kubeflow.org/lab created" in APPLIED
+    assert "configmap/kernel-queue-kernelspecs created" in APPLIED
+    again = kubectl_apply(cluster, rendering.as_yaml(objects()))
     assert all(line.endswith(" unchanged") for line in again), again
 
 
@@ -182,7 +185,9 @@ async def test_a_role_short_of_one_verb_fails_the_kernel_naming_the_verb_and_res
     trimmed = json.loads(json.dumps(role))
     (services,) = [r for r in trimmed["rules"] if r["resources"] == ["services"]]
     services["verbs"].remove("create")
-    cluster.call(cluster.apply, [trimmed])
+    assert kubectl_apply(cluster, rendering.as_yaml([trimmed])) == [
+        "role.rbac.authorization.k8s.io/kernel-queue configured"
+    ]
     try:
         kernel = await server.start(KERNELSPEC)
 
@@ -192,7 +197,7 @@ async def test_a_role_short_of_one_verb_fails_the_kernel_naming_the_verb_and_res
         await server.wait_for(dead)
         reason = (await server.model(kernel))["reason"]
     finally:
-        cluster.call(cluster.apply, [role])
+        kubectl_apply(cluster, rendering.as_yaml([role]))
     assert reason.startswith(
         f"kernel {kernel[:8]}: the server's service account '{NAMESPACE}/default-editor' may "
         f"not create services in namespace '{NAMESPACE}'; grant it a Role in '{NAMESPACE}' "
