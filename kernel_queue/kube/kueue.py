@@ -114,7 +114,7 @@ CONFIGMAPS = Kind("", "v1", "configmaps", namespaced=True)
 # --- Readers: plain dict in, plain value out ---
 
 
-def _get(obj: Any, *keys: str) -> Any:
+def dig(obj: Any, *keys: str) -> Any:
     """``obj[k1][k2]…``, or None where a level is missing or not a dict."""
     for key in keys:
         if not isinstance(obj, Mapping):
@@ -125,7 +125,7 @@ def _get(obj: Any, *keys: str) -> Any:
 
 def _items(obj: Any, *keys: str) -> list[Mapping[str, Any]]:
     """The dicts in the list at ``keys`` (missing or null → empty)."""
-    value = _get(obj, *keys)
+    value = dig(obj, *keys)
     return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
 
 
@@ -140,7 +140,7 @@ def is_gated(pod: Mapping[str, Any]) -> bool:
 def is_managed(pod: Mapping[str, Any]) -> bool:
     """True when Kueue's webhook took the pod in (label ``kueue.x-k8s.io/managed: "true"``);
     it stays after admission removed the gates."""
-    return bool(_get(pod, "metadata", "labels", MANAGED_LABEL) == "true")
+    return bool(dig(pod, "metadata", "labels", MANAGED_LABEL) == "true")
 
 
 def condition(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
@@ -173,7 +173,7 @@ def container_exit_code(pod: Mapping[str, Any], container: str) -> int | None:
     """The exit code of ``container`` once it has terminated, else None."""
     for status in _items(pod, "status", "containerStatuses"):
         if status.get("name") == container:
-            code = _get(status, "state", "terminated", "exitCode")
+            code = dig(status, "state", "terminated", "exitCode")
             return code if isinstance(code, int) and not isinstance(code, bool) else None
     return None
 
@@ -182,7 +182,7 @@ def termination_message(pod: Mapping[str, Any], container: str) -> str:
     """What the container left in its termination-message file when it ended, or ""."""
     for status in _items(pod, "status", "containerStatuses"):
         if status.get("name") == container:
-            return str(_get(status, "state", "terminated", "message") or "").strip()
+            return str(dig(status, "state", "terminated", "message") or "").strip()
     return ""
 
 
@@ -195,9 +195,9 @@ def waiting_reason(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """
     for key in ("initContainerStatuses", "containerStatuses"):
         for status in _items(pod, "status", key):
-            reason = _get(status, "state", "waiting", "reason")
+            reason = dig(status, "state", "waiting", "reason")
             if reason and reason not in STARTING_REASONS:
-                message = _get(status, "state", "waiting", "message")
+                message = dig(status, "state", "waiting", "message")
                 return str(reason), str(message or "")
     scheduled = condition(pod, POD_SCHEDULED)
     if (

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from kernel_queue.kube.kueue import KUEUE_GROUP, VISIBILITY_GROUP, Kind
+from kernel_queue.kube.kueue import KUEUE_GROUP, VISIBILITY_GROUP, Kind, dig
 
 V1BETA1, V1BETA2 = "v1beta1", "v1beta2"
 PREFERRED = (V1BETA2, V1BETA1)
@@ -220,25 +220,25 @@ class ClusterQueueView:
 
 def workload(obj: Mapping[str, Any], version: str) -> WorkloadView:
     """A Workload as served at `version` (``v1beta1`` or ``v1beta2``), in one shape."""
-    spec = _get(obj, "spec")
+    spec = dig(obj, "spec")
     if version == V1BETA1:
         # As Kueue converts it: a name without a source refers to nothing.
-        name = str(_get(spec, "priorityClassName") or "")
-        kind = _SOURCES.get(str(_get(spec, "priorityClassSource") or ""), "")
+        name = str(dig(spec, "priorityClassName") or "")
+        kind = _SOURCES.get(str(dig(spec, "priorityClassSource") or ""), "")
         ref = PriorityClassRef(kind, name) if name and kind else None
-        past = _get(obj, "status", "accumulatedPastExexcutionTimeSeconds")
+        past = dig(obj, "status", "accumulatedPastExexcutionTimeSeconds")
     else:
-        found = _get(spec, "priorityClassRef")
-        name = str(_get(found, "name") or "")
-        ref = PriorityClassRef(str(_get(found, "kind") or ""), name) if name else None
-        past = _get(obj, "status", "accumulatedPastExecutionTimeSeconds")
+        found = dig(spec, "priorityClassRef")
+        name = str(dig(found, "name") or "")
+        ref = PriorityClassRef(str(dig(found, "kind") or ""), name) if name else None
+        past = dig(obj, "status", "accumulatedPastExecutionTimeSeconds")
     return WorkloadView(
-        name=str(_get(obj, "metadata", "name") or ""),
-        namespace=str(_get(obj, "metadata", "namespace") or ""),
-        queue=str(_get(spec, "queueName") or ""),
-        priority=_int_or_none(_get(spec, "priority")),
+        name=str(dig(obj, "metadata", "name") or ""),
+        namespace=str(dig(obj, "metadata", "namespace") or ""),
+        queue=str(dig(spec, "queueName") or ""),
+        priority=_int_or_none(dig(spec, "priority")),
         priority_class=ref,
-        cluster_queue=str(_get(obj, "status", "admission", "clusterQueue") or "") or None,
+        cluster_queue=str(dig(obj, "status", "admission", "clusterQueue") or "") or None,
         past_execution_seconds=_int_or_none(past) or 0,
     )
 
@@ -247,30 +247,30 @@ def local_queue(obj: Mapping[str, Any], version: str) -> LocalQueueView:
     """A LocalQueue as served at `version`, in one shape."""
     usage_key = "flavorUsage" if version == V1BETA1 else "flavorsUsage"
     return LocalQueueView(
-        name=str(_get(obj, "metadata", "name") or ""),
-        namespace=str(_get(obj, "metadata", "namespace") or ""),
-        cluster_queue=str(_get(obj, "spec", "clusterQueue") or ""),
-        pending=_int_or_none(_get(obj, "status", "pendingWorkloads")) or 0,
-        reserving=_int_or_none(_get(obj, "status", "reservingWorkloads")) or 0,
-        admitted=_int_or_none(_get(obj, "status", "admittedWorkloads")) or 0,
-        usage=_per_flavor(_items(_get(obj, "status"), usage_key), "resources", "total"),
+        name=str(dig(obj, "metadata", "name") or ""),
+        namespace=str(dig(obj, "metadata", "namespace") or ""),
+        cluster_queue=str(dig(obj, "spec", "clusterQueue") or ""),
+        pending=_int_or_none(dig(obj, "status", "pendingWorkloads")) or 0,
+        reserving=_int_or_none(dig(obj, "status", "reservingWorkloads")) or 0,
+        admitted=_int_or_none(dig(obj, "status", "admittedWorkloads")) or 0,
+        usage=_per_flavor(_items(dig(obj, "status"), usage_key), "resources", "total"),
     )
 
 
 def cluster_queue(obj: Mapping[str, Any], version: str) -> ClusterQueueView:
     """A ClusterQueue as served at `version`, in one shape."""
-    cohort = _get(obj, "spec", "cohort" if version == V1BETA1 else "cohortName")
+    cohort = dig(obj, "spec", "cohort" if version == V1BETA1 else "cohortName")
     quota: dict[str, dict[str, str]] = {}
-    for group in _items(_get(obj, "spec"), "resourceGroups"):
+    for group in _items(dig(obj, "spec"), "resourceGroups"):
         for flavor, resources in _per_flavor(
             _items(group, "flavors"), "resources", "nominalQuota"
         ).items():
             quota.setdefault(flavor, {}).update(resources)
     return ClusterQueueView(
-        name=str(_get(obj, "metadata", "name") or ""),
+        name=str(dig(obj, "metadata", "name") or ""),
         cohort=str(cohort) if cohort else None,
-        pending=_int_or_none(_get(obj, "status", "pendingWorkloads")) or 0,
-        admitted=_int_or_none(_get(obj, "status", "admittedWorkloads")) or 0,
+        pending=_int_or_none(dig(obj, "status", "pendingWorkloads")) or 0,
+        admitted=_int_or_none(dig(obj, "status", "admittedWorkloads")) or 0,
         nominal_quota=quota,
     )
 
@@ -278,16 +278,8 @@ def cluster_queue(obj: Mapping[str, Any], version: str) -> ClusterQueueView:
 # --- plain dict access --------------------------------------------------------------------------
 
 
-def _get(obj: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
 def _items(obj: Any, key: str) -> list[Mapping[str, Any]]:
-    value = _get(obj, key)
+    value = dig(obj, key)
     return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
 
 
