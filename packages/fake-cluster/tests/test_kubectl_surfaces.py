@@ -13,6 +13,7 @@ import pytest
 
 from kernel_queue_fake_cluster.apiserver import fields, openapi, printers, resources, tables
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.kinds import ResourceType
 from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
@@ -173,3 +174,18 @@ def test_a_protobuf_body_of_a_kind_the_fake_cannot_read_is_415(fake_cluster: Fak
     crd = fake_cluster.url + "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"
     code, status = _post(crd, b"k8s\x00", "application/vnd.kubernetes.protobuf")
     assert code == 415 and status["message"].endswith("include: application/json")
+
+
+def test_a_documents_hash_changes_with_its_schemas() -> None:
+    """kubectl caches each document by its hash: another schema must get another hash."""
+
+    def url(schema: dict) -> str:
+        found = Store()
+        found.register(
+            ResourceType("example.com", "things", "Thing", builtin=False, schemas={"v1": schema})
+        )
+        return str(openapi.index(found)["paths"]["apis/example.com/v1"]["serverRelativeURL"])
+
+    one = {"type": "object", "properties": {"spec": {"type": "object"}}}
+    assert url(one) == url(dict(one))
+    assert url(one) != url({"type": "object", "properties": {"spec": {"type": "string"}}})

@@ -240,10 +240,29 @@ def _paths(rtype: ResourceType, version: str, root: str) -> dict[str, Obj]:
 
 
 def _hash(store: Store, group: str, version: str) -> str:
+    """A digest of what the document says, so kubectl's cache (keyed by it) never serves a
+    stale one: the kinds, and each custom kind's schema at this version."""
     kinds = sorted(
-        (t.plural, t.kind, t.builtin, bool(t.schemas.get(version)))
+        (t.plural, t.kind, t.builtin, _digest(t.schemas.get(version)))
         for t in store.types.values()
         if t.group == group and version in t.versions
     )
     text = json.dumps([KUBERNETES, group, version, kinds])
     return hashlib.sha512(text.encode()).hexdigest()[:64].upper()
+
+
+_DIGESTS: dict[int, tuple[object, str]] = {}
+"""id(schema) → (the schema, kept so the id is not reused; its digest): schemas are shared
+and read-only (`crds.load`), so each is digested once."""
+
+
+def _digest(schema: Obj | None) -> str:
+    if schema is None:
+        return ""
+    found = _DIGESTS.get(id(schema))
+    if found is None or found[0] is not schema:
+        if len(_DIGESTS) >= 256:  # many CRD sources in one process (tests): start afresh
+            _DIGESTS.clear()
+        text = json.dumps(schema, sort_keys=True)
+        found = _DIGESTS[id(schema)] = (schema, hashlib.sha256(text.encode()).hexdigest())
+    return found[1]
