@@ -7,13 +7,18 @@ import ast
 import base64
 import io
 import re
+import signal
+import socket
 import subprocess
 import sys
 import zipfile
 from dataclasses import replace
 from pathlib import Path
 
+from jupyter_client.blocking import BlockingKernelClient
+
 from kernel_queue.kube import launcher_archive, manifests
+from tests.kube import images
 from tests.test_manifests import GROUP, SPEC
 
 ALLOWED = {"ipykernel", "IPython", "traitlets", "zmq", "dill", "numpy", "blake3"}
@@ -114,6 +119,12 @@ def test_every_pod_of_a_group_runs_the_delivered_archive_mounted_read_only() -> 
     assert head["spec"]["containers"][0]["args"][0] == "--"  # the kernel's argv is unchanged
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def run_archive(python: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "launcher.pyz"
     path.write_bytes(launcher_archive.build().data)
@@ -150,3 +161,56 @@ def test_the_archive_runs_the_launcher_of_this_checkout_where_kernel_queue_is_ab
     done = run_archive(sys.executable, tmp_path, "--ports", "1,2,3,4,5")
     assert done.returncode == 2  # a usage error of the launcher itself: no key given
     assert "no connection key" in done.stderr
+
+
+def test_without_dill_a_kernel_runs_and_its_preemption_says_what_the_image_lacks(
+    tmp_path: Path,
+) -> None:
+    """A server without dill delivers an archive without it; in an image without it too the
+    kernel runs with checkpoints off, and the termination message after SIGTERM says why."""
+    python = images.bare_kernel_bin() / "python"
+    archive = tmp_path / "launcher.pyz"
+    archive.write_bytes(launcher_archive.build(libraries=()).data)
+    message = tmp_path / "termination-log"
+    message.touch()
+    ports = [free_port() for _ in range(5)]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "KERNEL_QUEUE_LAUNCH_IP": "127.0.0.1",
+        "KERNEL_QUEUE_LAUNCH_PORTS": ",".join(map(str, ports)),
+        "KERNEL_QUEUE_LAUNCH_KEY": "a-key",
+        "KERNEL_QUEUE_LAUNCH_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+        "KERNEL_QUEUE_LAUNCH_TERMINATION_LOG": str(message),
+    }
+    proc = subprocess.Popen([str(python), "-I", str(archive)], env=env, cwd=tmp_path)
+    client = BlockingKernelClient()
+    try:
+        client.load_connection_info(
+            {
+                "ip": "127.0.0.1",
+                "key": "a-key",
+                "transport": "tcp",
+                "signature_scheme": "hmac-sha256",
+                **dict(
+                    zip(
+                        ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"),
+                        ports,
+                        strict=True,
+                    )
+                ),
+            }
+        )
+        client.start_channels(hb=False)
+        client.wait_for_ready(timeout=60)
+        reply = client.execute_interactive("x = 6 * 7", timeout=60)
+        assert reply["content"]["status"] == "ok"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143
+    finally:
+        client.stop_channels()
+        proc.kill()
+        proc.wait()
+    assert message.read_text() == (
+        "checkpoint not saved: the kernel's image has no dill, which checkpoints need, so a "
+        "preemption loses the kernel's variables; add dill to the image (pip install dill)"
+    )

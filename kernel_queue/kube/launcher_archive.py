@@ -71,8 +71,8 @@ class Archive:
         return f"kq-launcher-{version}-{self.digest[:12]}"
 
 
-def build() -> Archive:
-    """Zip the launcher, the checkpoint library and the bundled libraries (blocking)."""
+def build(libraries: Sequence[str] = BUNDLED) -> Archive:
+    """Zip the launcher, the checkpoint library and `libraries` (as found here; blocking)."""
     buffer = io.BytesIO()
     bundled = []
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as out:
@@ -83,7 +83,7 @@ def build() -> Archive:
             _add(out, _relative(module, origin), origin.read_bytes())
         for package in PACKAGES:
             _add_package(out, _origin(package).parent, package.replace(".", "/"))
-        for library in BUNDLED:
+        for library in libraries:
             spec = importlib.util.find_spec(library)
             if spec is None or spec.origin is None:
                 continue  # not installed beside the server: the image must bring it

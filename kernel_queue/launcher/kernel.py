@@ -9,7 +9,9 @@ saves it through ``preemption`` (143 after a preemption). Only these modules imp
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import json
 import os
 import sys
 import threading
@@ -150,14 +152,33 @@ def _restore_first(environ: Mapping[str, str], argv: Sequence[str] = ()) -> Pree
     Only then is the checkpoint library (dill, numpy) imported. The checkpoint secret is
     derived from the key in the connection file (``-f FILE``).
     """
-    from kernel_queue.launcher import checkpointing
-
+    try:
+        from kernel_queue.launcher import checkpointing
+    except ImportError as exc:  # the image lacks the checkpoint library (dill)
+        _without_checkpoints(environ, exc.name or str(exc))
+        return None
     options = checkpointing.Options.from_env(environ, _connection_file(argv))
     if options is None:
         return None
     preemption = checkpointing.prepare(options)
     RestartAwareKernel.preset_module = preemption.module
     return preemption
+
+
+def _without_checkpoints(environ: Mapping[str, str], missing: str) -> None:
+    """The kernel runs without checkpoints: say why in its log, and leave the sentence in the
+    launcher's report, which a preemption passes on (the pod's termination message)."""
+    sentence = (
+        f"checkpoint not saved: the kernel's image has no {missing}, which checkpoints need, so "
+        f"a preemption loses the kernel's variables; add {missing} to the image "
+        f"(pip install {missing})"
+    )
+    kernel_log.write(f"[kernel-queue checkpoint] {sentence}")
+    report = environ.get(contract.ENV_CHECKPOINT_REPORT)
+    if report:
+        summary = {"checkpoint": None, "error": f"no module named {missing}", "summary": sentence}
+        with contextlib.suppress(OSError), open(report, "w", encoding="utf-8") as file:
+            json.dump(summary, file)
 
 
 def _connection_file(argv: Sequence[str]) -> str | None:
