@@ -35,10 +35,11 @@ def path() -> str | None:
 
 def missing() -> str | None:
     """What this image lacks to run a kernel, in one line; None when nothing is missing."""
-    where = f"{sys.executable} (Python {sys.version.split()[0]})"
+    version = sys.version.split()[0]
+    where = f"{sys.executable} (Python {version})"
     if sys.version_info[:2] < MIN_PYTHON:
         need = ".".join(map(str, MIN_PYTHON))
-        return f"Python {sys.version.split()[0]} is too old: {where}; the launcher needs {need}+"
+        return f"{sys.executable} is Python {version}, too old: the launcher needs {need} or newer"
     if importlib.util.find_spec("ipykernel") is None:
         return f"no module named ipykernel in {where}"
     return None

@@ -39,8 +39,10 @@ class FakeKubelet:
     CreateContainerError), one session each, stdout+stderr appended to `pods/<uid>/logs/<name>.log`
     under `root_dir`; cwd is `workingDir` (rewritten; a path missing here becomes
     `pods/<uid>/rootfs/<path>`, the default is `pods/<uid>/rootfs`). Env, later wins: `base_env`
-    (PATH with this interpreter's directory first, or the directory `image_paths` maps the
-    container's image to, e.g. another virtualenv's bin; HOME, LANG, HOSTNAME = pod name), one
+    (PATH: this interpreter's directory, then this process's PATH; or, for an image that
+    `image_paths` maps, that directory, e.g. another virtualenv's bin, then a Debian image's
+    system dirs and never this interpreter, so an empty one is an image without Python; HOME,
+    LANG, HOSTNAME = pod name), one
     `KUBE_FAKE_MOUNT_<PATH>` per volumeMount, `envFrom`, `env`. Nothing else of this process.
     Volumes: `pvc/<namespace>/<claim>` (kept; the claim must exist, else Unschedulable),
     `pods/<uid>/volumes/<name>` for emptyDir, Secret, ConfigMap, downwardAPI, projected (files
