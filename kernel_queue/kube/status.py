@@ -110,10 +110,35 @@ def group_status(
         return GroupStatus(GroupPhase.FAILED, message=launch_failures.ended(lead), exit_code=code)
     waiting = kueue.waiting_reason(lead)
     if waiting is not None:
-        return admitted.evolve(message=f"{waiting[0]}: {waiting[1]}".rstrip(": "))
+        said = f"{waiting[0]}: {waiting[1]}".rstrip(": ")
+        return admitted.evolve(message=_with_claims(lead, said))
     if kueue.pod_ready(lead):
         address = (lead.get("status") or {}).get("podIP", "") if pod_ip_address else ""
         return GroupStatus(
             GroupPhase.RUNNING, flavor=flavor, kernel_alive=True, address=str(address or "")
         )
     return admitted
+
+
+UNBOUND_CLAIMS = "pod has unbound immediate PersistentVolumeClaims"
+"""The scheduler's words for a pod whose claims have no volume bound."""
+
+
+def _with_claims(pod: Obj, said: str) -> str:
+    """`said`, and for a pod the scheduler holds on unbound claims, which claims and the fix
+    (the scheduler names none)."""
+    if UNBOUND_CLAIMS not in said:
+        return said
+    volumes = (pod.get("spec") or {}).get("volumes") or []
+    claims = [
+        v["persistentVolumeClaim"].get("claimName")
+        for v in volumes
+        if v.get("persistentVolumeClaim")
+    ]
+    named = " or ".join(repr(str(c)) for c in claims) or "(none named)"
+    return (
+        f"{said} Its PersistentVolumeClaim {named} is not bound to a volume: the cluster's "
+        "storage has none to give it (a claim asking for ReadWriteMany needs a StorageClass that "
+        "provides ReadWriteMany, such as NFS, CephFS, EFS or Filestore); ask the cluster's admin "
+        "to bind it, or set `checkpoint.claim` to a claim that is bound"
+    )

@@ -137,6 +137,30 @@ async def test_a_missing_checkpoint_claim_is_refused_before_anything_is_created(
     assert ours(cluster) == {}
 
 
+async def test_a_checkpoint_claim_left_unbound_fails_the_kernel_in_a_sentence_naming_it(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    """A ReadWriteMany claim the cluster's storage cannot give stays Pending: the pod is never
+    scheduled, and the kernel fails within startup_timeout naming the claim and the fix."""
+    cluster.apply(PVC)
+    claim = cluster.store.get("", "persistentvolumeclaims", "default", CLAIM)
+    claim["status"] = {"phase": "Pending"}
+    cluster.store.replace(
+        "", "persistentvolumeclaims", "default", CLAIM, claim, subresource="status"
+    )
+    kernel = await server.start(kube_spec(kernelspec, checkpoint=CHECKPOINT, startup_timeout=3))
+
+    async def dead() -> bool:
+        return (await server.model(kernel))["execution_state"] == "dead"
+
+    await server.wait_for(dead, within=60)
+    reason = (await server.model(kernel))["reason"]
+    assert "did not start within startup_timeout" in reason
+    assert f"Its PersistentVolumeClaim {CLAIM!r} is not bound to a volume" in reason
+    assert "a StorageClass that provides ReadWriteMany" in reason
+    await wait_clean(server, cluster, kernel)
+
+
 PEEK = """
 import os
 mine = os.environ.get("KUBE_FAKE_MOUNT_CHECKPOINTS") or "/checkpoints"

@@ -441,6 +441,34 @@ async def test_a_pod_whose_claim_is_missing_stays_unschedulable_until_the_claim_
         await until(lambda: phase(store, "waits") == "Succeeded", what="Succeeded")
 
 
+async def test_a_pod_whose_claim_is_not_bound_stays_unschedulable_until_it_is(
+    tmp_path: Path,
+) -> None:
+    """A claim whose status says Pending (no volume bound: e.g. its StorageClass cannot give
+    ReadWriteMany) keeps its pods unscheduled with the scheduler's own words."""
+    async with cluster(tmp_path) as (store, _):
+        claim = {"metadata": {"name": "shared"}, "spec": {"accessModes": ["ReadWriteMany"]}}
+        store.create("", "persistentvolumeclaims", NS, claim)
+        pending = {**store.get("", "persistentvolumeclaims", NS, "shared"), "status": {}}
+        pending["status"] = {"phase": "Pending"}
+        store.replace("", "persistentvolumeclaims", NS, "shared", pending, subresource="status")
+        volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "shared"}}]
+        store.create("", "pods", NS, python_pod("waits", "print(1)", volumes=volumes))
+
+        def reported() -> str:
+            return str(condition(find(store, "waits"), "PodScheduled").get("message", ""))
+
+        message = await until(reported, what="the unbound claim in PodScheduled")
+        assert message == (
+            "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. "
+            "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+        )
+        bound = store.get("", "persistentvolumeclaims", NS, "shared")
+        bound["status"] = {"phase": "Bound", "accessModes": ["ReadWriteMany"]}
+        store.replace("", "persistentvolumeclaims", NS, "shared", bound, subresource="status")
+        await until(lambda: phase(store, "waits") == "Succeeded", what="Succeeded")
+
+
 async def test_empty_dir_and_secret_volumes_are_per_pod_and_removed_with_it(
     tmp_path: Path,
 ) -> None:

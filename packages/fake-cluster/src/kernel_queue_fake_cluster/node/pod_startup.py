@@ -1,7 +1,7 @@
 """Getting a pod to where its containers can start, and the simulated faults that hold it there.
 
 `PodStarter` binds each pod to the node (held while an `unschedulable` `Fault` matches or a
-claim is missing), mounts its volumes, "pulls" its images (held by `fail_image` faults:
+claim is missing or unbound), mounts its volumes, "pulls" its images (held by `fail_image` faults:
 ErrImagePull, then ImagePullBackOff) and resolves each container's argv, env and working dir.
 """
 
@@ -31,6 +31,11 @@ IMAGE_PATH = "/usr/local/bin:/usr/bin:/bin"
 """The rest of PATH in a container whose image `image_paths` maps: a Debian image's, never this
 process's (whose `python` would stand in for one the image lacks)."""
 NO_GPU = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+UNBOUND_CLAIMS = (
+    "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: "
+    "0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+)
+"""The scheduler's words for a pod whose claim has no volume bound (a claim Pending)."""
 PULL_FAILED = (
     'Failed to pull image "{image}": rpc error: code = NotFound desc = failed to pull and '
     'unpack image "{image}": not found'
@@ -158,6 +163,8 @@ class PodStarter:
                 (f.message for f in self._faults if f.kind == "unschedulable" and f.matches(pod)),
                 "",
             )
+            if volumes.unbound_claims(self.store, pod):
+                message = UNBOUND_CLAIMS
             for claim in volumes.missing_claims(self.store, pod)[:1]:
                 message = f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found.'
             if not message:

@@ -24,17 +24,33 @@ FAKE_MOUNT_PREFIX = "KUBE_FAKE_MOUNT_"
 
 def missing_claims(store: Store, pod: Obj) -> list[str]:
     """Claims the pod needs that do not exist (not checked when PVCs are not served)."""
+    return [name for name, claim in _claims(store, pod) if claim is None]
+
+
+def unbound_claims(store: Store, pod: Obj) -> list[str]:
+    """Claims the pod needs whose status says Pending: no volume bound to them (the fake binds
+    every claim at once unless a test or an admin writes that status)."""
+    return [
+        name
+        for name, claim in _claims(store, pod)
+        if claim is not None and (claim.get("status") or {}).get("phase") == "Pending"
+    ]
+
+
+def _claims(store: Store, pod: Obj) -> list[tuple[str, Obj | None]]:
+    """The pod's claims by name, each with its object (None where it does not exist)."""
     if ("", "persistentvolumeclaims") not in store.types:
         return []
-    missing = []
+    found: list[tuple[str, Obj | None]] = []
     for volume in (pod.get("spec") or {}).get("volumes") or []:
-        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
-        if claim:
+        name = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        if name:
             try:
-                store.get("", "persistentvolumeclaims", pod["metadata"]["namespace"], claim)
+                claim = store.get("", "persistentvolumeclaims", pod["metadata"]["namespace"], name)
             except ApiError:
-                missing.append(claim)
-    return missing
+                claim = None
+            found.append((name, claim))
+    return found
 
 
 def claim_dir(cluster_dir: Path, namespace: str, claim: str) -> Path:
