@@ -38,6 +38,7 @@ class LauncherDelivery:
         self._ready: set[str] = set()
         self._locks: dict[str, asyncio.Lock] = {}
         self._archive: launcher_archive.Archive | None = None
+        self._building = asyncio.Lock()  # kernels submitted together wait for one build
 
     @property
     def name(self) -> str | None:
@@ -47,7 +48,9 @@ class LauncherDelivery:
     async def archive(self) -> launcher_archive.Archive:
         """This process's archive, built off the event loop the first time."""
         if self._archive is None:
-            self._archive = await asyncio.to_thread(launcher_archive.current)
+            async with self._building:
+                if self._archive is None:
+                    self._archive = await asyncio.to_thread(launcher_archive.current)
         return self._archive
 
     async def ensure(self, api: KubeApi, namespace: str) -> str:
