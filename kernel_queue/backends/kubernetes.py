@@ -124,7 +124,7 @@ class KubernetesBackend(settings.BackendSettings):
             await preflight.check(api, spec, namespace, self._discovery)
             await self._watch_namespace(namespace)
             doing = f"deliver the launcher to namespace {namespace!r}"
-            launcher = await self._delivery.ensure(api, namespace)
+            launcher = await self._delivery.ensure(api, namespace, who)
         except errors.ClusterApiError as exc:
             raise explain.failure(exc, who=who, doing=doing, after="; nothing was created") from exc
         launch = self._launches.get(spec.kernel_id, 0)

@@ -53,15 +53,16 @@ class LauncherDelivery:
                     self._archive = await asyncio.to_thread(launcher_archive.current)
         return self._archive
 
-    async def ensure(self, api: KubeApi, namespace: str) -> str:
-        """Make sure `namespace` holds the archive's ConfigMap; return its name."""
+    async def ensure(self, api: KubeApi, namespace: str, who: str = "a kernel") -> str:
+        """Make sure `namespace` holds the archive's ConfigMap; return its name. `who` (``kernel
+        1a2b3c4d``) begins the sentence of a refused ConfigMap."""
         found = await self.archive()
         if namespace in self._ready:
             return found.name
         lock = self._locks.setdefault(namespace, asyncio.Lock())
         async with lock:
             if namespace not in self._ready:
-                await _create(api, namespace, found)
+                await _create(api, namespace, found, who)
                 self._ready.add(namespace)
         return found.name
 
@@ -70,7 +71,7 @@ class LauncherDelivery:
         self._ready.discard(namespace)
 
 
-async def _create(api: KubeApi, namespace: str, found: launcher_archive.Archive) -> None:
+async def _create(api: KubeApi, namespace: str, found: launcher_archive.Archive, who: str) -> None:
     body = launcher_archive.configmap(found, namespace)
     try:
         await api.create(kueue.CONFIGMAPS, namespace, body)
@@ -80,7 +81,7 @@ async def _create(api: KubeApi, namespace: str, found: launcher_archive.Archive)
     existing = await api.get(kueue.CONFIGMAPS, namespace, found.name)
     if not launcher_archive.holds(existing, found):
         raise errors.LaunchFailed(
-            f"ConfigMap {found.name} in namespace {namespace!r} does not hold this server's "
+            f"{who}: ConfigMap {found.name} in namespace {namespace!r} does not hold this server's "
             "launcher (its bytes differ from the archive it names); nothing was created. "
             f"Delete it (kubectl delete configmap {found.name} -n {namespace}) and start "
             "the kernel again"

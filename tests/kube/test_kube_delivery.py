@@ -83,7 +83,13 @@ async def test_the_example_kernelspec_runs_on_an_image_with_ipykernel_only(
 
     (name,) = launcher_configmaps(cluster)
     assert name == launcher_archive.current().name
-    pods, _ = cluster.store.list_objects("", "pods", "default", labels=f"{kueue.KERNEL_ID_LABEL}")
+    second = await server.start(kube_spec(kernelspec, "second", gpus=0))
+    assert (await server.execute(second, "2 + 2"))["data"] == "4"
+    assert cluster.stats.requests[("create", "configmaps")] == 1  # one copy, not one per kernel
+    await server.shutdown(second)
+    pods, _ = cluster.store.list_objects(
+        "", "pods", "default", labels=f"{kueue.KERNEL_ID_LABEL}={kernel}"
+    )
     (head,) = [p for p in pods if p["metadata"]["labels"].get(kueue.ROLE_LABEL) == "head"]
     container = head["spec"]["containers"][0]
     assert container["command"] == ["python", launcher_archive.PATH]
@@ -249,3 +255,17 @@ async def test_the_reaper_deletes_launcher_config_maps_no_pod_uses_and_keeps_the
 
 async def _only(cluster: FakeCluster, name: str) -> bool:
     return launcher_configmaps(cluster) == [name]
+
+
+async def test_a_planted_config_map_of_the_launchers_name_is_refused_before_anything_is_made(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    """Its name is the archive's, its bytes are not: kernels would run code the server did not
+    send, so the kernel fails naming it and nothing is created."""
+    stale_launcher(cluster, launcher_archive.current().name)
+    kernel, reason = await failure(server, kube_spec(kernelspec))
+    name = launcher_archive.current().name
+    assert f"ConfigMap {name} in namespace 'default' does not hold" in reason, reason
+    assert reason.startswith(f"kernel {kernel[:8]}"), reason
+    assert "nothing was created" in reason, reason
+    assert ours(cluster) == {}
