@@ -8,6 +8,7 @@ without ipykernel or without Python fail in a sentence, leaving nothing but the 
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 from kernel_queue.kube import kueue, launcher_archive
 from tests.conftest import KernelspecFactory, Server
 from tests.kube import images
-from tests.kube.support import REPO, kube_spec, ours, wait_clean
+from tests.kube.support import RBAC, REPO, kube_spec, ours, wait_clean
 
 EXAMPLE = REPO / "kernelspecs" / "kubernetes-gpu-example" / "kernel.json"
 LAUNCHERS = f"{kueue.COMPONENT_LABEL}={kueue.LAUNCHER_COMPONENT}"
@@ -267,5 +268,25 @@ async def test_a_planted_config_map_of_the_launchers_name_is_refused_before_anyt
     name = launcher_archive.current().name
     assert f"ConfigMap {name} in namespace 'default' does not hold" in reason, reason
     assert reason.startswith(f"kernel {kernel[:8]}"), reason
+    assert "nothing was created" in reason, reason
+    assert ours(cluster) == {}
+
+
+def without_configmaps() -> list[dict[str, Any]]:
+    """The Role of etc/kubernetes/rbac.yaml without its configmaps rule."""
+    policy = copy.deepcopy([doc for doc in RBAC if doc["apiVersion"].startswith("rbac.")])
+    for doc in policy:
+        if doc["kind"] == "Role":
+            doc["rules"] = [r for r in doc["rules"] if "configmaps" not in r["resources"]]
+    return policy
+
+
+@pytest.mark.parametrize("cluster_options", [{"rbac_objects": without_configmaps()}])
+async def test_a_role_without_configmaps_fails_naming_the_verb_before_anything_is_made(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    kernel, reason = await failure(server, kube_spec(kernelspec))
+    assert reason.startswith(f"kernel {kernel[:8]}"), reason
+    assert "may not create configmaps in namespace 'default'" in reason, reason
     assert "nothing was created" in reason, reason
     assert ours(cluster) == {}
