@@ -2,7 +2,7 @@
 #
 #   pip install "kernel-queue[enterprise-gateway]"        # in EG's own environment
 #   jupyter kernel-queue install --gateway enterprise-gateway --backend kubernetes \
-#       --image <image with kernel-queue and ipykernel<7> --queue user-queue --gpus 1 --sys-prefix
+#       --image <image with Python and ipykernel<7> --queue user-queue --gpus 1 --sys-prefix
 #   jupyter enterprisegateway --config=enterprise_gateway_config.py
 #
 # The tests start EG with this file (tests/gateway/test_enterprise_gateway.py).
