@@ -18,6 +18,7 @@ from pathlib import Path
 from jupyter_client.blocking import BlockingKernelClient
 
 from kernel_queue.kube import launcher_archive, manifests
+from kernel_queue.launcher import settings
 from tests.kube import images
 from tests.test_manifests import GROUP, SPEC
 
@@ -214,3 +215,18 @@ def test_without_dill_a_kernel_runs_and_its_preemption_says_what_the_image_lacks
         "checkpoint not saved: the kernel's image has no dill, which checkpoints need, so a "
         "preemption loses the kernel's variables; add dill to the image (pip install dill)"
     )
+
+
+def test_the_kernelspecs_kernel_module_runs_from_the_archive_and_other_commands_stay() -> None:
+    kernelspec = ("python", "-m", "kernel_queue.launcher.kernel", "-f", "{connection_file}")
+    where = "/var/lib/kernel-queue/launcher/launcher.pyz"
+    assert settings.from_archive(kernelspec, where) == (
+        "python",
+        where,
+        "kernel",
+        "-f",
+        "{connection_file}",
+    )
+    assert settings.from_archive(kernelspec, None) == kernelspec  # installed: unchanged
+    other = ("python", "-m", "ipykernel_launcher", "-f", "{connection_file}")
+    assert settings.from_archive(other, where) == other
