@@ -27,6 +27,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from kernel_queue import checkpoint, launcher
 from kernel_queue.checkpoint.stores import RESTORED
 from kernel_queue.launcher import contract
+from tests.polling import until_sync
 from tests.test_launcher import (
     KEY,
     WAIT,
@@ -76,7 +77,7 @@ class PortProbe:
 probe = PortProbe()
 """
 BLOCK_IN_C = """
-import ctypes, time
+import ctypes, threading, time
 def block_in_c(seconds):
     '''Wait in C with the GIL released, deaf to signals (as a BLAS or CUDA call would).'''
     class Timespec(ctypes.Structure):
@@ -85,9 +86,11 @@ def block_in_c(seconds):
     mutex = ctypes.create_string_buffer(64)  # all zeros: PTHREAD_MUTEX_INITIALIZER
     libc.pthread_mutex_lock(mutex)
     until = Timespec(int(time.time()) + seconds, 0)
-    print('blocking', flush=True)  # the last Python line before C: a signal now waits
+    # The last Python line before C; a signal waits once this thread sleeps in the futex.
+    print('blocking in thread', threading.get_native_id(), flush=True)
     return libc.pthread_mutex_timedlock(mutex, ctypes.byref(until))
 """
+FUTEX_SYSCALLS = {"202", "98"}  # futex on x86_64 and on aarch64 (/proc/<tid>/syscall)
 
 
 @dataclass
@@ -253,6 +256,21 @@ def wait_for_stream(client: BlockingKernelClient, msg_id: str, text: str) -> Non
     )
 
 
+def wait_in_c(client: BlockingKernelClient, msg_id: str) -> None:
+    """Block until the running `block_in_c` cell's thread sleeps in its futex: a signal sent
+    before (between its print and the call) would still reach Python and interrupt the cell."""
+    [said] = streams(
+        iopub_until(client, msg_id, lambda m: "blocking in thread" in "".join(streams([m])))
+    )[-1:]
+    task = Path("/proc") / said.split()[-1]
+
+    def in_futex() -> bool:
+        wchan = (task / "wchan").read_text()
+        return "futex" in wchan or (task / "syscall").read_text().split()[0] in FUTEX_SYSCALLS
+
+    until_sync(in_futex, "the cell's thread asleep in the C call")
+
+
 def unparented_streams(client: BlockingKernelClient, count: int) -> list[str]:
     """The next ``count`` stream texts parented to no request (what an idle kernel says)."""
     seen: list[str] = []
@@ -405,7 +423,7 @@ def test_a_cell_stuck_in_c_is_saved_concurrently_after_the_fallback_delay(
     client = kernel.client()
     assert run(client, BLOCK_IN_C + "\nrows = [list(range(10))] * 3").reply["status"] == "ok"
     msg_id = client.execute("block_in_c(60)")
-    wait_for_stream(client, msg_id, "blocking")
+    wait_in_c(client, msg_id)
 
     status, seconds = kernel.sigterm()
 
@@ -440,7 +458,7 @@ def test_a_kernel_killed_before_it_reports_leaves_a_checkpoint_event_saying_so(
     client = kernel.client()
     assert run(client, BLOCK_IN_C).reply["status"] == "ok"
     msg_id = client.execute("block_in_c(60)")
-    wait_for_stream(client, msg_id, "blocking")
+    wait_in_c(client, msg_id)
 
     status, _ = kernel.sigterm()  # SIGKILL at 0.5 s, before the 2 s fallback save
 
