@@ -14,23 +14,15 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import zipimport
 from collections.abc import Mapping, Sequence
 
 from kernel_queue import launcher
 from kernel_queue.launcher import contract
+from kernel_queue.launcher.origin import KERNEL_COMMAND, path
 
 FALLBACK = launcher.ARCHIVE_FALLBACK
-KERNEL_COMMAND = "kernel"
-"""First argument that makes the archive run the kernel instead of the launcher."""
 IMAGE_EXIT_CODE = launcher.IMAGE_EXIT_CODE
 MIN_PYTHON = (3, 10)
-
-
-def path() -> str | None:
-    """The archive this code runs from, or None when it runs from an installed package."""
-    loader = globals().get("__loader__")
-    return loader.archive if isinstance(loader, zipimport.zipimporter) else None
 
 
 def missing() -> str | None:

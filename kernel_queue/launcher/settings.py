@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kernel_queue.launcher import archive, contract
+from kernel_queue.launcher import contract, origin
 
 CONNECTION_FILE_PLACEHOLDER = "{connection_file}"
 PORT_NAMES = ("shell", "iopub", "stdin", "control", "hb")
@@ -68,7 +68,7 @@ def from_archive(argv: Sequence[str], where: str | None) -> tuple[str, ...]:
         return argv
     for index in range(len(argv) - 1):
         if argv[index : index + 2] == KERNEL_MODULE:
-            return (*argv[:index], where, archive.KERNEL_COMMAND, *argv[index + 2 :])
+            return (*argv[:index], where, origin.KERNEL_COMMAND, *argv[index + 2 :])
     return argv
 
 
@@ -114,7 +114,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSet
         signature_scheme=_parse_signature_scheme(
             pick(args.signature_scheme, contract.ENV_SIGNATURE_SCHEME, "hmac-sha256")
         ),
-        kernel_argv=from_archive(kernel_argv or default_kernel_argv(), archive.path()),
+        kernel_argv=from_archive(kernel_argv or default_kernel_argv(), origin.path()),
         status_fd=status_fd,
         parent_death=parent_death,
         stop_timeout=contract.parse_seconds(
