@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,8 +26,8 @@ GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 
 @contextlib.contextmanager
 def serving(*args: str) -> Iterator[list[str]]:
-    """`jupyter kernel-queue fake-cluster ARGS` serving: its lines up to the kubeconfig's;
-    stopped with Ctrl-C (SIGINT) at the end, which it must take as a clean stop."""
+    """`jupyter kernel-queue fake-cluster ARGS` serving: its banner, up to its last line ("…
+    Press Ctrl-C to stop."); stopped with Ctrl-C (SIGINT) at the end, a clean stop."""
     jupyter = str(Path(sys.executable).parent / "jupyter")
     process = subprocess.Popen(
         [jupyter, "kernel-queue", "fake-cluster", *args],
@@ -39,7 +40,7 @@ def serving(*args: str) -> Iterator[list[str]]:
         lines: list[str] = []
         for line in process.stdout:
             lines.append(line)
-            if line.startswith("kubeconfig: "):
+            if "Press Ctrl-C to stop." in line:
                 break
         yield lines
     finally:
@@ -53,7 +54,25 @@ def serving(*args: str) -> Iterator[list[str]]:
 
 
 def kubeconfig_of(lines: list[str]) -> str:
-    return lines[-1].split(": ", 1)[1].strip()
+    [line] = [line for line in lines if line.startswith("kubeconfig: ")]
+    return line.split(": ", 1)[1].strip()
+
+
+def test_the_printed_kubectl_apply_of_the_sample_queues_works(tmp_path: Path) -> None:
+    """The banner's command, as printed (validation on), creates the sample queues."""
+    if not KUEUE_DATA.is_dir():
+        skip_unless_ci(f"Kueue's CRDs are not at {KUEUE_DATA} (../shared is absent)")
+    kubectl = shutil.which("kubectl")
+    assert kubectl is not None, "kubectl is not installed: this test runs the printed command"
+    with serving(f"--dir={tmp_path / 'c'}") as lines:
+        [command] = [line.split() for line in lines if line.strip().startswith("kubectl apply")]
+        assert command == ["kubectl", "apply", "-f", str(tmp_path / "c" / "sample-queues.yaml")]
+        env = {**os.environ, "KUBECONFIG": kubeconfig_of(lines)}
+        done = subprocess.run(
+            [kubectl, *command[1:]], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        assert "localqueue.kueue.x-k8s.io/user-queue created" in done.stdout
 
 
 def test_fake_cluster_command_serves_kueue_with_sample_queues(tmp_path: Path) -> None:

@@ -117,7 +117,7 @@ class FakeClusterApp(JupyterApp):
         print(f"  export KUBECONFIG={cluster.kubeconfig}")
         print("  kubectl get pods -A")
         if not self.sample_queues:
-            print(f"\n{SAMPLE_QUEUES}\n  kubectl apply --validate=false -f {queues}")
+            print(f"\n{SAMPLE_QUEUES}\n  kubectl apply -f {queues}")
         print("\nPods run as processes on this machine. Press Ctrl-C to stop.", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
