@@ -5,9 +5,10 @@ what a kernel left in a namespace; the pods the backend builds; a pod's ConfigMa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,33 @@ def stop_cluster(fake: FakeCluster) -> None:
     _, close = _FRONTS.pop(fake)
     close()
     fake.stop_in_thread()
+
+
+def namespace(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+@contextlib.contextmanager
+def recipe_cluster(
+    root: Path,
+    accounts: Mapping[str, str],
+    recipe: Sequence[rendering.Obj],
+    applied: list[str],
+    *,
+    made_first: Sequence[dict[str, Any]] = (),
+    **options: Any,
+) -> Iterator[FakeCluster]:
+    """`start_cluster`; then what the platform makes before its admin comes (`made_first`: a
+    namespace, Kubeflow's profile account); then `recipe` applied by the admin with kubectl,
+    what it said put in `applied`. Stopped at the end."""
+    fake = start_cluster(root, accounts, **options)
+    try:
+        if made_first:
+            fake.call(fake.apply, list(made_first))
+        applied[:] = kubectl_apply(fake, rendering.as_yaml(tuple(recipe)))
+        yield fake
+    finally:
+        stop_cluster(fake)
 
 
 @pytest.fixture(scope="module")

@@ -27,11 +27,10 @@ from tests.gateway.gateways import (
 )
 from tests.recipes import network, rendering
 from tests.recipes.conftest import (
-    kubectl_apply,
     labelled_in,
     lay_out_config_maps,
-    start_cluster,
-    stop_cluster,
+    namespace,
+    recipe_cluster,
     under,
 )
 
@@ -68,11 +67,6 @@ def kernel_image() -> str:
     return str(spec["metadata"]["kernel_provisioner"]["config"]["image"])
 
 
-def gateway_namespace(cluster: FakeCluster) -> None:
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-    cluster.call(cluster.apply, [namespace])
-
-
 @pytest.fixture(scope="module")
 def eg_python() -> Path:
     return enterprise_gateway_python()
@@ -83,14 +77,16 @@ def cluster(module_root: Path, eg_python: Path) -> Iterator[FakeCluster]:
     """The RBAC-enforcing cluster of the module, the recipe applied by an admin with kubectl
     (what it said in `APPLIED`); the kernels' image runs with `.venv-eg`'s python (ipykernel
     6, as EG 3's kernels need)."""
-    images = {kernel_image(): str(eg_python.parent)}
-    fake = start_cluster(module_root / "rbac", {ACCOUNT_TOKEN: ACCOUNT}, image_paths=images)
-    try:
-        gateway_namespace(fake)
-        APPLIED[:] = kubectl_apply(fake, rendering.as_yaml(objects()))
+    accounts, images = {ACCOUNT_TOKEN: ACCOUNT}, {kernel_image(): str(eg_python.parent)}
+    with recipe_cluster(
+        module_root / "rbac",
+        accounts,
+        objects(),
+        APPLIED,
+        made_first=[namespace(NAMESPACE)],
+        image_paths=images,
+    ) as fake:
         yield fake
-    finally:
-        stop_cluster(fake)
 
 
 def test_the_recipe_renders_and_every_object_passes_its_schema() -> None:

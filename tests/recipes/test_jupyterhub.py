@@ -21,10 +21,9 @@ from tests.conftest import Server
 from tests.recipes import network, rendering
 from tests.recipes.conftest import (
     kernel_pods,
-    kubectl_apply,
     labelled_in,
-    start_cluster,
-    stop_cluster,
+    namespace,
+    recipe_cluster,
 )
 
 NAMESPACE = "jupyterhub"
@@ -53,22 +52,13 @@ USER_POD_LABELS = {
 }
 
 
-def hub_namespace(cluster: FakeCluster) -> None:
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-    cluster.call(cluster.apply, [namespace])
-
-
 @pytest.fixture(scope="module")
 def cluster(module_root: Path) -> Iterator[FakeCluster]:
     """The RBAC-enforcing cluster of the module, the kustomization applied by an admin with
     kubectl (what it said in `APPLIED`)."""
-    fake = start_cluster(module_root / "rbac", {ACCOUNT_TOKEN: ACCOUNT})
-    try:
-        hub_namespace(fake)
-        APPLIED[:] = kubectl_apply(fake, rendering.as_yaml(objects()))
+    accounts, hub = {ACCOUNT_TOKEN: ACCOUNT}, [namespace(NAMESPACE)]
+    with recipe_cluster(module_root / "rbac", accounts, objects(), APPLIED, made_first=hub) as fake:
         yield fake
-    finally:
-        stop_cluster(fake)
 
 
 def test_the_kustomization_renders_and_every_object_passes_its_schema() -> None:

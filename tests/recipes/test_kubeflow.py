@@ -22,8 +22,8 @@ from tests.recipes.conftest import (
     kubectl_apply,
     labelled_in,
     lay_out_config_maps,
-    start_cluster,
-    stop_cluster,
+    namespace,
+    recipe_cluster,
     under,
 )
 
@@ -41,29 +41,25 @@ def objects() -> tuple[rendering.Obj, ...]:
     return rendering.rendered("kubeflow")
 
 
-def profile(cluster: FakeCluster) -> None:
-    """What Kubeflow's profile controller makes for a profile: its namespace and the
-    service account `default-editor` there."""
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-    editor = {
+PROFILE = [
+    namespace(NAMESPACE),
+    {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
         "metadata": {"name": "default-editor", "namespace": NAMESPACE},
-    }
-    cluster.call(cluster.apply, [namespace, editor])
+    },
+]
+"""What Kubeflow's profile controller makes for a profile: its namespace and the service
+account `default-editor` there."""
 
 
 @pytest.fixture(scope="module")
 def cluster(module_root: Path) -> Iterator[FakeCluster]:
     """One RBAC-enforcing cluster for the module, the overlay applied by an admin with
     kubectl (what it said in `APPLIED`)."""
-    fake = start_cluster(module_root / "rbac", {EDITOR_TOKEN: EDITOR})
-    try:
-        profile(fake)
-        APPLIED[:] = kubectl_apply(fake, rendering.as_yaml(objects()))
+    root, accounts = module_root / "rbac", {EDITOR_TOKEN: EDITOR}
+    with recipe_cluster(root, accounts, objects(), APPLIED, made_first=PROFILE) as fake:
         yield fake
-    finally:
-        stop_cluster(fake)
 
 
 def test_the_overlay_renders_and_every_object_passes_its_schema() -> None:
