@@ -37,30 +37,28 @@ class FakeClusterFailed(RuntimeError):
     """The fake cluster did not start; the message says what it printed."""
 
 
+KERNELSPECS = (
+    ("kq-fake-cluster-gpu", "Python 3 (1 GPU, fake cluster)", 1, "low"),
+    ("kq-fake-cluster-2gpu-high", "Python 3 (2 GPUs, high priority, fake cluster)", 2, "high"),
+)
+"""(name, display name, GPUs, priority class) of the kernelspecs for the sample queues."""
+
+
 def kernelspecs() -> dict[str, dict[str, object]]:
     """The kernelspecs for the sample queues (2 GPUs; priority classes low and high): a 1-GPU
     kernel that may be preempted, and a 2-GPU one that preempts it; both checkpoint."""
     return {
-        "kq-fake-cluster-gpu": kernel_json(
-            display_name="Python 3 (1 GPU, fake cluster)",
+        name: kernel_json(
+            display_name=shown,
             backend="kubernetes",
             queue=QUEUE,
-            gpus=1,
+            gpus=gpus,
             image=IMAGE,
-            priority_class="low",
+            priority_class=priority,
             checkpoint=True,
             checkpoint_claim=CLAIM,
-        ),
-        "kq-fake-cluster-2gpu-high": kernel_json(
-            display_name="Python 3 (2 GPUs, high priority, fake cluster)",
-            backend="kubernetes",
-            queue=QUEUE,
-            gpus=2,
-            image=IMAGE,
-            priority_class="high",
-            checkpoint=True,
-            checkpoint_claim=CLAIM,
-        ),
+        )
+        for name, shown, gpus, priority in KERNELSPECS
     }
 
 
