@@ -4,34 +4,20 @@ that equals a fresh list after drops, expiries and errors, and no open watch aft
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue import errors
 from kernel_queue.kube.api import PODS, KubernetesApi
 from kernel_queue.kube.informer import Informer, Informers
 from tests import polling
+from tests.fake_api import connected
 
 NS = "default"
 Event = tuple[str, str, str | None]  # (type, name, old resourceVersion)
-
-
-@contextlib.asynccontextmanager
-async def connected(tmp_path: Path) -> AsyncIterator[tuple[FakeCluster, KubernetesApi]]:
-    async with (
-        asyncio.timeout(60),
-        FakeCluster(root_dir=tmp_path / "cluster", kubelet=False, kueue=False) as fake,
-    ):
-        api = await KubernetesApi.connect(fake.kubeconfig)
-        try:
-            yield fake, api
-        finally:
-            await api.aclose()
 
 
 def pod(name: str, **labels: str) -> dict[str, Any]:

@@ -5,19 +5,15 @@ of events read from the stream's buffer at once."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import copy
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from kernel_queue_fake_cluster.cluster import FakeCluster
-
 from kernel_queue.kube import caches
-from kernel_queue.kube.api import PODS, KubernetesApi
+from kernel_queue.kube.api import PODS
 from kernel_queue.kube.informer import BURST, Informer
 from tests import polling
+from tests.fake_api import connected
 
 NS = "default"
 MANAGED = [{"manager": "kubelet", "operation": "Update", "fieldsV1": {"f:status": {}}}]
@@ -67,19 +63,6 @@ def test_cached_objects_share_their_strings() -> None:
     image = [p["spec"]["containers"][0]["image"] for p in (one, two)]
     assert image[0] == image[1] and image[0] is image[1]
     assert next(iter(one["spec"])) is next(iter(two["spec"]))
-
-
-@contextlib.asynccontextmanager
-async def connected(tmp_path: Path) -> AsyncIterator[tuple[FakeCluster, KubernetesApi]]:
-    async with (
-        asyncio.timeout(60),
-        FakeCluster(root_dir=tmp_path / "cluster", kubelet=False, kueue=False) as fake,
-    ):
-        api = await KubernetesApi.connect(fake.kubeconfig)
-        try:
-            yield fake, api
-        finally:
-            await api.aclose()
 
 
 async def test_an_informer_caches_and_hands_on_what_its_transform_keeps(tmp_path: Path) -> None:

@@ -5,8 +5,6 @@ another server's copy of the same bytes is taken as it is. Real client, fake API
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -14,23 +12,10 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue import errors
 from kernel_queue.kube import kueue, launcher_archive
-from kernel_queue.kube.api import KubernetesApi
 from kernel_queue.kube.delivery import LauncherDelivery
+from tests.fake_api import connected
 
 NS = "default"
-
-
-@contextlib.asynccontextmanager
-async def connected(tmp_path: Path) -> AsyncIterator[tuple[FakeCluster, KubernetesApi]]:
-    async with (
-        asyncio.timeout(60),
-        FakeCluster(root_dir=tmp_path / "cluster", kubelet=False, kueue=False) as fake,
-    ):
-        api = await KubernetesApi.connect(fake.kubeconfig)
-        try:
-            yield fake, api
-        finally:
-            await api.aclose()
 
 
 def copies(fake: FakeCluster) -> list[str]:

@@ -1,0 +1,28 @@
+"""The real Kubernetes client connected to a fake API server (no kubelet, no Kueue controller),
+for tests of the kube layer below the backend."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from kernel_queue_fake_cluster.cluster import FakeCluster
+
+from kernel_queue.kube.api import KubernetesApi
+
+
+@contextlib.asynccontextmanager
+async def connected(tmp_path: Path) -> AsyncIterator[tuple[FakeCluster, KubernetesApi]]:
+    """A started fake API server under `tmp_path` and a client of it; both closed at the end,
+    all of it within 60 s."""
+    async with (
+        asyncio.timeout(60),
+        FakeCluster(root_dir=tmp_path / "cluster", kubelet=False, kueue=False) as fake,
+    ):
+        api = await KubernetesApi.connect(fake.kubeconfig)
+        try:
+            yield fake, api
+        finally:
+            await api.aclose()
