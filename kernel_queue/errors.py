@@ -75,6 +75,10 @@ class LaunchFailed(KernelQueueError, RuntimeError):
     """The kernel's process ended before the kernel could be reached."""
 
 
+class ParkRefused(KernelQueueError):
+    """A kernel cannot be parked now (it waits, or saves no checkpoints); nothing changed."""
+
+
 class KueueNotInstalled(KernelQueueError, LookupError):
     """The cluster serves no Kueue API (its CRDs are not installed)."""
 

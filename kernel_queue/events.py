@@ -3,7 +3,8 @@
 The server extension registers `SCHEMA_PATH` at server start (never lazily: listeners attach
 only to schemas registered when they subscribe); the provisioner emits `SCHEMA_ID` events. The
 schema grows by optional fields only, its `version` bumped each time (2 added
-`estimated_wait_seconds`), under the same `$id`, so consumers of an earlier version keep working.
+`estimated_wait_seconds`, 3 the state `parked` with `parks` and `parked_since`), under the same
+`$id`, so consumers of an earlier version keep working.
 """
 
 from __future__ import annotations
@@ -20,9 +21,16 @@ SCHEMA_PATH = Path(__file__).parent / "schemas" / "kernel-status.yaml"
 
 
 def status_payload(
-    spec: GroupSpec, backend: str, lifecycle: Lifecycle, status: GroupStatus, message: str
+    spec: GroupSpec,
+    backend: str,
+    lifecycle: Lifecycle,
+    status: GroupStatus,
+    message: str,
+    *,
+    parked_since: str | None = None,
 ) -> dict[str, Any]:
-    """The event data (and the REST listing entry) for one kernel's current state."""
+    """The event data (and the REST listing entry) for one kernel's current state;
+    `parked_since` (ISO 8601) while it is parked."""
     waiting = lifecycle.state in (KernelState.QUEUED, KernelState.REQUEUED)
     place = status.place if waiting else None
     estimate = status.waiting.estimate if waiting and status.waiting else None
@@ -37,5 +45,7 @@ def status_payload(
         "gpus": spec.gpus,
         "devices": list(status.devices),
         "preemptions": lifecycle.preemptions,
+        "parks": lifecycle.parks,
+        "parked_since": parked_since if lifecycle.state is KernelState.PARKED else None,
         "message": message,
     }

@@ -24,6 +24,7 @@ class KernelState(enum.StrEnum):
     REQUEUED = "requeued"
     RESUMED = "resumed"
     RESTARTING = "restarting"  # the kernel process restarts in place; the admission is kept
+    PARKED = "parked"  # idle, saved, its admission given back; its next cell brings it back
     FINISHED = "finished"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -59,10 +60,13 @@ Observation = GroupPhase | Command
 
 @dataclass(frozen=True)
 class Lifecycle:
-    """One kernel's state and how often it was preempted."""
+    """One kernel's state, how often it was preempted and parked, and whether it is waking
+    from a park (waiting to come back because its user came back, not because of a preemption)."""
 
     state: KernelState = KernelState.QUEUED
     preemptions: int = 0
+    parks: int = 0
+    waking: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,17 @@ _rows(_AFTER_PREEMPTION, _P.QUEUED, _S.REQUEUED)
 _rows(_AFTER_PREEMPTION, _P.ADMITTED, _S.ADMITTED)
 _rows(_AFTER_PREEMPTION, _P.RUNNING, _S.RESUMED)
 _rows(_AFTER_PREEMPTION, _P.FINISHED, _S.FINISHED)  # stopped while waiting to come back
+# Parking: the kernel saves and gives its admission back; the group stays and comes back through
+# the queue (REQUEUED, as after a preemption, but counted as a park: `waking`).
+_PARK = (_P.PARKING, _P.PARKED)
+for _phase in _PARK:
+    _rows((*_IN_PLACE, _S.PARKED), _phase, _S.PARKED)
+_rows((_S.PARKED,), _P.PENDING, _S.REQUEUED)
+_rows((_S.PARKED,), _P.QUEUED, _S.REQUEUED)
+_rows((_S.PARKED,), _P.ADMITTED, _S.ADMITTED)
+_rows((_S.PARKED,), _P.RUNNING, _S.RESUMED)
+_rows((_S.PARKED,), _P.FINISHED, _S.FINISHED)
+_rows((_S.PARKED,), _P.FAILED, _S.FAILED, _F, _R)
 
 
 def step(current: Lifecycle, observed: Observation) -> Transition:
@@ -129,12 +144,19 @@ def step(current: Lifecycle, observed: Observation) -> Transition:
     if row is None:
         return Transition(current, frozenset())
     state, actions = row
-    preemptions = current.preemptions
-    if state is _S.RUNNING and preemptions:
+    preemptions, parks, waking = current.preemptions, current.parks, current.waking
+    if state is _S.RUNNING and (preemptions or parks):
         state = _S.RESUMED
     if state is _S.PREEMPTED or (state is _S.REQUEUED and current.state in IN_PLACE):
         preemptions += 1
-    return Transition(Lifecycle(state, preemptions), actions)
+        waking = False  # preempted (again): it waits because of the queue, not its user
+    if state is _S.PARKED and current.state is not _S.PARKED:
+        parks += 1
+    if current.state is _S.PARKED and state is not _S.PARKED:
+        waking = state not in TERMINAL
+    if state in LIVE:
+        waking = False
+    return Transition(Lifecycle(state, preemptions, parks, waking), actions)
 
 
 def shown(lifecycle: Lifecycle) -> KernelState:
@@ -152,9 +174,12 @@ def describe(
     queue: str,
     needs: str,
     restored: bool = False,
+    parked: str = "",
+    gpus: int = 0,
 ) -> str:
     """The sentence shown as the kernel's `reason` and in status events. `restored`: the kernel
-    checkpoints when preempted and restores when it resumes."""
+    checkpoints when preempted and restores when it resumes. `parked`: why it was parked
+    ("after 30 min idle", "on request"); `gpus`: how many GPUs it holds when admitted."""
     state = shown(lifecycle)
     place = status.place
     where = f"in '{queue}'"
@@ -173,6 +198,10 @@ def describe(
     )
     if state is _S.QUEUED:
         return f"queued {where}{need}{why}"
+    if state is _S.PARKED:
+        return _parked(status, parked or "on request", gpus, restored)
+    if state is _S.REQUEUED and lifecycle.waking:
+        return f"waking from parked: queued {where}{need}{why}"
     if state is _S.REQUEUED:
         saved = f" ({status.message})" if status.message else ""  # what the checkpoint saved
         return f"preempted{saved}; requeued {where}{need}{why}"
@@ -195,6 +224,27 @@ def describe(
     if state is _S.CANCELLED:
         return f"cancelled while waiting in '{queue}'"
     return status.message or "failed"
+
+
+def _parked(status: GroupStatus, why: str, gpus: int, restored: bool) -> str:
+    held = f"{gpus} GPUs" if gpus > 1 else "GPU" if gpus else "queue place"
+    if status.phase is _P.PARKING:
+        return f"parking {why}: saving its variables, then giving back its {held}"
+    if restored:
+        saved = f" ({status.message})" if status.message else ""
+        back = f"your next cell brings it back{saved}"
+    else:
+        back = "your next cell brings it back with fresh variables (checkpoints are off)"
+    return f"parked {why}; {held} released; {back}"
+
+
+def idle_words(seconds: float) -> str:
+    """How long a kernel sat idle, as its parked reason says it: "45 s", "30 min", "2 h"."""
+    if seconds < 90:
+        return f"{round(seconds)} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f}".removesuffix(".0") + " h"
 
 
 def _devices(status: GroupStatus) -> str:

@@ -53,6 +53,7 @@ class CheckpointSettings:
     path: str | None = None  # local backend: a directory (default under Jupyter's data dir)
     claim: str | None = None  # kubernetes backend: a PVC mounted in the head pod
     keep: bool = False  # keep checkpoints after a final shutdown
+    continuous: bool = True  # with checkpoints on: save what changed after each cell
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class GroupSpec:
     service_account: str | None = None
     connect: str = "service"  # kubernetes: reach the kernel through its Service or the pod IP
     backend: str = "local"
+    park_after: float = 0.0  # seconds idle before the kernel is parked; 0 = never
 
     def needs(self) -> str:
         """What the kernel asks for, as users read it: "1 GPU", "2 GPUs, 4 CPU, 8Gi memory"."""
@@ -133,6 +135,8 @@ class GroupPhase(enum.StrEnum):
     ADMITTED = "admitted"  # quota reserved, the kernel process is starting
     RUNNING = "running"  # the kernel process runs and can be reached
     EVICTED = "evicted"  # preempted: stopping, then back to the queue
+    PARKING = "parking"  # stopping to park: saving its variables, still holding its admission
+    PARKED = "parked"  # parked: stopped, admission given back, kept ready to resume
     FINISHED = "finished"  # the kernel process ended; `exit_code` says how
     FAILED = "failed"  # the group cannot run; `message` says why
 

@@ -174,7 +174,14 @@ class KernelOptions(LoggingConfigurable):
     )
     checkpoint = Dict(
         config=True,
-        help="Checkpoint settings: enabled, path or claim, grace_seconds, keep.",
+        help="Checkpoint settings: enabled, path or claim, grace_seconds, keep, continuous.",
+    )
+    park_after = _Seconds(
+        0.0,
+        config=True,
+        help="""Seconds a kernel may sit idle (no cell running, no output, no client message)
+        before it is parked: it saves, gives back its GPUs and comes back on its next cell.
+        0 never parks. Needs checkpoints, and Jupyter Server with the kernel_queue extension.""",
     )
 
     @default("backend")

@@ -16,7 +16,7 @@ from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from typing_extensions import override
 
-from kernel_queue import events, lifecycle, spec
+from kernel_queue import errors, events, lifecycle, spec
 from kernel_queue.lifecycle import KernelState
 from kernel_queue.model import GroupRef, StopCause, short_id
 from kernel_queue.options import KernelOptions
@@ -56,6 +56,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         session = self._session
         if session is None or session.spec is None:  # first launch, or reattached
             group = spec.build(self, argv_extra=extra, cwd=kwargs.get("cwd"))
+            self._check_parking(group.park_after)
             if session is None:
                 session = self._session = self._new_session(self.backend)
             session.spec = group
@@ -188,6 +189,30 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         """The kernel's queue state, as in status events; None before the first launch."""
         return self._session.queue_status() if self._session is not None else None
 
+    # -- parking (used by the server extension's idle scanner, REST and CLI) -----------------
+
+    @property
+    def parked(self) -> bool:
+        """True while the kernel is parked (or saving to park); its next cell wakes it."""
+        return self._session is not None and self._session.parked
+
+    async def park_kernel(self, *, idle_seconds: float | None = None) -> None:
+        """Park the running kernel now: it saves, gives back its GPUs and stays listed. Its
+        reason says "after 30 min idle" for `idle_seconds`, else "on request". Raises
+        `errors.ParkRefused` (a sentence) when it cannot be parked; nothing changes then."""
+        if self._session is None:
+            raise errors.ParkRefused(
+                f"kernel {short_id(self.kernel_id or '')} has not started: only a running "
+                "kernel can be parked"
+            )
+        await self._session.park(idle_seconds=idle_seconds)
+
+    async def resume_kernel(self) -> None:
+        """Wake a parked kernel: it waits in its queue again and comes back with its
+        variables. Does nothing when it is not parked."""
+        if self._session is not None:
+            await self._session.resume()
+
     # -- internals ---------------------------------------------------------------------------
 
     def _new_session(self, backend: str) -> KernelSession:
@@ -202,6 +227,20 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         # Not `or`: a MultiKernelManager with no kernels yet is falsy (it defines __len__).
         owner = getattr(self.parent, "parent", None)
         return owner if owner is not None else asyncio.get_running_loop()
+
+    def _check_parking(self, park_after: float) -> None:
+        """`park_after` needs a kernel manager that parks idle kernels (the server extension's
+        `QueuedMappingKernelManager` says so with `parks_idle_kernels`); elsewhere (Kernel
+        Gateway, a kernel manager of one's own) the kernel would never be parked."""
+        manager = getattr(self.parent, "parent", None)
+        if not park_after or getattr(manager, "parks_idle_kernels", False):
+            return
+        kind = type(manager).__name__ if manager is not None else "none"
+        raise errors.ConfigError(
+            f"`park_after` is {park_after:g} but this server does not park idle kernels (its "
+            f"kernel manager is {kind}); run Jupyter Server with the kernel_queue server "
+            "extension, or set `park_after` to 0"
+        )
 
     def _touch(self) -> None:
         if self.parent is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -83,6 +84,8 @@ class KernelSession:
         self._told: str | None = None
         self._restart = False  # a restart was asked for; the launch after it has not ended
         self._old_gone = False  # and the old kernel stopped answering its heartbeat
+        self._parked_why = ""  # "after 30 min idle", "on request": the latest park's reason
+        self._parked_since: datetime.datetime | None = None
 
     @property
     def backend(self) -> backends.ClusterBackend:
@@ -126,6 +129,8 @@ class KernelSession:
         one) submitted; then wait for it to run. A failed launch releases the group (a
         release that fails is logged; the launch's own error is raised)."""
         tracker = self.tracker
+        if tracker is not None and self.parked:  # a restart of a parked kernel wakes it
+            await self.resume()
         if tracker is not None and tracker.lifecycle.state in IN_PLACE:
             if self.backend.tracks_kernel_restarts:
                 await tracker.wait_restarted(within=startup_timeout)
@@ -247,6 +252,44 @@ class KernelSession:
         since = self.tracker.waiting_since if self.tracker is not None else None
         return since.isoformat() if since is not None else None
 
+    # -- parking -------------------------------------------------------------------------------
+
+    @property
+    def parked(self) -> bool:
+        """The kernel is parked (or saving to park): its next cell brings it back."""
+        return self.tracker is not None and self.tracker.lifecycle.state is KernelState.PARKED
+
+    async def park(self, *, idle_seconds: float | None = None) -> None:
+        """Park a running kernel: it saves, gives back its admission and stays listed. Raises
+        `ParkRefused` (nothing changed) when it does not run or saves no checkpoints."""
+        who = f"kernel {short_id(self.kernel_id)}"
+        tracker = self.tracker
+        if tracker is not None and tracker.lifecycle.state is KernelState.PARKED:
+            return
+        state = lifecycle.shown(tracker.lifecycle) if tracker is not None else None
+        if tracker is None or tracker.lifecycle.state not in LIVE:
+            shown = f"is {state}" if state is not None else "has not started"
+            raise errors.ParkRefused(
+                f"{who} {shown}, not running: only a running kernel can be parked"
+            )
+        if self.spec is not None and not self.spec.checkpoint.enabled:
+            raise errors.ParkRefused(
+                f"{who} saves no checkpoints, so parking would lose its variables; turn on "
+                "`checkpoint.enabled` in its kernelspec to park it"
+            )
+        self._parked_why = (
+            "on request"
+            if idle_seconds is None
+            else f"after {lifecycle.idle_words(idle_seconds)} idle"
+        )
+        self._parked_since = datetime.datetime.now(datetime.UTC)
+        await self.backend.park(tracker.ref, grace=self.grace)
+
+    async def resume(self) -> None:
+        """Wake a parked kernel: it goes back to its queue and comes back with its variables."""
+        if self.tracker is not None and self.parked:
+            await self.backend.resume(self.tracker.ref)
+
     async def cancel(self) -> None:
         """End a wait in the queue: the launch raises `LaunchCancelled`; a live kernel stays."""
         if self.tracker is not None and self.tracker.waiting:
@@ -260,6 +303,8 @@ class KernelSession:
         return self.tracker.describe(
             needs=group.needs() if group else "",
             restored=bool(group and group.checkpoint.enabled),
+            parked=self._parked_why,
+            gpus=group.gpus if group else 0,
         )
 
     def queue_status(self) -> dict[str, Any] | None:
@@ -267,8 +312,14 @@ class KernelSession:
         tracker = self.tracker
         if tracker is None or self.spec is None:
             return None
+        since = self._parked_since.isoformat() if self._parked_since is not None else None
         return events.status_payload(
-            self.spec, tracker.ref.backend, tracker.lifecycle, tracker.status, self.message()
+            self.spec,
+            tracker.ref.backend,
+            tracker.lifecycle,
+            tracker.status,
+            self.message(),
+            parked_since=since,
         )
 
     def _changed(self, state: Lifecycle, status: GroupStatus) -> None:

@@ -25,7 +25,7 @@ from kernel_queue.launcher import contract
 from kernel_queue.model import CheckpointSettings, ConnectionInfo, GroupSpec, group_name
 
 CONNECT_MODES = ("service", "pod-ip")
-CHECKPOINT_KEYS = ("enabled", "path", "claim", "grace_seconds", "keep")
+CHECKPOINT_KEYS = ("enabled", "path", "claim", "grace_seconds", "keep", "continuous")
 DEFAULT_GRACE_SECONDS = contract.DEFAULT_GRACE_SECONDS
 _PYTHONS = {"python", f"python{sys.version_info[0]}", "python{}.{}".format(*sys.version_info[:2])}
 _LABEL_RULE = (
@@ -144,6 +144,7 @@ def _build(
     cpu = _quantity(provisioner.cpu, "cpu", quantities.millicores)
     memory = _quantity(provisioner.memory, "memory", quantities.bytes_)
     checkpoint, grace = checkpoint_settings(provisioner.checkpoint, backend)
+    park_after = _park_after(provisioner.park_after, checkpoint)
     if backend == "local" and checkpoint.enabled and checkpoint.path:
         problem = local_settings.directory_problem(Path(checkpoint.path))
         if problem is not None:
@@ -178,6 +179,7 @@ def _build(
         service_account=provisioner.service_account,
         connect=provisioner.connect,
         backend=backend,
+        park_after=park_after,
     )
 
 
@@ -218,7 +220,7 @@ def checkpoint_settings(
     if not math.isfinite(grace):
         shown = options.shown(grace)
         raise Problem("checkpoint.grace_seconds", f"is {shown}", "give a finite number of seconds")
-    for key in ("enabled", "keep"):
+    for key in ("enabled", "keep", "continuous"):
         if not isinstance(config.get(key, False), bool):
             raise Problem(
                 f"checkpoint.{key}", f"is {options.shown(config[key])}", "write true or false"
@@ -242,9 +244,31 @@ def checkpoint_settings(
     if enabled:
         _check_grace(float(grace), backend)
     settings = CheckpointSettings(
-        enabled=bool(enabled), path=path, claim=claim, keep=bool(config.get("keep", False))
+        enabled=bool(enabled),
+        path=path,
+        claim=claim,
+        keep=bool(config.get("keep", False)),
+        continuous=bool(config.get("continuous", True)),
     )
     return settings, float(grace)
+
+
+def _park_after(seconds: float, checkpoint: CheckpointSettings) -> float:
+    """`park_after`: finite, 0 or more, and only where a parked kernel keeps its variables."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise Problem(
+            "park_after",
+            f"is {options.shown(seconds)}",
+            "give the seconds a kernel may sit idle before it is parked, or 0 never to park",
+        )
+    if seconds and not checkpoint.enabled:
+        raise Problem(
+            "park_after",
+            f"is {options.shown(seconds)} but checkpoints are off, so a parked kernel would "
+            "lose its variables",
+            f"turn them on with {kernelspec_key('checkpoint.enabled')}, or set park_after to 0",
+        )
+    return float(seconds)
 
 
 def _checkpoint_place(

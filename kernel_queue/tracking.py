@@ -207,12 +207,18 @@ class KernelTracker:
             f"{self._restart_within:.0f} s of a restart{after}"
         )
 
-    def describe(self, *, needs: str, restored: bool) -> str:
+    def describe(self, *, needs: str, restored: bool, parked: str = "", gpus: int = 0) -> str:
         """The sentence the user reads now: the failure, once failed; else the lifecycle's."""
         if self.failure is not None and self.lifecycle.state is KernelState.FAILED:
             return str(self.failure)
         return lifecycle.describe(
-            self.lifecycle, self.status, queue=self.queue, needs=needs, restored=restored
+            self.lifecycle,
+            self.status,
+            queue=self.queue,
+            needs=needs,
+            restored=restored,
+            parked=parked,
+            gpus=gpus,
         )
 
     def _failure_for(

@@ -1,5 +1,6 @@
 """The status event's payload against its schema: the wait estimate is a new optional field of
-version 2, and the $id old consumers filter on is unchanged."""
+version 2, the parked state and its fields came in version 3, and the $id old consumers filter
+on is unchanged."""
 
 from __future__ import annotations
 
@@ -52,9 +53,22 @@ def test_without_enough_admissions_or_once_admitted_the_estimate_is_null() -> No
     assert payload(KernelState.RUNNING, stale)["estimated_wait_seconds"] is None
 
 
-def test_the_schema_is_version_2_under_the_same_id_and_version_1_payloads_still_validate() -> None:
+def test_a_parked_kernel_says_since_when_and_how_often_and_others_say_null() -> None:
+    since = "2026-12-01T20:00:00+00:00"
+    parked = Lifecycle(KernelState.PARKED, parks=2)
+    status = GroupStatus(GroupPhase.PARKED, message="saved 2 variables, 1.0 KiB")
+    data = events.status_payload(SPEC, "local", parked, status, "parked", parked_since=since)
+    SCHEMA.validate(data)
+    assert (data["state"], data["parks"], data["parked_since"]) == ("parked", 2, since)
+    running = events.status_payload(
+        SPEC, "local", Lifecycle(KernelState.RESUMED, parks=2), status, "x", parked_since=since
+    )
+    assert (running["parks"], running["parked_since"]) == (2, None)
+
+
+def test_the_schema_is_version_3_under_the_same_id_and_version_1_payloads_still_validate() -> None:
     raw = yaml.safe_load(events.SCHEMA_PATH.read_text())
-    assert (raw["$id"], raw["version"]) == (events.SCHEMA_ID, "2")
+    assert (raw["$id"], raw["version"]) == (events.SCHEMA_ID, "3")
     assert raw["$id"].endswith("/kernel-status/v1")  # what consumers of version 1 listen for
     old = {"kernel_id": "k-1", "state": "queued", "message": "queued in 'user-queue'"}
     SCHEMA.validate({**old, "position": 1, "queue_length": 1, "gpus": 1})

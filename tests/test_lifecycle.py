@@ -316,3 +316,120 @@ def test_a_restart_in_place_keeps_the_sentence_of_the_running_kernel() -> None:
         )
         during = describe(Lifecycle(S.RESTARTING, preemptions), status, queue="gpu", needs="1 GPU")
         assert during == before
+
+
+@pytest.mark.parametrize(
+    ("before", "observed", "after"),
+    [
+        pytest.param(
+            Lifecycle(S.RUNNING), P.PARKING, Lifecycle(S.PARKED, parks=1), id="running-parks"
+        ),
+        pytest.param(
+            Lifecycle(S.RESUMED, 1), P.PARKED, Lifecycle(S.PARKED, 1, 1), id="resumed-parks"
+        ),
+        pytest.param(
+            Lifecycle(S.PARKED, parks=1),
+            P.PARKED,
+            Lifecycle(S.PARKED, parks=1),
+            id="saved-while-parked-counts-once",
+        ),
+        pytest.param(
+            Lifecycle(S.PARKED, parks=1),
+            P.QUEUED,
+            Lifecycle(S.REQUEUED, parks=1, waking=True),
+            id="woken-waits-as-requeued-not-preempted",
+        ),
+        pytest.param(
+            Lifecycle(S.REQUEUED, parks=1, waking=True),
+            P.ADMITTED,
+            Lifecycle(S.ADMITTED, parks=1, waking=True),
+            id="woken-admitted",
+        ),
+        pytest.param(
+            Lifecycle(S.ADMITTED, parks=1, waking=True),
+            P.RUNNING,
+            Lifecycle(S.RESUMED, parks=1),
+            id="woken-comes-back-resumed",
+        ),
+        pytest.param(
+            Lifecycle(S.ADMITTED, parks=1, waking=True),
+            P.EVICTED,
+            Lifecycle(S.PREEMPTED, 1, 1),
+            id="woken-then-preempted-is-a-preemption",
+        ),
+        pytest.param(
+            Lifecycle(S.PARKED, parks=1),
+            P.FINISHED,
+            Lifecycle(S.FINISHED, parks=1),
+            id="shut-down-while-parked",
+        ),
+        pytest.param(
+            Lifecycle(S.QUEUED), P.PARKED, Lifecycle(S.QUEUED), id="a-waiting-kernel-never-parks"
+        ),
+    ],
+)
+def test_parking_steps(before: Lifecycle, observed: GroupPhase, after: Lifecycle) -> None:
+    assert step(before, observed).lifecycle == after
+
+
+def test_a_parked_kernel_that_fails_releases_and_fails() -> None:
+    transition = step(Lifecycle(S.PARKED, parks=1), P.FAILED)
+    assert transition.lifecycle.state is S.FAILED
+    assert transition.actions == {RELEASE, FAIL}
+
+
+@pytest.mark.parametrize(
+    ("lifecycle", "status", "kw", "text"),
+    [
+        pytest.param(
+            Lifecycle(S.PARKED, parks=1),
+            _status(P.PARKING),
+            {"parked": "after 30 min idle", "gpus": 1},
+            "parking after 30 min idle: saving its variables, then giving back its GPU",
+            id="parking",
+        ),
+        pytest.param(
+            Lifecycle(S.PARKED, parks=1),
+            _status(P.PARKED, message="saved 12 variables, 1.2 GB"),
+            {"parked": "after 30 min idle", "gpus": 1, "restored": True},
+            "parked after 30 min idle; GPU released; your next cell brings it back "
+            "(saved 12 variables, 1.2 GB)",
+            id="parked-as-the-issue-words-it",
+        ),
+        pytest.param(
+            Lifecycle(S.PARKED, parks=1),
+            _status(P.PARKED),
+            {"gpus": 2, "restored": True},
+            "parked on request; 2 GPUs released; your next cell brings it back",
+            id="parked-on-request",
+        ),
+        pytest.param(
+            Lifecycle(S.REQUEUED, parks=1, waking=True),
+            _status(P.QUEUED, place=QueuePlace("gpu", 2, 3)),
+            {"parked": "on request", "gpus": 1},
+            "waking from parked: queued in 'gpu', position 2 of 3, needs 1 GPU",
+            id="waking",
+        ),
+        pytest.param(
+            Lifecycle(S.RESUMED, parks=1),
+            _status(P.RUNNING, devices=("0",)),
+            {"restored": True},
+            "resumed with GPU 0; variables restored from the checkpoint (the notebook lists them)",
+            id="back-from-parked",
+        ),
+    ],
+)
+def test_parked_sentences(
+    lifecycle: Lifecycle, status: GroupStatus, kw: dict[str, object], text: str
+) -> None:
+    assert describe(lifecycle, status, queue="gpu", needs="1 GPU", **kw) == text  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [(45, "45 s"), (1800, "30 min"), (5400, "1.5 h"), (7200, "2 h")],
+)
+def test_idle_words(seconds: float, words: str) -> None:
+    from kernel_queue.lifecycle import idle_words
+
+    assert idle_words(seconds) == words

@@ -45,6 +45,18 @@ class ClusterBackend(Protocol):
         """Deliver a signal to the kernel where the backend can; otherwise do nothing."""
         ...
 
+    async def park(self, ref: GroupRef, *, grace: float) -> None:
+        """Park a running kernel: stop it as a preemption does (it saves within `grace`), give
+        back its admission and keep the group, reporting PARKING, then PARKED. Idempotent; does
+        nothing unless the group runs."""
+        ...
+
+    async def resume(self, ref: GroupRef) -> None:
+        """Put a parked group back in its queue (QUEUED, ADMITTED, RUNNING; the next kernel
+        process restores its checkpoint). Asked while PARKING, it takes effect once parked;
+        otherwise it does nothing."""
+        ...
+
     async def release(self, ref: GroupRef) -> None:
         """Stop everything, give back the queue place or quota, delete what was created."""
         ...

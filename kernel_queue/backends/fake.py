@@ -41,6 +41,8 @@ class FakeGroup:
     stops: list[tuple[StopCause, float]] = field(default_factory=list)
     signals: list[int] = field(default_factory=list)
     released: int = 0
+    parks: list[float] = field(default_factory=list)  # the grace of each park asked
+    resumes: int = 0
 
 
 class FakeProbe:
@@ -149,6 +151,22 @@ class FakeBackend:
         else:
             self.finish(ref.kernel_id, 0, message="removed from the queue")
 
+    async def park(self, ref: GroupRef, *, grace: float) -> None:
+        """Record the park; a running group reports PARKING (a test then calls `parked`)."""
+        self._maybe_fail("park")
+        group = self._find(ref)
+        if group is not None and group.status.phase is GroupPhase.RUNNING:
+            group.parks.append(grace)
+            self._publish(group, group.status.evolve(phase=GroupPhase.PARKING, message=""))
+
+    async def resume(self, ref: GroupRef) -> None:
+        """A parked group goes back to its queue, first in line."""
+        self._maybe_fail("resume")
+        group = self._find(ref)
+        if group is not None and group.status.phase is GroupPhase.PARKED:
+            group.resumes += 1
+            self.queue(ref.kernel_id, 1, 1)
+
     async def send_signal(self, ref: GroupRef, signum: int) -> None:
         group = self._find(ref)
         if group is not None:
@@ -209,6 +227,10 @@ class FakeBackend:
         and the next one starts in the same admission."""
         self.kernel_exits(kernel_id)
         self.kernel_starts(kernel_id)
+
+    def parked(self, kernel_id: str, *, message: str = "saved 2 variables, 1.0 KiB") -> None:
+        """The parking kernel saved and gave its admission back."""
+        self._publish(self.group(kernel_id), GroupStatus(GroupPhase.PARKED, message=message))
 
     def kernel_exits(self, kernel_id: str) -> None:
         """The kernel process ends and its launcher stays (reported only where the backend

@@ -196,6 +196,33 @@ class LocalBackend(local_settings.LocalSettings):
             local_groups.kill_after(group.process, kill_after), f"kill {group.spec.name}"
         )
 
+    async def park(self, ref: GroupRef, *, grace: float) -> None:
+        """SIGTERM the launcher as a preemption does (the kernel saves, the launcher exits and
+        is killed if it outlives `grace`); once it exited, its GPUs go to the next in line."""
+        group = self._find(ref)
+        if group is None or group.process is None or group.leaving or group.stopping:
+            return
+        group.parking = True
+        self.log.info("%s parking: saving its variables", group.who)
+        feed.publish(group, group.status.evolve(phase=GroupPhase.PARKING, message=""))
+        group.signal(signal.SIGTERM)
+        kill_after = grace + contract.LOCAL_KILL_MARGIN_SECONDS
+        self._tasks.spawn(
+            local_groups.kill_after(group.process, kill_after), f"kill {group.spec.name}"
+        )
+
+    async def resume(self, ref: GroupRef) -> None:
+        """Requeue a parked group at the back of its queue; while parking, once parked."""
+        group = self._find(ref)
+        if group is None or group.stopping is not None:
+            return
+        if group.parking:
+            group.resume_asked = True
+        elif group.parked:
+            self.log.info("%s woken: back in %r", group.who, group.spec.queue)
+            group.requeue(created=float(next(self._arrivals)))
+            self._schedule()
+
     async def send_signal(self, ref: GroupRef, signum: int) -> None:
         """Send `signum` to the launcher, which forwards it to the kernel."""
         group = self._find(ref)
@@ -264,7 +291,7 @@ class LocalBackend(local_settings.LocalSettings):
             return  # closing: nothing new starts while the groups are released
         pending = [g.request for g in self._groups.values() if self._is_waiting(g)]
         admitted = [
-            replace(g.admitted, evicting=bool(g.evicting))
+            replace(g.admitted, evicting=g.leaving)
             for g in self._groups.values()
             if g.admitted is not None
         ]
@@ -290,7 +317,9 @@ class LocalBackend(local_settings.LocalSettings):
 
     @staticmethod
     def _is_waiting(group: local_groups.Group) -> bool:
-        return group.admitted is None and group.status.phase not in feed.TERMINAL
+        return (
+            group.admitted is None and not group.parked and group.status.phase not in feed.TERMINAL
+        )
 
     def _busy_devices(self) -> set[str]:
         return {d for g in self._groups.values() if g.admitted for d in g.status.devices}
@@ -355,6 +384,13 @@ class LocalBackend(local_settings.LocalSettings):
         self._on_exit(group, code)
 
     def _on_exit(self, group: local_groups.Group, code: int) -> None:
+        if group.parking and group.stopping is None:
+            self.log.info("%s parked: %s", group.who, group.saved or "nothing saved")
+            group.park()
+            if group.resume_asked:
+                group.requeue(created=float(next(self._arrivals)))
+            self._schedule()  # its GPUs go to the next in line
+            return
         if group.evicting and group.stopping is None:
             self.log.info("%s stopped after preemption; requeued", group.who)
             group.requeue(created=float(next(self._arrivals)))

@@ -43,6 +43,14 @@ class Group:
     saved: str = ""  # what the last preemption's checkpoint saved, as the kernel reported it
     stopping: StopCause | None = None
     launches: int = 0  # launchers started so far (a later one resumes the kernel)
+    parking: bool = False  # stopping to park: its launcher saves and exits
+    parked: bool = False  # parked: no launcher, no admission, not in the queue
+    resume_asked: bool = False  # a resume came while parking: requeue once parked
+
+    @property
+    def leaving(self) -> bool:
+        """Its launcher is being stopped to free its admission (preempted or parking)."""
+        return bool(self.evicting) or self.parking
 
     @property
     def who(self) -> str:
@@ -109,7 +117,7 @@ class Group:
         status = self.status
         if event.get("event") == "started" and self.process is not None and self.process.pid:
             started(self.process.pid)
-        if event.get("event") == "started" and not self.evicting:
+        if event.get("event") == "started" and not self.leaving:
             self.saved = ""
             feed.publish(
                 self,
@@ -120,18 +128,27 @@ class Group:
                     kernel_alive=True,
                 ),
             )
-        elif event.get("event") == "exited" and not self.evicting:
+        elif event.get("event") == "exited" and not self.leaving:
             feed.publish(self, status.evolve(kernel_alive=False))
 
     def requeue(self, created: float) -> None:
-        """Back in the queue after its preemption's launcher exited: no admission, its ports
-        held again while it waits (a port lost now is retried at admission), at the back of the
-        line (`created`, as Kueue requeues by eviction time)."""
+        """Back in the queue after its preemption's launcher exited (or woken from parked): no
+        admission, its ports held again while it waits (a port lost now is retried at
+        admission), at the back of the line (`created`, as Kueue requeues by eviction time)."""
         self.evicting = ""
+        self.parked = self.resume_asked = False
         self.admitted = None
         self.ports.hold()
         self.request = replace(self.request, created=created)
         self.status = GroupStatus(GroupPhase.QUEUED, message=self.saved)
+
+    def park(self) -> None:
+        """Its launcher exited after parking: no admission, out of the queue, its ports held
+        (it comes back at the same address), what it saved reported."""
+        self.parking, self.parked = False, True
+        self.admitted = None
+        self.ports.hold()
+        feed.publish(self, GroupStatus(GroupPhase.PARKED, message=self.saved))
 
     def exit_message(self, code: int) -> tuple[str, bool]:
         """Why the kernel ends now that its launcher exited with `code`, and whether that is a

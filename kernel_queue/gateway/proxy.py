@@ -112,6 +112,13 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
             km.kernel_spec, self.proxy_config, parent=km, kernel_id=self.kernel_id
         )
         group = spec.build(options, argv_extra=[], cwd=None)
+        if group.park_after:
+            raise errors.ConfigError(
+                f"kernelspec {km.kernel_name!r}: `park_after` is {group.park_after:g}, but "
+                "Enterprise Gateway 3.x cannot park idle kernels (it has no hook that sees "
+                "their cells); set `park_after` to 0, or serve the kernel from Jupyter Server "
+                "with the kernel_queue extension"
+            )
         key = km.session.key.decode()  # EG's key for this kernel: the same on every restart
         group = replace(
             spec.with_env(group, env, km.kernel_spec.env or {}),
