@@ -181,8 +181,8 @@ def test_one_checkpoint_layout_on_disk(tmp_path: Path) -> None:
     ]
     assert sorted(manifest) == [
         "bytes", "checksum", "consistency", "created", "digest", "files", "format", "kernel_id",
-        "module", "namespace", "payload", "pickle_protocol", "saved", "seconds", "skipped",
-        "versions",
+        "module", "namespace", "payload", "pickle_protocol", "reused", "saved", "seconds",
+        "skipped", "versions",
     ]  # fmt: skip
     assert manifest["format"] == kc.FORMAT_VERSION == 2
     assert manifest["module"] == "kernelns"

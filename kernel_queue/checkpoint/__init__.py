@@ -133,6 +133,8 @@ class SaveReport:
     """"consistent" (saved at a cell boundary) or "concurrent" (saved while code ran)."""
     error: str = ""
     """Why nothing was committed ("deadline", or the exception), if so."""
+    reused: int = 0
+    """Of `bytes`, those linked from the base checkpoint rather than written (incremental)."""
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,8 @@ def summary(report: SaveReport | RestoreReport | Recovery) -> str:
         text = f"checkpoint not saved after {report.seconds:.1f} s ({why}); any earlier one is kept"
     else:
         text = f"saved {_count(len(report.saved))} ({_size(report.bytes)})"
+        if report.reused:
+            text = text[:-1] + f", {_size(report.bytes - report.reused)} of it changed)"
         text += f" in {report.seconds:.1f} s"
     if report.skipped:
         text += "; not saved: " + ", ".join(f"{n} ({t}: {r})" for n, t, r in report.skipped)

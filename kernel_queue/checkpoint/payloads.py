@@ -64,9 +64,12 @@ class OutOfBand:
         payload: list[dict[str, Any]],
         tensors: tuple[type, ...],
         roots: set[int] = frozenset(),  # type: ignore[assignment]
+        reuse: Mapping[str, Path] | None = None,
     ) -> None:
         self.writer, self.module, self.deadline, self.payload = writer, module, deadline, payload
         self.tensors, self.roots = tensors, roots
+        self.reuse = reuse or {}
+        """Digest -> an array file of the previous checkpoint (`snapshot.reusable`)."""
         self.namespace = module.__dict__
         self.globals = references.Globals(module.__name__)
         self.packer = packs.Packer(writer)
@@ -98,6 +101,11 @@ class OutOfBand:
             parameter = isinstance(obj, sys.modules["torch"].nn.Parameter)
             pid = ("tensor", name, str(obj.device), parameter, bool(obj.requires_grad))
             entry = {"kind": "tensor", "shape": list(obj.shape), "device": str(obj.device)}
+        reused = self._reused(name, obj) if isinstance(obj, np.ndarray) else 0
+        if reused:
+            self.payload.append({"file": name, **entry, "bytes": reused, "reused": True})
+            self.written[id(obj)] = (pid, obj)
+            return pid
         file = self.writer.open(name)
         if isinstance(obj, np.ndarray):
             _write_array(file, obj, self.deadline)
@@ -107,6 +115,38 @@ class OutOfBand:
         file.close()
         self.written[id(obj)] = (pid, obj)
         return pid
+
+    def _reused(self, name: str, array: np.ndarray[Any, Any]) -> int:
+        """The bytes of the previous checkpoint's file of `array`'s very bytes, now file `name`
+        too; 0 when there is none (or it could not be reused): write it.
+
+        The array is hashed as its file would be (header, then data; the digest threads do
+        it), so an array changed in place (`a[0] = 1`) never matches its old file. Only
+        contiguous arrays; a store that cannot link (`link` absent or False) gets a new file.
+        """
+        link = getattr(self.writer, "link", None)
+        if not self.reuse or link is None:
+            return 0
+        found = digest_of(array)
+        if found is None or found[1] not in self.reuse:
+            return 0
+        size, digest = found
+        return size if link(name, self.reuse[digest], size, digest) else 0
+
+
+def digest_of(array: np.ndarray[Any, Any]) -> tuple[int, str] | None:
+    """(bytes, digest) of the file `_write_array` would write for `array`; None when it is not
+    contiguous (its file is written in copied blocks, and not worth hashing twice)."""
+    array = np.asarray(array)
+    if not (array.flags.c_contiguous or array.flags.f_contiguous):
+        return None
+    head = io.BytesIO()
+    _write_header(head, array)
+    digest = digests.Digest()
+    digest.update(head.getvalue())
+    flat = (array if array.flags.c_contiguous else array.T).reshape(-1).view(np.uint8)
+    digest.update(flat.data)
+    return head.tell() + flat.size, digest.hexdigest()
 
 
 def read(directory: Path, entry: Mapping[str, Any], record: Mapping[str, Any]) -> Any:
@@ -179,11 +219,7 @@ def tensor_types() -> tuple[type, ...]:
 def _write_array(file: IO[bytes], array: np.ndarray[Any, Any], deadline: float | None) -> None:
     """`np.save(file, array)` in chunks, checking the deadline between them; any memory layout."""
     array = np.asarray(array)  # a memmap is saved as its data and restored as an array
-    header = npy.header_data_from_array_1_0(array)
-    try:
-        npy.write_array_header_1_0(file, header)
-    except ValueError:  # a header over 64 KiB (huge structured dtypes)
-        npy.write_array_header_2_0(file, header)
+    _write_header(file, array)
     if array.flags.c_contiguous or array.flags.f_contiguous:
         flat = (array if array.flags.c_contiguous else array.T).reshape(-1).view(np.uint8)
         for start in range(0, flat.size, CHUNK):
@@ -195,6 +231,14 @@ def _write_array(file: IO[bytes], array: np.ndarray[Any, Any], deadline: float |
         check(deadline)
         block = np.ascontiguousarray(array[start : start + rows])
         _write_through(file, block.reshape(-1).view(np.uint8).data)
+
+
+def _write_header(file: IO[bytes], array: np.ndarray[Any, Any]) -> None:
+    header = npy.header_data_from_array_1_0(array)
+    try:
+        npy.write_array_header_1_0(file, header)
+    except ValueError:  # a header over 64 KiB (huge structured dtypes)
+        npy.write_array_header_2_0(file, header)
 
 
 def _write_through(file: IO[bytes], data: memoryview) -> None:

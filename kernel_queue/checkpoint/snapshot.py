@@ -53,7 +53,7 @@ _DILL_LISTS = ("__dill_imported", "__dill_imported_as", "__dill_imported_top_lev
 _VALUES = (int, float, complex, str, bytes, tuple, frozenset)  # never worth saving by reference
 _OWN_FIELDS = frozenset(
     {"format", "created", "consistency", "module", "namespace", "pickle_protocol", "versions"}
-    | {"saved", "skipped", "payload", "bytes", "seconds", "files"}
+    | {"saved", "skipped", "payload", "bytes", "seconds", "files", "base", "reused"}
 )
 
 
@@ -65,8 +65,15 @@ def save(
     deadline: float | None = None,
     consistency: str = "consistent",
     extra: Mapping[str, Any] | None = None,
+    base: Checkpoint | None = None,
 ) -> SaveReport:
     """Checkpoint the user variables of `module` (the IPython user module) into `store`.
+
+    With `base` (a committed checkpoint of the same store) the save is incremental: an array
+    whose bytes hash to the digest of one of `base`'s array files is not written again but
+    linked from it (`DirectoryWriter.link`), so a checkpoint after a cell that changed one
+    array writes that array, the namespace pickle and the manifest; every checkpoint directory
+    still holds all its files.
 
     Called by the in-kernel extension on preemption. The user's namespace is never modified
     (skipped names are left out of a copy, not popped), so a cell may run meanwhile (then pass
@@ -93,7 +100,8 @@ def save(
             saved, skipped = selection.select(module, hidden, deadline, tensors)
             writer = store.begin()
             roots = _roots(module, {name for name, _, _ in saved})
-            external = payloads.OutOfBand(writer, module, deadline, payload, tensors, roots)
+            reuse = reusable(base)
+            external = payloads.OutOfBand(writer, module, deadline, payload, tensors, roots, reuse)
             file = writer.open(NAMESPACE)
             _dump(file, module, {name for name, _, _ in saved}, hidden, external)
             external.packer.close(payload)
@@ -113,8 +121,11 @@ def save(
                 "skipped": [{"name": n, "type": t, "reason": r} for n, t, r in skipped],
                 "payload": payload,
                 "bytes": sum(entry["bytes"] for entry in payload),
+                "reused": _reused(payload),
                 "seconds": round(time.monotonic() - started, 3),
             }
+            if base is not None:
+                manifest["base"] = base.id
             checkpoint = writer.commit(manifest)
     except payloads.DeadlinePassed:
         error = "deadline"
@@ -131,7 +142,25 @@ def save(
         seconds=time.monotonic() - started,
         consistency=consistency,
         error=error,
+        reused=_reused(payload) if checkpoint else 0,
     )
+
+
+def reusable(base: Checkpoint | None) -> dict[str, Any]:
+    """Digest -> path of each array file of `base` (empty without one): what a save may link."""
+    if base is None:
+        return {}
+    files = base.manifest.get("files", {})
+    found = {}
+    for entry in base.manifest.get("payload", ()):
+        record = files.get(entry.get("file")) if isinstance(entry, dict) else None
+        if entry.get("kind") == "ndarray" and isinstance(record, dict):
+            found[str(record.get("digest"))] = base.path / str(entry["file"])
+    return found
+
+
+def _reused(payload: list[dict[str, Any]]) -> int:
+    return sum(entry["bytes"] for entry in payload if entry.get("reused"))
 
 
 def restore(module: ModuleType, checkpoint: Checkpoint) -> RestoreReport:

@@ -165,6 +165,7 @@ class DirectoryWriter:
         self.id, self.path = ident, path
         self._store = store
         self._files: dict[str, durable.SyncedFile] = {}
+        self._linked: dict[str, dict[str, Any]] = {}  # name -> the reused file's bytes, digest
         self._done = False
 
     def open(self, name: str) -> BinaryIO:
@@ -180,6 +181,41 @@ class DirectoryWriter:
         file.sync_fd = os.dup(fd)
         self._files[name] = file
         return file
+
+    def link(self, name: str, source: Path, size: int, digest: str) -> bool:
+        """Reuse `source`, a payload file of a committed checkpoint of this store whose manifest
+        recorded `size` and `digest`, as payload file `name`: a hard link (the same inode: no
+        byte is written), else a copy (fsynced). False, nothing done, when `source` is not
+        `size` bytes any more or cannot be read: the caller writes the file itself.
+
+        Committed files are never written again, so sharing one is safe; each checkpoint
+        directory still lists and holds all its files, so deleting an old one frees only what
+        no newer checkpoint shares. Damage to a shared file is damage to every checkpoint that
+        holds it, and is found by its digest when one is restored (`digests.read_into`).
+        """
+        self._check_open()
+        if name in self._files or name in self._linked or not candidates.plain_name(name):
+            raise ValueError(f"cannot create payload file {name!r} in checkpoint {self.id}")
+        target = self.path / name
+        try:
+            if os.stat(source).st_size != size:
+                return False
+            try:
+                os.link(source, target)
+            except OSError:  # no hard links here (another filesystem, a FUSE mount): copy
+                shutil.copyfile(source, target)
+                os.chmod(target, durable.FILE_MODE)
+                fd = os.open(target, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                target.unlink()
+            return False
+        self._linked[name] = {"bytes": size, "digest": digest}
+        return True
 
     def commit(self, manifest: Mapping[str, Any]) -> Checkpoint:
         """Write `manifest.json` (with `files`: name → bytes and digest) last; it now counts.
@@ -199,6 +235,7 @@ class DirectoryWriter:
         for file in self._files.values():
             file.durable()
         files = {name: {"bytes": f.size, "digest": f.hexdigest} for name, f in self._files.items()}
+        files.update(self._linked)  # their directory entries are fsynced with the manifest's
         record = {**manifest, "files": files, "digest": digests.ALGORITHM}
         try:
             # sealed as it will read back (tuples as lists, keys as strings)
