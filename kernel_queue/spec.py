@@ -264,8 +264,7 @@ def _park_after(seconds: float, checkpoint: CheckpointSettings) -> float:
     if seconds and not checkpoint.enabled:
         raise Problem(
             "park_after",
-            f"is {options.shown(seconds)} but checkpoints are off, so a parked kernel would "
-            "lose its variables",
+            f"is {seconds:g} but checkpoints are off, so a parked kernel would lose its variables",
             f"turn them on with {kernelspec_key('checkpoint.enabled')}, or set park_after to 0",
         )
     return float(seconds)

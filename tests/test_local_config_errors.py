@@ -61,7 +61,7 @@ async def _failure(server: Server, name: str) -> dict[str, Any]:
         pytest.param(
             {"checkpoint": {"grace": 10}},
             "`checkpoint` has an unknown key `grace` (did you mean `grace_seconds`?); its keys "
-            "are enabled, path, claim, grace_seconds, keep",
+            "are enabled, path, claim, grace_seconds, keep, continuous",
             id="checkpoint-unknown-key",
         ),
         pytest.param(
@@ -146,6 +146,23 @@ async def _failure(server: Server, name: str) -> dict[str, Any]:
             "`checkpoint.grace_seconds` is 3, which leaves no time to save: the save must end "
             "3 s before the kernel is stopped; use 4 or more seconds",
             id="grace-below-the-save-margin",
+        ),
+        pytest.param(
+            {"park_after": -5},
+            "`park_after` is -5.0; give the seconds a kernel may sit idle before it is parked, or "
+            "0 never to park",
+            id="park-after-negative",
+        ),
+        pytest.param(
+            {"park_after": 1800},
+            "`park_after` is 1800 but checkpoints are off, so a parked kernel would lose its "
+            "variables; turn them on with `checkpoint.enabled`, or set park_after to 0",
+            id="park-after-without-checkpoints",
+        ),
+        pytest.param(
+            {"checkpoint": {"enabled": True, "continuous": "yes"}},
+            "`checkpoint.continuous` is 'yes'; write true or false",
+            id="continuous-not-a-boolean",
         ),
         pytest.param(
             {"queue": "gpu\ud800"},

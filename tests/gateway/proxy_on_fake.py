@@ -119,6 +119,25 @@ async def a_bad_kernelspec_is_an_http_error_naming_the_fix() -> None:
     assert fake.submitted == []
 
 
+async def park_after_is_refused_naming_the_key_and_the_way_out() -> None:
+    owner = Owner()
+    fake = FakeBackend().serve(owner)
+    checkpoint = {"enabled": True, "path": "/tmp/kernel-queue-eg-checkpoints"}
+    proxy = KueueProcessProxy(Manager(owner, park_after=600, checkpoint=checkpoint), {})
+    try:
+        await launched(proxy)
+    except web.HTTPError as exc:
+        assert exc.status_code == 500
+        said = str(exc.log_message)
+        assert (
+            "kernelspec 'fake': `park_after` is 600, but Enterprise Gateway 3.x cannot park" in said
+        )
+        assert "set `park_after` to 0" in said
+    else:
+        raise AssertionError("the launch did not fail")
+    assert fake.submitted == []
+
+
 async def a_client_that_stops_waiting_gets_503_and_nothing_stays_queued() -> None:
     owner = Owner()
     fake = FakeBackend().serve(owner)
@@ -136,6 +155,7 @@ async def a_client_that_stops_waiting_gets_503_and_nothing_stays_queued() -> Non
 async def main() -> None:
     await launch_restart_in_place_and_kill()
     await a_bad_kernelspec_is_an_http_error_naming_the_fix()
+    await park_after_is_refused_naming_the_key_and_the_way_out()
     await a_client_that_stops_waiting_gets_503_and_nothing_stays_queued()
 
 
