@@ -5,7 +5,7 @@ and whom to preempt, and writes Kueue's results: `status.admission` with QuotaRe
 Admitted, Evicted/Preempted on victims, QuotaReserved=False with the release's reason (`Pending`
 and `Inadmissible` up to 0.19, `WaitingForQuota`, `ExceedsMaxQuota`, ... from 0.20) and Kueue's
 message, the `stopPolicy` rules, and ClusterQueue/LocalQueue status, after Kueue's
-`pkg/scheduler`.
+`pkg/scheduler`. A deactivated Workload's quota counts no more (`pkg/cache/scheduler/cache.go`).
 """
 
 from __future__ import annotations
@@ -117,7 +117,9 @@ class Scheduler:
             if kw.has_reservation(wl):
                 held = wl["status"]["admission"]["clusterQueue"]
                 wl = self._drain(wl, lq, cluster_queues.get(held))
-                if held in passes:
+                # `HasActiveQuotaReservation`: Kueue's cache drops a deactivated Workload's
+                # usage as soon as it sees `active: false`, while its pods still stop.
+                if held in passes and kw.is_active(wl):
                     reserved = kw.condition(wl, k.QUOTA_RESERVED) or {}
                     since = pods.parse_time(reserved.get("lastTransitionTime") or _EPOCH)
                     flavors_held = queues.admitted_flavors(wl)
@@ -317,7 +319,7 @@ class Scheduler:
                 lq_active = (False, reason, "Can't submit new workloads to clusterQueue")
             else:
                 lq_active = (True, "Ready", "Can submit new workloads to localQueue")
-            held = [wl for wl in by_lq.get((ns, lq_name), []) if kw.has_reservation(wl)]
+            held = [wl for wl in by_lq.get((ns, lq_name), []) if _held_in(wl)]
             count = pending[(ns, lq_name)]
             status = queues.queue_status(
                 lq, held, pending=count, cq=cq, active=lq_active, request_of=self.request
@@ -347,6 +349,10 @@ def _blocker(queue: str, lq: Obj | None, cq_name: str, cq: Obj | None) -> tuple[
 
 
 def _held_in(wl: Obj) -> str:
+    """The ClusterQueue whose quota the Workload uses ("" when none: not reserved, or
+    deactivated)."""
+    if not kw.has_reservation(wl) or not kw.is_active(wl):
+        return ""
     return str(((wl.get("status") or {}).get("admission") or {}).get("clusterQueue", ""))
 
 
