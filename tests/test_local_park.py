@@ -103,3 +103,49 @@ async def test_a_restart_of_a_parked_kernel_wakes_it(
     await server.fetch("api", "kernels", kernel, "restart", method="POST", body="{}")
     assert (await server.execute(kernel, "1 + 1"))["data"] == "2"
     await server.shutdown_and_wait(kernel)
+
+
+async def test_five_park_and_wake_cycles_lose_nothing(
+    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+) -> None:
+    kernel = await server.start(_saved(kernelspec, tmp_path / "checkpoints"))
+    assert (await server.execute(kernel, "n = 0; seen = []"))["status"] == "ok"
+    provisioner = _provisioner(server, kernel)
+    for cycle in range(1, 6):
+        await provisioner.park_kernel()
+        await server.wait_reason(kernel, "GPU released")
+        await provisioner.resume_kernel()  # as the next cell does through the server
+        back = await server.execute(kernel, f"n += 1; seen.append({cycle}); n, seen")
+        assert back["data"] == f"({cycle}, {list(range(1, cycle + 1))})", (cycle, back)
+    assert (await server.model(kernel))["execution_state"] != "dead"
+    await server.shutdown_and_wait(kernel)
+
+
+async def test_a_shutdown_while_it_parks_ends_it_and_leaves_nothing(
+    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+) -> None:
+    store = tmp_path / "checkpoints"
+    kernel = await server.start(_saved(kernelspec, store))
+    assert (await server.execute(kernel, "big = bytes(50_000_000)"))["status"] == "ok"
+    await _provisioner(server, kernel).park_kernel()
+    await server.shutdown_and_wait(kernel)  # while it saves
+    assert not server.backend()._groups
+    assert not (store / kernel).exists()
+    follower = await server.start(_saved(kernelspec, store, "follower"))
+    assert (await server.execute(follower, "1"))["data"] == "1"  # the GPU is free
+    await server.shutdown_and_wait(follower)
+
+
+async def test_a_resume_while_it_parks_brings_it_back_once_parked(
+    server: Server, kernelspec: KernelspecFactory, event_log: EventLog, tmp_path: Path
+) -> None:
+    kernel = await server.start(_saved(kernelspec, tmp_path / "checkpoints"))
+    assert (await server.execute(kernel, "w = 'kept'; big = bytes(50_000_000)"))["status"] == "ok"
+    provisioner = _provisioner(server, kernel)
+    await provisioner.park_kernel()
+    await provisioner.park_kernel()  # a second park changes nothing
+    await provisioner.resume_kernel()  # while it still saves
+    assert (await server.execute(kernel, "w"))["data"] == "'kept'"
+    states = event_log.states(kernel)  # the GPU is free: admitted at once, never requeued
+    assert states[-3:] == ["parked", "admitted", "resumed"], states
+    await server.shutdown_and_wait(kernel)
