@@ -14,15 +14,18 @@ from jupyter_server.gateway.gateway_client import GatewayClient
 
 from kernel_queue import events
 from kernel_queue.server import handlers
+from kernel_queue.server.connection import QueuedWebsocketConnection
 from kernel_queue.server.kernelmanager import QueuedMappingKernelManager
 
 
 def _link_jupyter_server_extension(serverapp: Any) -> None:
-    """Before the server builds its kernel manager: choose ours, with pending kernels on.
+    """Before the server builds its kernel manager: choose ours, with pending kernels on, and
+    our kernel websocket (it holds a parked kernel's messages and wakes it on a cell).
 
     Jupyter reads only `jpserver_extensions` from `jupyter_server_config.d/*.json`, so the
     kernel-manager settings are made here rather than in that file. An admin's explicit
-    `kernel_manager_class` or `use_pending_kernels`, and gateway mode, are left alone.
+    `kernel_manager_class`, `kernel_websocket_connection_class` or `use_pending_kernels`, and
+    gateway mode, are left alone.
     """
     # Linking precedes the server's own `gateway_config`; the singleton it will use is this one.
     gateway = GatewayClient.instance(parent=serverapp)
@@ -36,6 +39,15 @@ def _link_jupyter_server_extension(serverapp: Any) -> None:
         )
         return
     serverapp.kernel_manager_class = QueuedMappingKernelManager
+    if "kernel_websocket_connection_class" not in config.get("ServerApp", {}):
+        serverapp.kernel_websocket_connection_class = QueuedWebsocketConnection
+    else:
+        serverapp.log.warning(
+            "kernel-queue: keeping kernel websocket %s; parked kernels wake only on a REST "
+            "resume unless it derives from %s",
+            serverapp.kernel_websocket_connection_class,
+            QueuedWebsocketConnection.__name__,
+        )
     sections = ("MultiKernelManager", "AsyncMultiKernelManager", "MappingKernelManager")
     chosen = [
         s

@@ -1,4 +1,5 @@
-"""REST: `GET /api/kernel-queue/kernels` lists the server's kernels with their queue state.
+"""REST: `GET /api/kernel-queue/kernels` lists the server's kernels with their queue state;
+`POST …/kernels/<id>/park` and `…/resume` park a running kernel and wake a parked one.
 
 Authenticated and authorized like jupyter_server's own kernel API (resource "kernels"). Used by
 `jupyter kernel-queue status` and by the JupyterLab extension when a page (re)loads and must
@@ -7,6 +8,7 @@ rebuild its view of the queue without the events it missed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -15,7 +17,12 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
+from kernel_queue import errors
+from kernel_queue.server import parking
+
 KERNELS_PATH = "api/kernel-queue/kernels"
+ACTION_ROUTE = r"(?P<kernel_id>[\w-]+)/(?P<action>park|resume)"
+_SHOWN_EVERY = 0.05  # s between looks at whether the kernel shows its new state
 
 
 class QueueStatusHandler(APIHandler):
@@ -28,18 +35,69 @@ class QueueStatusHandler(APIHandler):
     @authorized
     async def get(self) -> None:
         manager = self.kernel_manager
-        listing = []
-        for model in manager.list_kernels():
-            km = manager.get_kernel(model["id"])
-            provisioner = getattr(km, "provisioner", None)
-            state = getattr(provisioner, "queue_status", None)
-            since = getattr(provisioner, "waiting_since", None)
-            queue = state() if callable(state) else None
-            listing.append({**model, "queue": queue, "waiting_since": since})
+        listing = [entry(manager, model) for model in manager.list_kernels()]
         self.finish(json.dumps(listing))
+
+
+class ParkHandler(APIHandler):
+    """`POST …/kernels/<id>/park`: 202 with the kernel's listing entry while it saves, 200 once
+    parked, 409 with the sentence when it cannot be parked. `POST …/<id>/resume`: 202 while the
+    kernel goes back to its queue, 200 (unchanged) when it was not parked. 404 for an unknown
+    kernel. Parking and waking themselves are `parking.IdleParker`'s."""
+
+    auth_resource = "kernels"
+
+    @web.authenticated
+    @authorized
+    async def post(self, kernel_id: str, action: str) -> None:
+        manager = self.kernel_manager
+        km = manager._kernels.get(kernel_id) if hasattr(manager, "_kernels") else None
+        parker = getattr(manager, "parker", None)
+        if km is None:
+            self._reply(404, {"message": f"no kernel {kernel_id} on this server"})
+            return
+        if not isinstance(parker, parking.IdleParker):
+            message = "this server's kernel manager does not park kernels (kernel-queue's does)"
+            self._reply(409, {"message": message})
+            return
+        if action == "park":
+            task = parker.park(kernel_id)
+        elif parking.is_parked(km) or parker.busy_here(kernel_id):
+            task = parker.wake(kernel_id)
+        else:  # not parked: nothing to do
+            self._reply(200, entry(manager, manager.kernel_model(kernel_id)))
+            return
+        # The answer comes once the kernel shows its new state (parked, or back in its queue),
+        # or the action ended; the action goes on after it.
+        wanted = action == "park"
+        while not task.done() and parking.is_parked(km) != wanted:
+            await asyncio.wait({task}, timeout=_SHOWN_EVERY)
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            error = task.exception()
+            if isinstance(error, errors.ParkRefused):
+                self._reply(409, {"message": str(error)})
+                return
+            raise web.HTTPError(500, f"could not {action} kernel {kernel_id}: {error}")
+        status = 200 if task.done() else 202
+        self._reply(status, entry(manager, manager.kernel_model(kernel_id)))
+
+    def _reply(self, status: int, body: dict[str, Any]) -> None:
+        self.set_status(status)
+        self.finish(json.dumps(body, default=str))
+
+
+def entry(manager: Any, model: dict[str, Any]) -> dict[str, Any]:
+    """One kernel's listing entry: its Jupyter `model` plus `queue` and `waiting_since`."""
+    km = manager.get_kernel(model["id"])
+    provisioner = getattr(km, "provisioner", None)
+    state = getattr(provisioner, "queue_status", None)
+    since = getattr(provisioner, "waiting_since", None)
+    queue = state() if callable(state) else None
+    return {**model, "queue": queue, "waiting_since": since}
 
 
 def register(serverapp: Any) -> None:
     """Add the handlers under the server's base URL."""
     route = url_path_join(serverapp.base_url, KERNELS_PATH)
-    serverapp.web_app.add_handlers(".*$", [(route, QueueStatusHandler)])
+    action = url_path_join(route, ACTION_ROUTE)
+    serverapp.web_app.add_handlers(".*$", [(route, QueueStatusHandler), (action, ParkHandler)])

@@ -5,6 +5,8 @@ that waits in a queue would wait for its admission. This subclass first asks the
 cancel the wait (the launch then fails at once), never culls a kernel that is waiting, answers an
 interrupt or a restart of a waiting kernel by leaving it queued, marks a kernel whose launch
 failed as dead with the error as its `reason`, and logs a failed start once (`OnceFilter`).
+It parks idle kernels (`parking.IdleParker`, started with the first kernel whose `park_after`
+is set) and leaves a parked kernel alone when asked to interrupt it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelMana
 from tornado import web
 
 from kernel_queue import backends, errors
+from kernel_queue.server import parking
 
 # How long shutdown waits for a cancelled launch to end before going on regardless.
 _CANCEL_WAIT_SECONDS = 5.0
@@ -52,10 +55,15 @@ class OnceFilter(logging.Filter):
 
 
 class QueuedMappingKernelManager(AsyncMappingKernelManager):
-    """Cancels queued launches on shutdown and keeps the culler away from waiting kernels."""
+    """Cancels queued launches on shutdown, keeps the culler away from waiting kernels, and
+    parks idle kernels."""
+
+    parks_idle_kernels = True
+    """Read by the provisioner: a kernelspec's `park_after` works under this manager."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.parker = parking.IdleParker(self)
         logger = getattr(self.log, "logger", self.log)  # a LoggerAdapter's logger
         if not any(isinstance(f, OnceFilter) for f in logger.filters):
             logger.addFilter(OnceFilter())
@@ -69,6 +77,8 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
             await asyncio.wait({self._pending_kernels[kernel_id]})
             return None
         known = km is not None or self._stopping_all  # shutdown_all lists ids, then calls here
+        if not restart:
+            self.parker.forget(kernel_id)
         cancel = getattr(getattr(km, "provisioner", None), "cancel_launch", None)
         if km is not None and cancel is not None and not km.ready.done():
             await cancel()
@@ -88,6 +98,7 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
 
     async def _async_shutdown_all(self, now: bool = False) -> None:
         self._stopping_all = True
+        await self.parker.stop()
         try:
             await super()._async_shutdown_all(now=now)
         finally:
@@ -107,6 +118,8 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
         km: Any = self.get_kernel(kernel_id)
         await super()._finish_kernel_start(kernel_id)
         ready = km.ready
+        if parking.park_after(km) > 0:
+            self.parker.start()
         if ready.done() and not ready.cancelled() and ready.exception() is not None:
             km.execution_state = "dead"
             km.reason = str(ready.exception())
@@ -129,6 +142,10 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
         # would refuse a pending kernel with an HTTP 500).
         if self._waiting(kernel_id):
             self.log.info("kernel %s waits in its queue: nothing to interrupt", kernel_id)
+            return None
+        km = self._kernels.get(kernel_id)
+        if km is not None and parking.is_parked(km):
+            self.log.info("kernel %s is parked: nothing to interrupt", kernel_id)
             return None
         return super().interrupt_kernel(kernel_id)
 

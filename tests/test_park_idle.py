@@ -1,0 +1,166 @@
+"""Idle parking in the server: a kernel idle past its `park_after` parks and gives its GPU to the
+next in line; never while a cell runs or its output streams, nor while a client keeps executing;
+a websocket connects to a parked kernel at once without waking it; the next cell wakes it, waits
+in the queue with its position, runs once and prints, with the variables all there."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import EventLog, KernelspecFactory, Listener, Server
+
+pytestmark = pytest.mark.timeout(300)
+
+PARK_AFTER = 2
+
+
+@pytest.fixture
+def local_backend_config() -> dict[str, Any]:
+    return {"gpus": ["0"]}
+
+
+@pytest.fixture
+def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
+    # A nudge that waited for a parked kernel would hold a connection this long: far past the
+    # test's own timeout, so only an answer without the kernel lets the test go on.
+    jp_server_config["MappingKernelManager"]["kernel_info_timeout"] = 3600
+    return jp_server_config
+
+
+def parking_spec(kernelspec: KernelspecFactory, store: Path, name: str = "parks") -> str:
+    checkpoint = {"enabled": True, "path": str(store), "grace_seconds": 60}
+    return kernelspec(name, gpus=1, checkpoint=checkpoint, park_after=PARK_AFTER)
+
+
+async def send(listener: Listener, code: str) -> str:
+    """Send a cell through a held websocket, as JupyterLab does; its msg_id."""
+    msg_id = uuid.uuid4().hex
+    header = {"msg_id": msg_id, "msg_type": "execute_request", "version": "5.3"}
+    header |= {"session": uuid.uuid4().hex, "username": "test", "date": ""}
+    content = {"code": code, "silent": False, "store_history": False}
+    content |= {"user_expressions": {}, "allow_stdin": False, "stop_on_error": True}
+    request = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
+    await listener.ws.write_message(json.dumps({**request, "channel": "shell", "buffers": []}))
+    return msg_id
+
+
+def replies(listener: Listener, msg_id: str) -> list[dict[str, Any]]:
+    return [m for m in listener.messages if m.get("parent_header", {}).get("msg_id") == msg_id]
+
+
+async def finished(server: Server, listener: Listener, msg_id: str) -> list[dict[str, Any]]:
+    """The cell's messages once its idle status came."""
+
+    def idle() -> bool:
+        return any(
+            m["msg_type"] == "status" and m["content"]["execution_state"] == "idle"
+            for m in replies(listener, msg_id)
+        )
+
+    await server.wait_for(idle, what=f"cell {msg_id[:8]} finished", within=120)
+    return replies(listener, msg_id)
+
+
+def streamed(messages: list[dict[str, Any]]) -> str:
+    return "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream")
+
+
+def state(server: Server, kernel_id: str) -> str:
+    status = server.app.kernel_manager.get_kernel(kernel_id).provisioner.queue_status()
+    return str((status or {}).get("state"))
+
+
+async def test_an_idle_kernel_parks_its_gpu_goes_to_the_next_and_its_next_cell_wakes_it(
+    server: Server, kernelspec: KernelspecFactory, event_log: EventLog, tmp_path: Path
+) -> None:
+    parks = await server.start(parking_spec(kernelspec, tmp_path / "checkpoints"))
+    assert (await server.execute(parks, "x = 41; words = ['a', 'b']"))["status"] == "ok"
+    waiting = await server.start(kernelspec("stays", gpus=1))
+    await server.wait_reason(waiting, "position 1 of 1")
+
+    model = await server.wait_reason(parks, "GPU released")
+    assert model["reason"].startswith(f"parked after {PARK_AFTER} s idle; GPU released; your next")
+    assert "saved 2 variables" in model["reason"], model["reason"]
+    gpu = await server.execute(waiting, "import os; os.environ['CUDA_VISIBLE_DEVICES']")
+    assert gpu["data"] == "'0'"
+
+    # A notebook opening the parked kernel connects at once and does not wake it.
+    listener = await Listener.open(server, parks)
+    try:
+        assert state(server, parks) == "parked"
+        cell = await send(listener, "print('back', x + 1, words, flush=True)")
+        model = await server.wait_reason(parks, "waking from parked")
+        assert (
+            model["reason"] == "waking from parked: queued in 'gpu', position 1 of 1, needs 1 GPU"
+        )
+
+        await server.shutdown_and_wait(waiting)  # its GPU goes back to the woken kernel
+        messages = await finished(server, listener, cell)
+        text = streamed(messages)
+        # The restore's note, then the cell's own line, once, with the variables.
+        assert text.startswith("restored 2 variables"), text
+        assert text.endswith("\nback 42 ['a', 'b']\n") and text.count("back 42") == 1, text
+        replies_ = [m for m in messages if m["msg_type"] == "execute_reply"]
+        assert [m["content"]["status"] for m in replies_] == ["ok"]
+    finally:
+        listener.close()
+    assert event_log.states(parks)[-4:] == ["parked", "requeued", "admitted", "resumed"]
+    await server.shutdown_and_wait(parks)
+
+
+async def test_a_kernel_never_parks_while_a_cell_runs_or_its_output_streams(
+    server: Server, kernelspec: KernelspecFactory, event_log: EventLog, tmp_path: Path
+) -> None:
+    kernel = await server.start(parking_spec(kernelspec, tmp_path / "checkpoints"))
+    listener = await Listener.open(server, kernel)
+    try:
+        # A silent cell three times as long as park_after: the kernel is busy throughout.
+        silent = await send(listener, f"import time; time.sleep({3 * PARK_AFTER}); 'slept'")
+        await finished(server, listener, silent)
+        # Output streaming from a thread after its cell ended: the kernel reads idle, but its
+        # IOPub is busy; the last line comes well after park_after.
+        code = (
+            "import threading, time\n"
+            "def talk():\n"
+            f"    for i in range({6 * PARK_AFTER}):\n"
+            "        print(i, flush=True); time.sleep(0.5)\n"
+            "threading.Thread(target=talk).start()"
+        )
+        streaming = await send(listener, code)
+
+        def all_lines() -> bool:
+            return streamed(replies(listener, streaming)).count("\n") == 6 * PARK_AFTER
+
+        await server.wait_for(all_lines, within=60)
+        assert "parked" not in event_log.states(kernel)
+        assert streamed(replies(listener, streaming)).split() == [
+            str(i) for i in range(6 * PARK_AFTER)
+        ]
+        # Quiet now: it parks (the scan was running all along).
+        await server.wait_reason(kernel, f"parked after {PARK_AFTER} s idle")
+    finally:
+        listener.close()
+    await server.shutdown_and_wait(kernel)
+
+
+async def test_a_kernel_whose_client_executes_every_second_never_parks(
+    server: Server, kernelspec: KernelspecFactory, event_log: EventLog, tmp_path: Path
+) -> None:
+    kernel = await server.start(parking_spec(kernelspec, tmp_path / "checkpoints"))
+    listener = await Listener.open(server, kernel)
+    try:
+        for number in range(4 * PARK_AFTER):
+            cell = await send(listener, f"{number} * 2")
+            await finished(server, listener, cell)
+            await asyncio.sleep(1)  # the client's pace, not a wait for something
+        assert "parked" not in event_log.states(kernel)
+        assert state(server, kernel) in {"running", "resumed"}
+    finally:
+        listener.close()
+    await server.shutdown_and_wait(kernel)
