@@ -8,8 +8,8 @@ One shared informer per namespace and kind (pods, Workloads) feeds every kernel'
 memory (`kube.caches`); `pod_groups` turns it into each group's status and acts on it
 (replacement pods after an eviction, queue positions from Kueue's visibility API through
 `kube.positions`). A release deletes every object until each is gone (`kube.cleanup`); what keeps
-failing, and what a crash left, the reaper deletes (`kube.reaper`). Every background task is
-owned and ended by `aclose` (`tasks`).
+failing, and what a crash left, the reaper deletes (`kube.reaper`). Parking flips the Workload's
+`spec.active` (`kube.activation`). Every background task is owned and ended by `aclose`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 from kernel_queue import errors
 from kernel_queue.backends import feed, pod_groups, tasks
 from kernel_queue.kube import (
+    activation,
     caches,
     cleanup,
     delivery,
@@ -80,6 +81,7 @@ class KubernetesBackend(settings.BackendSettings):
             log=self.log,
             discovery=self._discovery,
             forget_launcher=self._delivery.forget,
+            activate=self._activate,
         )
         self._handed: set[str] = set()  # kernels whose objects were handed to the reaper
         self.reaper = Reaper(
@@ -193,6 +195,44 @@ class KubernetesBackend(settings.BackendSettings):
         self.log.debug(
             "kernel %s: signal %d not sent (pods take no signals)", ref.kernel_id, signum
         )
+
+    async def park(self, ref: GroupRef, *, grace: float) -> None:
+        """Park a running group: its Workload's `spec.active` turns false (`kube.activation`),
+        Kueue stops its pods and gives the quota back; it reports PARKING, then PARKED, and
+        keeps its Workload (and gated replacement pods). Kueue deletes the pods with their own
+        grace, the checkpoint's, fixed when they were made: `grace` cannot shorten it. Does
+        nothing unless the group runs; raises a sentence when the API server refuses."""
+        group = self._groups.get(ref.name)
+        if group is None or group.ending or group.status.phase is not GroupPhase.RUNNING:
+            return
+        group.wake = False
+        await self._activate(group, False)
+
+    async def resume(self, ref: GroupRef) -> None:
+        """Put a parked group back in its queue (`spec.active` true); asked while it parks, once
+        it is parked. Does nothing otherwise; raises a sentence when the API server refuses."""
+        group = self._groups.get(ref.name)
+        if group is None or group.ending:
+            return
+        if group.status.phase is GroupPhase.PARKING:
+            group.wake = True
+        elif group.status.phase is GroupPhase.PARKED:
+            await self._activate(group, True)
+
+    async def _activate(self, group: pod_groups.Group, active: bool) -> None:
+        namespace, name = self._statuses.namespace_of(group), group.ref.name
+        api = await self._client()
+        await activation.switch(
+            api,
+            (await self._discovery.versions(api)).workloads,
+            namespace,
+            name,
+            active=active,
+            policy=self.retry,
+            who=f"kernel {short_id(group.ref.kernel_id)}",
+            seen=lambda: self._caches.workload(namespace, name),
+        )
+        self.log.info("pod group %s %s", name, "woken" if active else "parking")
 
     async def release(self, ref: GroupRef) -> None:
         """Delete every object of the kernel: its groups (Workloads first, so Kueue frees the
@@ -348,9 +388,12 @@ class KubernetesBackend(settings.BackendSettings):
         self._kernels[ref.kernel_id] = namespace
         await self._watch_namespace(namespace)
         pods = self._caches.pods(namespace, ref.name)
+        workload = self._caches.workload(namespace, ref.name)
         if pods:
             labels = pods[0]["metadata"].get("labels", {})
             group.queue = labels.get(kueue.QUEUE_NAME_LABEL, "")
             group.was_running = any(kueue.pod_ready(p) for p in pods)
+        if workload is not None and not kueue.workload_active(workload):
+            group.was_running = True  # parked: it ran, and its pods are gated replacements
         self._statuses.refresh(ref.name)
         return group

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +65,8 @@ class Group:
     ending: bool = False  # its deletion began: no more statuses, no replacement pods
     ended: asyncio.Task[None] | None = None  # the deletion, shared by every caller
     failure_logged: bool = False
-    saved: str = ""  # what the last preempted pod's checkpoint saved; kept after it is deleted
+    saved: str = ""  # what the last stopped pod's checkpoint saved; kept after it is deleted
+    wake: bool = False  # resumed while it parked: wake it once it is parked
     since: float = field(default_factory=time.monotonic)  # submitted (or adopted): Kueue's clock
 
 
@@ -87,9 +88,11 @@ class Statuses:
         discovery: preflight.Discovery | None = None,
         kueue_timeout: Callable[[], float] = lambda: 0.0,
         forget_launcher: Callable[[str], None] = lambda namespace: None,
+        activate: Callable[[Group, bool], Coroutine[Any, Any, None]] | None = None,
     ) -> None:
         self.groups, self.caches, self.tasks, self.log = groups, caches, tasks, log
         self._forget_launcher = forget_launcher  # its ConfigMap is gone: make it again
+        self._activate = activate  # the backend's park (False) and wake (True) of a group
         self._connect, self._create, self._owner = connect, create, owner
         self._namespace = namespace  # the default namespace, known once the client connected
         self.positions = positions.Readers(
@@ -163,6 +166,9 @@ class Statuses:
             self.tasks.spawn(self._replace(group, pods), f"replace {name}")
         if status.phase is GroupPhase.QUEUED:
             self.positions.follow(namespace, group.queue)
+        if status.phase is GroupPhase.PARKED and group.wake:
+            group.wake = False
+            self.tasks.spawn(self._wake(group), f"wake {name}")
         if status.phase is GroupPhase.FAILED and not status.never_fits:
             # Published once, by the task that adds the pod's last log lines to the message.
             if not group.failure_logged:
@@ -224,6 +230,17 @@ class Statuses:
             group.launcher_gone = launch_failures.missing_launcher(configmap, namespace)
             self._forget_launcher(namespace)
             self.refresh(name)
+
+    async def _wake(self, group: Group) -> None:
+        """A resume asked while the group parked, now that it is parked; a failure is said in
+        its parked status (it stays parked)."""
+        if self._activate is None:
+            return
+        try:
+            await self._activate(group, True)
+        except errors.KernelQueueError as exc:
+            self.log.warning("%s", exc)
+            feed.publish(group, group.status.evolve(message=str(exc)))
 
     async def _fail_with_logs(self, group: Group, pods: list[Obj], status: GroupStatus) -> None:
         """A pod that failed before it was ready: its last log lines make the error."""

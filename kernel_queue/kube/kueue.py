@@ -31,12 +31,16 @@ LOCAL_QUEUE_LABEL = "kueue.x-k8s.io/local-queue-name"
 CLUSTER_QUEUE_LABEL = "kueue.x-k8s.io/cluster-queue-name"
 
 # --- Kueue: Workload condition types and the reasons we read (workload_types.go) ---
+QUOTA_RESERVED = "QuotaReserved"
 ADMITTED = "Admitted"
 EVICTED = "Evicted"
 REQUEUED = "Requeued"
 WAITING_FOR_REPLACEMENT_PODS = "WaitingForReplacementPods"
 FINISHED = "Finished"
 REASON_SUCCEEDED = "Succeeded"
+REASON_DEACTIVATED = "Deactivated"
+"""The Evicted (and Requeued=False) reason of a Workload someone set `spec.active: false` on;
+Kueue's own deactivations read `DeactivatedDueTo<cause>` (`pkg/workload/evict/evict.go`)."""
 
 # --- Kubernetes pod conditions and reasons we read ---
 POD_READY = "Ready"
@@ -216,6 +220,18 @@ def workload_admitted(wl: Mapping[str, Any]) -> bool:
     only once no pod runs), and a finished one may still read True; neither counts as admitted.
     """
     return is_true(wl, ADMITTED) and not is_true(wl, EVICTED) and not is_true(wl, FINISHED)
+
+
+def workload_active(wl: Mapping[str, Any]) -> bool:
+    """False once ``spec.active`` is false (parked: Kueue evicts it and keeps it out of its
+    queue); a Workload without the field is active (Kueue's default), at either API version."""
+    return dig(wl, "spec", "active") is not False
+
+
+def holds_quota(wl: Mapping[str, Any]) -> bool:
+    """True while ``QuotaReserved`` is True: Kueue has not yet dropped the admission (after an
+    eviction it does once no pod of the group runs)."""
+    return is_true(wl, QUOTA_RESERVED)
 
 
 def workload_evicted(wl: Mapping[str, Any]) -> tuple[str, str] | None:

@@ -21,7 +21,7 @@ BACKEND_RULES = [
     ("", "services", ["create", "get", "list", "delete"]),  # the kernel's address
     ("", "configmaps", ["create", "get", "list", "delete"]),  # the launcher; list: reaper
     ("", "persistentvolumeclaims", ["get"]),  # preflight: the checkpoint claim exists
-    ("kueue.x-k8s.io", "workloads", ["list", "watch", "delete"]),  # state; release
+    ("kueue.x-k8s.io", "workloads", ["list", "watch", "patch", "delete"]),  # state; park; release
     ("kueue.x-k8s.io", "localqueues", ["get", "list"]),  # preflight: the queue (else: which)
     ("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", ["get"]),  # positions
 ]

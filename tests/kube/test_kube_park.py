@@ -1,0 +1,133 @@
+"""Parking on the kubernetes backend, through the `ClusterBackend` API with real kernels on the
+fake cluster: `park` sets the Workload's `spec.active: false`, Kueue stops the pod (it saves to
+the checkpoint claim) and gives the GPU to the kernel waiting for it; the parked group keeps its
+Workload and reports what it saved; `resume` queues it again, and once the GPU is free its new
+pod restores the variables. On each Kueue release the suite serves."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kernel_queue_fake_cluster.cluster import FakeCluster
+
+from kernel_queue.backends.kubernetes import KubernetesBackend
+from kernel_queue.kube import kueue
+from kernel_queue.kube.status import PARKING_MESSAGE
+from kernel_queue.model import GroupPhase, GroupRef, StopCause
+from tests.kube.support import OWNER, SERVER_TOKEN, labelled
+from tests.polling import until
+from tests.test_backend_contract import Contract, Followed, client_of
+
+CLAIM = "kernel-checkpoints"
+PVC = f"""
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {CLAIM}, namespace: default}}
+spec:
+  accessModes: [ReadWriteMany]
+  resources: {{requests: {{storage: 10Gi}}}}
+"""
+CHECKPOINT = {"enabled": True, "claim": CLAIM, "grace_seconds": 30}
+P = GroupPhase
+
+
+@pytest.fixture(params=["0.14", "0.20"], ids=lambda release: f"kueue-{release}")
+def cluster_options(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return {"kueue": request.param}
+
+
+@pytest.fixture
+def kube(
+    cluster: FakeCluster, tmp_path: Path, jp_asyncio_loop: asyncio.AbstractEventLoop
+) -> Iterator[Contract]:
+    cluster.apply(PVC)
+    kubeconfig = cluster.kubeconfig_for(SERVER_TOKEN, name="park-kubeconfig")
+    backend = KubernetesBackend(
+        kubeconfig=str(kubeconfig),
+        namespace="default",
+        position_interval=0.2,
+        owner_id=OWNER,
+        reap_interval=0,
+    )
+    tested = Contract(
+        backend, "user-queue", image="kernel-queue/test-kernel", checkpoint=CHECKPOINT
+    )
+    yield tested
+    jp_asyncio_loop.run_until_complete(tested.aclose())
+
+
+async def execute(ref: GroupRef, followed: Followed, code: str) -> str:
+    """Run `code` in the group's kernel; what it printed."""
+    address = followed.statuses[-1].address or ref.connection.ip
+    client = await client_of(ref, address)
+    printed: list[str] = []
+
+    def output(message: dict[str, Any]) -> None:
+        if message["header"]["msg_type"] == "stream":
+            printed.append(message["content"]["text"])
+
+    try:
+        reply = await client.execute_interactive(code, timeout=60, output_hook=output)
+        assert reply["content"]["status"] == "ok", reply["content"]
+    finally:
+        client.stop_channels()
+    return "".join(printed)
+
+
+def workload(cluster: FakeCluster, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = cluster.store.get(kueue.KUEUE_GROUP, "workloads", "default", name)
+    return found
+
+
+async def test_a_parked_kernel_gives_its_gpu_to_the_waiting_one_and_comes_back_restored(
+    kube: Contract, cluster: FakeCluster
+) -> None:
+    backend = kube.backend
+    a = await backend.submit(kube.spec("low"))
+    a_followed = kube.follow(a)
+    await a_followed.running(a)
+    await execute(a, a_followed, "x = 41\nwords = ['kept', 'across', 'parking']")
+    b = await backend.submit(kube.spec("low"))
+    b_followed = kube.follow(b)
+    await b_followed.until(lambda f: f.phase is P.QUEUED)
+
+    await backend.park(a, grace=30)
+    await a_followed.until(lambda f: f.phase is P.PARKED)
+    await b_followed.running(b)  # the GPU went to the waiting kernel
+    parking = [s for s in a_followed.statuses if s.phase is P.PARKING]
+    assert parking and parking[0].message == PARKING_MESSAGE
+    assert P.EVICTED not in a_followed.phases()  # parked, not preempted
+    assert a_followed.statuses[-1].message.startswith("saved 2 variables")
+    parked = workload(cluster, a.name)
+    assert parked["spec"]["active"] is False
+    assert (kueue.condition(parked, kueue.EVICTED) or {}).get("reason") == "Deactivated"
+    await backend.park(a, grace=30)  # parked already: nothing to do
+    await backend.resume(b)  # running, not parked: nothing to do
+    assert workload(cluster, b.name)["spec"].get("active", True) is True
+
+    await backend.resume(a)
+    await a_followed.until(
+        lambda f: f.phase is P.QUEUED
+        and f.statuses[-1].place is not None
+        and f.statuses[-1].place.position == 1
+    )
+    assert a_followed.statuses[-1].message.startswith("saved 2 variables")
+    await backend.stop(b, grace=0, cause=StopCause.SHUTDOWN)
+    await backend.release(b)
+    await a_followed.running(a)  # admitted once the GPU is free, its checkpoint restored
+    printed = await execute(a, a_followed, "print(x + 1, *words)")
+    assert printed.startswith("restored 2 variables"), printed  # the notebook is told
+    assert printed.endswith("\n42 kept across parking\n"), printed
+
+    await backend.release(a)
+    await a_followed.until(lambda f: f.ended)
+    await until(
+        lambda: not labelled(cluster, a.kernel_id) and not labelled(cluster, b.kernel_id),
+        "nothing of either kernel left in the cluster",
+        within=30,
+        detail=lambda: [labelled(cluster, a.kernel_id), labelled(cluster, b.kernel_id)],
+    )

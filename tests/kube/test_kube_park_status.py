@@ -1,0 +1,99 @@
+"""Table tests of a parked pod group's status: a Workload with `spec.active: false` is PARKING
+while Kueue counts its quota or a pod still stops, PARKED after (with what the checkpoint
+saved), and never EVICTED; woken (`active: true`) it waits in its queue like a preempted one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kernel_queue.kube.status import PARKING_MESSAGE, group_status, needs_replacement
+from kernel_queue.model import GroupPhase, QueuePlace
+from tests.test_kube_status import cond, pod
+
+P = GroupPhase
+SAVED = "saved 3 variables, 1.2 MB"
+DEACTIVATED = cond("Evicted", True, "Deactivated", "The workload is deactivated")
+RESERVED = (cond("QuotaReserved"), cond("Admitted"))
+RELEASED = (
+    cond("QuotaReserved", False, "Pending", "The workload is deactivated"),
+    cond("Admitted", False, "NoReservation", "The workload has no reservation"),
+)
+PLACE = QueuePlace("user-queue", 1, 2)
+
+
+def workload(*conditions: dict[str, Any], active: bool | None) -> dict[str, Any]:
+    spec = {} if active is None else {"active": active}
+    return {"metadata": {"name": "kq-1"}, "spec": spec, "status": {"conditions": list(conditions)}}
+
+
+@pytest.mark.parametrize(
+    ("wl", "pods", "phase", "message"),
+    [
+        pytest.param(
+            workload(*RESERVED, active=False),
+            [pod("Running", ready=True)],
+            P.PARKING,
+            PARKING_MESSAGE,
+            id="patched-not-yet-evicted",
+        ),
+        pytest.param(
+            workload(*RESERVED, DEACTIVATED, active=False),
+            [pod("Running", ready=True, deleting=True)],
+            P.PARKING,
+            PARKING_MESSAGE,
+            id="its-pod-saves-and-stops",
+        ),
+        pytest.param(
+            workload(*RESERVED, DEACTIVATED, active=False),
+            [pod("Failed", exit_code=143, said=SAVED)],
+            P.PARKING,
+            PARKING_MESSAGE,
+            id="pod-gone-quota-still-counted",
+        ),
+        pytest.param(
+            workload(*RELEASED, DEACTIVATED, active=False),
+            [pod("Failed", exit_code=143, said=SAVED)],
+            P.PARKED,
+            SAVED,
+            id="quota-released",
+        ),
+        pytest.param(
+            workload(*RELEASED, DEACTIVATED, active=False),
+            [pod(gated=True)],
+            P.PARKED,
+            SAVED,
+            id="with-its-gated-replacement",
+        ),
+        pytest.param(
+            workload(*RELEASED, DEACTIVATED, active=True),
+            [pod(gated=True)],
+            P.QUEUED,
+            SAVED,
+            id="woken-waits-in-its-queue",
+        ),
+        pytest.param(
+            workload(*RESERVED, active=None),
+            [pod("Running", ready=True)],
+            P.RUNNING,
+            "",
+            id="no-active-field-is-active",
+        ),
+    ],
+)
+def test_a_parked_group_reads_parking_then_parked_never_evicted(
+    wl: dict[str, Any], pods: list[dict[str, Any]], phase: GroupPhase, message: str
+) -> None:
+    status = group_status(wl, pods, saved=SAVED, was_running=True, place=PLACE)
+    assert (status.phase, status.message) == (phase, message)
+
+
+def test_a_parked_group_whose_pods_stopped_gets_its_replacements() -> None:
+    wl = workload(
+        *RELEASED,
+        DEACTIVATED,
+        cond("WaitingForReplacementPods", True, "Deactivated", "The workload is deactivated"),
+        active=False,
+    )
+    assert needs_replacement(wl, [pod("Failed", exit_code=143)])
