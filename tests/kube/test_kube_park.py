@@ -111,9 +111,11 @@ async def test_a_parked_kernel_gives_its_gpu_to_the_waiting_one_and_comes_back_r
 
     await backend.resume(a)
     await a_followed.until(
-        lambda f: f.phase is P.QUEUED
-        and f.statuses[-1].place is not None
-        and f.statuses[-1].place.position == 1
+        lambda f: (
+            f.phase is P.QUEUED
+            and f.statuses[-1].place is not None
+            and f.statuses[-1].place.position == 1
+        )
     )
     assert a_followed.statuses[-1].message.startswith("saved 2 variables")
     await backend.stop(b, grace=0, cause=StopCause.SHUTDOWN)
