@@ -1,4 +1,5 @@
-"""`jupyter kernel-queue install | lab | status`, run as a user runs them (subprocesses)."""
+"""`jupyter kernel-queue install | lab | status | park | resume`, run as a user runs them
+(subprocesses)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import pytest
 
 from kernel_queue.backends import gpus as gpu_detection
 from kernel_queue.cli.lab import inventory_message
+from kernel_queue.cli.park import resolve
+from kernel_queue.cli.status import StatusError
 from tests.conftest import KernelspecFactory, Server
 from tests.polling import until_sync
 
@@ -223,6 +226,93 @@ async def test_status_lists_kernels_with_their_place_in_the_queue(
     assert "queued in 'gpu', position 1 of 1, needs 2 GPUs" in rows[queued[:8]]
     assert rows[queued[:8]].split()[2:6] == ["queued", "gpu", "1", "of"]
     await server.shutdown_and_wait(queued, running)
+
+
+async def kernel_queue(env: dict[str, str], *args: str) -> tuple[int, str, str]:
+    """`jupyter kernel-queue ARGS` in a subprocess, without blocking the test server's loop."""
+    process = await asyncio.create_subprocess_exec(
+        JUPYTER,
+        "kernel-queue",
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_park_and_resume_a_kernel_by_the_short_id_status_prints(
+    server: Server,
+    kernelspec: KernelspecFactory,
+    jp_base_url: str,
+    jp_http_port: int,
+    jp_auth_header: dict[str, str],
+    user_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    checkpoint = {"enabled": True, "path": str(tmp_path / "checkpoints"), "grace_seconds": 60}
+    kernel = await server.start(kernelspec("saving", gpus=1, checkpoint=checkpoint))
+    assert (await server.execute(kernel, "x = 41"))["status"] == "ok"
+    plain = await server.start(kernelspec("plain", gpus=1))
+    assert (await server.execute(plain, "1"))["data"] == "1"
+    token = jp_auth_header["Authorization"].split()[-1]
+    url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
+    where = ["--url", url, "--token", token]
+    short = kernel[:8]
+
+    code, out, err = await kernel_queue(user_env, "park", short, *where)
+    assert code == 0, err
+    parking = f"kernel {short}: parking on request: saving its variables"
+    parked = f"kernel {short}: parked on request; GPU released;"
+    assert out.startswith((parking, parked)), out
+    await server.wait_reason(kernel, "GPU released")
+    code, out, err = await kernel_queue(user_env, "status", *where)
+    row = next(line for line in out.splitlines() if line.startswith(short))
+    assert row.split()[1:4] == ["saving", "parked", "gpu"], row
+    assert "parked on request; GPU released; your next cell brings it back" in row
+
+    code, out, err = await kernel_queue(user_env, "resume", short, *where)
+    assert code == 0, err
+    assert out.startswith(f"kernel {short}: "), out
+    assert (await server.execute(kernel, "x + 1"))["data"] == "42"
+    code, out, err = await kernel_queue(user_env, "resume", short, *where)
+    assert (code, out) == (0, f"kernel {short} is not parked (resumed): nothing to resume\n")
+
+    # Errors are sentences: the server's reason, an unknown id, a wrong token, no server.
+    code, out, err = await kernel_queue(user_env, "park", plain[:8], *where)
+    assert code == 1
+    assert err.startswith(f"jupyter kernel-queue park: kernel {plain[:8]} saves no checkpoints")
+    code, out, err = await kernel_queue(user_env, "park", "zzzz", *where)
+    assert (code, err) == (
+        1,
+        f"jupyter kernel-queue park: no kernel 'zzzz' on the server at {url}; "
+        "`jupyter kernel-queue status` lists its kernels\n",
+    )
+    code, out, err = await kernel_queue(user_env, "resume", short, "--url", url, "--token", "x")
+    assert code == 1
+    assert err.startswith(
+        f"jupyter kernel-queue resume: the Jupyter server at {url} refused the request (403)"
+    ), err
+    gone = f"http://127.0.0.1:{_free_port()}/"
+    code, out, err = await kernel_queue(user_env, "park", short, "--url", gone, "--token", "x")
+    assert code == 1
+    assert err.startswith(
+        f"jupyter kernel-queue park: could not reach the Jupyter server at {gone} ("
+    ), err
+    await server.shutdown_and_wait(kernel, plain)
+
+
+def test_a_short_id_names_one_kernel_or_says_what_it_matches() -> None:
+    listing = [{"id": "1a2b3c4d-0001"}, {"id": "1a2b3c4d-0002"}, {"id": "9f00aa00-0003"}]
+    assert resolve(listing, "9f", "http://h/")["id"] == "9f00aa00-0003"
+    assert resolve(listing, "1A2B3C4D-0002", "http://h/")["id"] == "1a2b3c4d-0002"
+    with pytest.raises(StatusError) as ambiguous:
+        resolve(listing, "1a2b", "http://h/")
+    assert str(ambiguous.value) == (
+        "2 kernels start with '1a2b' (1a2b3c4d-0001, 1a2b3c4d-0002); give more of the kernel's id"
+    )
 
 
 def _free_port() -> int:

@@ -1,7 +1,7 @@
 """`jupyter kernel-queue`: the command and its subcommands.
 
-Subcommands live in their own modules (`install.py`, `lab.py`, `status.py`); this one only
-dispatches, as `jupyter kernelspec` does.
+Subcommands live in their own modules (`install.py`, `lab.py`, `status.py`, `park.py`); this
+one only dispatches, as `jupyter kernelspec` does.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ from kernel_queue._version import __version__
 from kernel_queue.cli.fake_cluster import FakeClusterApp
 from kernel_queue.cli.install import InstallApp
 from kernel_queue.cli.lab import LabCommand
+from kernel_queue.cli.park import ParkApp, ResumeApp
 from kernel_queue.cli.status import StatusApp
 
 
 class KernelQueueApp(JupyterApp):
-    """Queued Jupyter kernels: install kernelspecs, start JupyterLab, show the queue."""
+    """Queued Jupyter kernels: install kernelspecs, start JupyterLab, show the queue, park and
+    resume kernels."""
 
     name = "jupyter-kernel-queue"
     version = __version__
@@ -28,6 +30,8 @@ class KernelQueueApp(JupyterApp):
         "install": (InstallApp, InstallApp.description.splitlines()[0]),
         "lab": (LabCommand, LabCommand.description.splitlines()[0]),
         "status": (StatusApp, StatusApp.description.splitlines()[0]),
+        "park": (ParkApp, ParkApp.description.splitlines()[0]),
+        "resume": (ResumeApp, ResumeApp.description.splitlines()[0]),
         "fake-cluster": (FakeClusterApp, FakeClusterApp.description.splitlines()[0]),
     }
 

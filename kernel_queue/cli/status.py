@@ -18,14 +18,21 @@ from traitlets import Bool, Unicode
 
 from kernel_queue.errors import KernelQueueError
 
+KERNELS = "api/kernel-queue/kernels"
+_TIMEOUT = 60  # s: a park answers once the kernel shows it is parking
 COLUMNS = ("KERNEL", "KERNELSPEC", "STATE", "QUEUE", "POSITION", "GPUS", "MESSAGE")
 
 
 class StatusError(KernelQueueError):
-    """The server could not be found or read."""
+    """The server could not be found or read; `code` is the HTTP status it answered, if any."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
-def _running_server() -> tuple[str, str]:
+def running_server() -> tuple[str, str]:
+    """The URL and token of the newest Jupyter server running as this user."""
     try:
         from jupyter_server.serverapp import list_running_servers
     except ImportError as exc:
@@ -37,13 +44,47 @@ def _running_server() -> tuple[str, str]:
     return str(server["url"]), str(server.get("token", ""))
 
 
+def request(url: str, token: str, path: str, method: str = "GET") -> tuple[int, Any]:
+    """`method` `path` under the server's base `url`; the HTTP status and the decoded JSON.
+
+    Every failure is a `StatusError` in a sentence: the server's own message where it gave one
+    (a 409's reason), else what went wrong and what to pass."""
+    where = url.rstrip("/") + "/"
+    data = b"" if method == "POST" else None
+    call = urllib.request.Request(where + path, data=data, method=method)
+    if token:
+        call.add_header("Authorization", f"token {token}")
+    try:
+        with urllib.request.urlopen(call, timeout=_TIMEOUT) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        raise StatusError(_refusal(exc, where), code=exc.code) from exc
+    except urllib.error.URLError as exc:
+        raise StatusError(f"could not reach the Jupyter server at {where} ({exc.reason})") from exc
+    except TimeoutError as exc:
+        raise StatusError(
+            f"the Jupyter server at {where} did not answer within {_TIMEOUT} s"
+        ) from exc
+    except (OSError, ValueError) as exc:
+        raise StatusError(f"could not read the Jupyter server at {where}: {exc}") from exc
+
+
+def _refusal(exc: urllib.error.HTTPError, where: str) -> str:
+    try:
+        message = str(json.loads(exc.read() or b"{}").get("message") or "")
+    except (OSError, ValueError, AttributeError):
+        message = ""
+    if exc.code in (401, 403):
+        return (
+            f"the Jupyter server at {where} refused the request ({exc.code}): "
+            f"{message or 'pass its token with --token'}"
+        )
+    return message or f"the Jupyter server at {where} answered {exc.code} {exc.reason}"
+
+
 def fetch(url: str, token: str, path: str) -> Any:
     """GET `path` under the server's base `url`; return the decoded JSON."""
-    request = urllib.request.Request(url.rstrip("/") + "/" + path)
-    if token:
-        request.add_header("Authorization", f"token {token}")
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
+    return request(url, token, path)[1]
 
 
 def rows(listing: list[dict[str, Any]]) -> list[tuple[str, ...]]:
@@ -97,14 +138,14 @@ class StatusApp(JupyterApp):
 
     def start(self) -> None:
         try:
-            url, token = (self.url, self.token) if self.url else _running_server()
+            url, token = (self.url, self.token) if self.url else running_server()
             try:
-                listing = fetch(url, token, "api/kernel-queue/kernels")
-            except urllib.error.HTTPError as exc:
+                listing = fetch(url, token, KERNELS)
+            except StatusError as exc:
                 if exc.code != 404:
                     raise
-                listing = fetch(url, token, "api/kernels")
-        except (StatusError, OSError) as exc:
+                listing = fetch(url, token, "api/kernels")  # no kernel-queue extension there
+        except StatusError as exc:
             print(f"jupyter kernel-queue status: {exc}", file=sys.stderr)
             self.exit(1)
         if self.as_json:
