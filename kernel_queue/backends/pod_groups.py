@@ -284,6 +284,7 @@ class Statuses:
                 )
             else:  # adopted after a server restart: copy the pods Kueue last saw
                 fresh = replacements.copies(pods, group.attempt)
+            fresh = replacements.carrying(fresh, group.saved)
             for pod in fresh:
                 if group.ending:
                     return  # released meanwhile (a failed kernel, a shutdown): make nothing

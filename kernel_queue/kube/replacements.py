@@ -1,5 +1,6 @@
 """Replacement pods for an evicted group whose spec this server does not hold (adopted after a
-restart): copies of the pods Kueue last saw, so the role hash and the Workload are kept (pure).
+restart): copies of the pods Kueue last saw, so the role hash and the Workload are kept; and
+what the replaced head's checkpoint saved, carried on its replacement (pure).
 """
 
 from __future__ import annotations
@@ -46,3 +47,17 @@ def replacement(old: Obj, attempt: int) -> Obj:
 def copies(pods: list[Obj], attempt: int) -> list[Obj]:
     """Replacements of the group's newest round of `pods`."""
     return [replacement(old, attempt) for old in latest_round(pods)]
+
+
+def carrying(pods: list[Obj], saved: str) -> list[Obj]:
+    """`pods` with the head's `kueue.SAVED_ANNOTATION` saying `saved` (none when "")."""
+    for pod in pods:
+        meta = pod["metadata"]
+        if (meta.get("labels") or {}).get(kueue.ROLE_LABEL) != kueue.ROLE_HEAD:
+            continue
+        annotations = {k: v for k, v in (meta.get("annotations") or {}).items()}
+        annotations.pop(kueue.SAVED_ANNOTATION, None)
+        if saved:
+            annotations[kueue.SAVED_ANNOTATION] = saved
+        meta["annotations"] = annotations
+    return pods

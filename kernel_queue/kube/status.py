@@ -58,13 +58,18 @@ def needs_replacement(workload: Obj | None, pods: Sequence[Obj]) -> bool:
 
 
 def saved_message(workload: Obj | None, pods: Sequence[Obj]) -> str:
-    """After a preemption: what the evicted kernel's checkpoint saved, as its launcher said in
-    the head pod's termination message; "" while no ended head pod says anything."""
+    """After a preemption or a park: what the stopped kernel's checkpoint saved, as its launcher
+    said in the head pod's termination message, or as its gated replacement carries it once
+    that pod is gone (`kueue.SAVED_ANNOTATION`); "" while neither says anything."""
     if workload is None or kueue.workload_evicted(workload) is None:
         return ""
     ended = [p for p in pods if (p.get("status") or {}).get("phase") in TERMINAL_PHASES]
     last = head(ended)
-    return kueue.termination_message(last, "kernel") if last else ""
+    said = kueue.termination_message(last, "kernel") if last else ""
+    waiting = head([p for p in pods if kueue.is_gated(p)])  # a replacement carries it on
+    if said or waiting is None:
+        return said
+    return str(kueue.dig(waiting, "metadata", "annotations", kueue.SAVED_ANNOTATION) or "")
 
 
 def group_status(

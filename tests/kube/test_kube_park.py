@@ -6,32 +6,19 @@ pod restores the variables. On each Kueue release the suite serves."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
-from kernel_queue.backends.kubernetes import KubernetesBackend
 from kernel_queue.kube import kueue
 from kernel_queue.kube.status import PARKING_MESSAGE
-from kernel_queue.model import GroupPhase, GroupRef, StopCause
-from tests.kube.support import OWNER, SERVER_TOKEN, labelled
+from kernel_queue.model import GroupPhase, StopCause
+from tests.kube.parking import backend_settings, execute, kube, workload  # noqa: F401 - fixtures
+from tests.kube.support import labelled
 from tests.polling import until
-from tests.test_backend_contract import Contract, Followed, client_of
+from tests.test_backend_contract import Contract
 
-CLAIM = "kernel-checkpoints"
-PVC = f"""
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {{name: {CLAIM}, namespace: default}}
-spec:
-  accessModes: [ReadWriteMany]
-  resources: {{requests: {{storage: 10Gi}}}}
-"""
-CHECKPOINT = {"enabled": True, "claim": CLAIM, "grace_seconds": 30}
 P = GroupPhase
 
 
@@ -40,51 +27,9 @@ def cluster_options(request: pytest.FixtureRequest) -> dict[str, Any]:
     return {"kueue": request.param}
 
 
-@pytest.fixture
-def kube(
-    cluster: FakeCluster, tmp_path: Path, jp_asyncio_loop: asyncio.AbstractEventLoop
-) -> Iterator[Contract]:
-    cluster.apply(PVC)
-    kubeconfig = cluster.kubeconfig_for(SERVER_TOKEN, name="park-kubeconfig")
-    backend = KubernetesBackend(
-        kubeconfig=str(kubeconfig),
-        namespace="default",
-        position_interval=0.2,
-        owner_id=OWNER,
-        reap_interval=0,
-    )
-    tested = Contract(
-        backend, "user-queue", image="kernel-queue/test-kernel", checkpoint=CHECKPOINT
-    )
-    yield tested
-    jp_asyncio_loop.run_until_complete(tested.aclose())
-
-
-async def execute(ref: GroupRef, followed: Followed, code: str) -> str:
-    """Run `code` in the group's kernel; what it printed."""
-    address = followed.statuses[-1].address or ref.connection.ip
-    client = await client_of(ref, address)
-    printed: list[str] = []
-
-    def output(message: dict[str, Any]) -> None:
-        if message["header"]["msg_type"] == "stream":
-            printed.append(message["content"]["text"])
-
-    try:
-        reply = await client.execute_interactive(code, timeout=60, output_hook=output)
-        assert reply["content"]["status"] == "ok", reply["content"]
-    finally:
-        client.stop_channels()
-    return "".join(printed)
-
-
-def workload(cluster: FakeCluster, name: str) -> dict[str, Any]:
-    found: dict[str, Any] = cluster.store.get(kueue.KUEUE_GROUP, "workloads", "default", name)
-    return found
-
-
 async def test_a_parked_kernel_gives_its_gpu_to_the_waiting_one_and_comes_back_restored(
-    kube: Contract, cluster: FakeCluster
+    kube: Contract,  # noqa: F811 - the fixture imported above
+    cluster: FakeCluster,
 ) -> None:
     backend = kube.backend
     a = await backend.submit(kube.spec("low"))

@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from kernel_queue.kube.status import PARKING_MESSAGE, group_status, needs_replacement
+from kernel_queue.kube import kueue, replacements
+from kernel_queue.kube.status import (
+    PARKING_MESSAGE,
+    group_status,
+    needs_replacement,
+    saved_message,
+)
 from kernel_queue.model import GroupPhase, QueuePlace
 from tests.test_kube_status import cond, pod
 
@@ -97,3 +103,15 @@ def test_a_parked_group_whose_pods_stopped_gets_its_replacements() -> None:
         active=False,
     )
     assert needs_replacement(wl, [pod("Failed", exit_code=143)])
+
+
+def test_what_was_saved_is_read_from_the_pod_that_stopped_else_from_its_replacement() -> None:
+    wl = workload(*RELEASED, DEACTIVATED, active=False)
+    stopped = pod("Failed", exit_code=143, said=SAVED)
+    (replacement,) = replacements.carrying([pod(gated=True)], SAVED)
+    assert replacement["metadata"]["annotations"][kueue.SAVED_ANNOTATION] == SAVED
+    assert saved_message(wl, [stopped]) == SAVED
+    assert saved_message(wl, [replacement]) == SAVED  # a restarted server, the pod gone
+    assert saved_message(wl, [pod(gated=True)]) == ""
+    (again,) = replacements.carrying([replacement], "")  # nothing saved this time: none carried
+    assert kueue.SAVED_ANNOTATION not in again["metadata"]["annotations"]

@@ -1,0 +1,161 @@
+"""Parking's edges on the kubernetes backend, with real kernels on the fake cluster: the
+Workload patch meeting 500, 429, 409 and a lost reply (retried, or a sentence with the kernel
+still running), a resume asked while the kernel parks, a shutdown while it parks, and a server
+restarted while it is parked; each leaves nothing behind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kernel_queue_fake_cluster.cluster import FakeCluster
+
+from kernel_queue import errors
+from kernel_queue.model import GroupPhase, GroupRef, StopCause
+from tests.kube import parking
+from tests.kube.parking import backend_settings, execute, kube, workload  # noqa: F401 - fixtures
+from tests.kube.support import labelled
+from tests.polling import until
+from tests.test_backend_contract import Contract, Followed
+
+P = GroupPhase
+
+
+async def running(tested: Contract) -> tuple[GroupRef, Followed]:
+    ref = await tested.backend.submit(tested.spec("low"))
+    followed = tested.follow(ref)
+    await followed.running(ref)
+    await execute(ref, followed, "x = 41")
+    return ref, followed
+
+
+def restored(printed: str, output: str) -> bool:
+    """The first cell after a restore prints what was restored, then its own output."""
+    return printed.startswith("restored 1 variable") and printed.endswith("\n" + output)
+
+
+async def nothing_left(cluster: FakeCluster, *refs: GroupRef) -> None:
+    await until(
+        lambda: not any(labelled(cluster, ref.kernel_id) for ref in refs),
+        "nothing of the kernels left in the cluster",
+        within=30,
+        detail=lambda: [labelled(cluster, ref.kernel_id) for ref in refs],
+    )
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param({"status": 500, "count": 2}, id="500-twice"),
+        pytest.param({"status": 429}, id="429-retry-after"),
+        pytest.param({"status": 409}, id="409"),
+        pytest.param({"status": 504, "after": True}, id="lost-reply"),
+    ],
+)
+async def test_the_park_and_resume_patches_are_retried_through_passing_faults(
+    kube: Contract,  # noqa: F811 - the fixture imported above
+    cluster: FakeCluster,
+    fault: dict[str, Any],
+) -> None:
+    ref, followed = await running(kube)
+    cluster.fail_next("patch", "workloads", **fault)
+    await kube.backend.park(ref, grace=30)
+    await followed.until(lambda f: f.phase is P.PARKED)
+    assert workload(cluster, ref.name)["spec"]["active"] is False
+    cluster.fail_next("patch", "workloads", **fault)
+    await kube.backend.resume(ref)
+    await followed.running(ref)
+    assert restored(await execute(ref, followed, "print(x + 1)"), "42\n")
+    assert cluster.faults_pending == 0
+    await kube.backend.release(ref)
+    await nothing_left(cluster, ref)
+
+
+@pytest.mark.parametrize("backend_settings", [{"api_retry_seconds": 1.0}])
+async def test_a_park_the_api_server_keeps_refusing_is_said_and_the_kernel_runs_on(
+    kube: Contract,  # noqa: F811 - the fixture imported above
+    cluster: FakeCluster,
+) -> None:
+    ref, followed = await running(kube)
+    cluster.fail_next("patch", "workloads", status=503, count=100)
+    with pytest.raises(errors.ClusterUnavailable) as refused:
+        await kube.backend.park(ref, grace=30)
+    assert str(refused.value) == (
+        f"kernel {ref.kernel_id[:8]}: could not park it (patch spec.active of its Workload "
+        f"{ref.name}): the Kubernetes API server kept answering 503 ServiceUnavailable, also "
+        "on retries; try again in a minute, and if it keeps failing ask the cluster's admin to "
+        "check the API server; it runs on"
+    )
+    cluster.clear_faults()
+    assert workload(cluster, ref.name)["spec"].get("active", True) is True
+    assert followed.phase is P.RUNNING
+    assert await execute(ref, followed, "print(x)") == "41\n"  # nothing was lost
+    await kube.backend.release(ref)
+    await nothing_left(cluster, ref)
+
+
+async def test_a_resume_while_parking_wakes_it_once_parked(
+    kube: Contract,  # noqa: F811 - the fixture imported above
+    cluster: FakeCluster,
+) -> None:
+    ref, followed = await running(kube)
+    await kube.backend.park(ref, grace=30)
+    await followed.until(lambda f: f.phase is P.PARKING)
+    await kube.backend.resume(ref)
+    await followed.until(lambda f: P.PARKED in f.phases() and f.phase is P.RUNNING)
+    phases = followed.phases()
+    assert phases[phases.index(P.PARKING) :][:3] == [P.PARKING, P.PARKED, P.QUEUED], phases
+    assert restored(await execute(ref, followed, "print(x + 1)"), "42\n")
+    await kube.backend.release(ref)
+    await nothing_left(cluster, ref)
+
+
+@pytest.mark.parametrize("when", [P.PARKING, P.PARKED])
+async def test_a_kernel_shut_down_while_parking_or_parked_leaves_nothing(
+    kube: Contract,  # noqa: F811 - the fixture imported above
+    cluster: FakeCluster,
+    when: GroupPhase,
+) -> None:
+    ref, followed = await running(kube)
+    await kube.backend.park(ref, grace=30)
+    await followed.until(lambda f: f.phase is when)
+    await kube.backend.stop(ref, grace=30, cause=StopCause.SHUTDOWN)
+    await kube.backend.release(ref)
+    await followed.until(lambda f: f.ended)
+    await nothing_left(cluster, ref)
+
+
+async def test_a_restarted_server_reattaches_to_a_parked_kernel_and_wakes_it(
+    kube: Contract,  # noqa: F811 - the fixture imported above
+    cluster: FakeCluster,
+) -> None:
+    ref, followed = await running(kube)
+    (ran,) = labelled(cluster, ref.kernel_id)["pods"]
+    await kube.backend.park(ref, grace=30)
+    await followed.until(lambda f: f.phase is P.PARKED)
+    saved = followed.statuses[-1].message
+    assert saved.startswith("saved 1 variable"), saved
+
+    # The pod that ran is replaced by a gated one: only the replacement says what was saved.
+    def replaced() -> bool:
+        pods = labelled(cluster, ref.kernel_id).get("pods", [])
+        return len(pods) == 1 and ran not in pods
+
+    await until(
+        replaced, "the pod that ran replaced", detail=lambda: labelled(cluster, ref.kernel_id)
+    )
+    await kube.aclose()  # the server stops; the cluster keeps the parked kernel
+
+    again = parking.contract(parking.backend(cluster))
+    try:
+        reattached = again.follow(GroupRef.from_dict(ref.to_dict()))
+        await reattached.until(lambda f: f.phase is not None)
+        assert (reattached.phase, reattached.statuses[-1].message) == (P.PARKED, saved)
+        await again.backend.resume(ref)
+        await reattached.running(ref)
+        assert restored(await execute(ref, reattached, "print(x + 1)"), "42\n")
+        await again.backend.release(ref)
+        await reattached.until(lambda f: f.ended)
+    finally:
+        await again.aclose()
+    await nothing_left(cluster, ref)
