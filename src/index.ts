@@ -4,7 +4,8 @@
  * It loads the server's queue listing once (`GET /api/kernel-queue/kernels`), then follows the
  * server's event stream for the kernel-status schema; `state.ts` turns both into labels, panel
  * rows and notices. This module only wires them to the status bar, the panel and JupyterLab's
- * notifications, and cancels a queued kernel with the standard `DELETE /api/kernels/{id}`.
+ * notifications, cancels a queued kernel with the standard `DELETE /api/kernels/{id}`, and parks
+ * or resumes one with `POST /api/kernel-queue/kernels/{id}/park|resume`.
  */
 
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
@@ -20,6 +21,7 @@ import { Widget } from '@lumino/widgets';
 import {
   formatWait,
   gpuCount,
+  KernelRow,
   ListingEntry,
   Notice,
   PanelRow,
@@ -59,13 +61,32 @@ async function fetchListing(settings: ServerConnection.ISettings): Promise<Listi
   return (await response.json()) as ListingEntry[];
 }
 
+/** What a park or resume request answers: the kernel's listing entry, or the refusal. */
+async function postAction(
+  settings: ServerConnection.ISettings,
+  kernelId: string,
+  action: 'park' | 'resume'
+): Promise<ListingEntry> {
+  const url = URLExt.join(settings.baseUrl, LISTING_PATH, kernelId, action);
+  const response = await ServerConnection.makeRequest(url, { method: 'POST' }, settings);
+  const body = await response.json().catch(() => null);
+  if (!response.ok) {
+    // The server's sentence (a 409 says why the kernel cannot be parked).
+    throw new Error(body?.message ?? `${response.status} ${response.statusText}`);
+  }
+  return body as ListingEntry;
+}
+
+const ITEM_HINT = 'Kernel queue: click for every queued kernel';
+
 /** The status-bar item: the current notebook's kernel as the queue sees it. */
 class QueueStatusItem extends Widget {
   constructor() {
     super({ node: document.createElement('div') });
     this.addClass('jp-KernelQueue-status');
-    this.node.title = 'Kernel queue: click for every queued kernel';
+    this.node.title = ITEM_HINT;
     this.node.setAttribute('role', 'button');
+    this.node.setAttribute('aria-haspopup', 'dialog');
     this.node.tabIndex = 0;
   }
 
@@ -78,11 +99,13 @@ class QueueStatusItem extends Widget {
     return this._text !== null;
   }
 
-  /** Show `text`, or hide the item when null. */
-  display(text: string | null, kernelId: string | null): void {
+  /** Show `text` (with the server's `sentence` as its tooltip), or hide the item when null. */
+  display(text: string | null, kernelId: string | null, sentence: string | null = null): void {
     const was = this.active;
     this._text = text;
     this.node.textContent = text ?? '';
+    this.node.title = sentence ? `${sentence}\n(${ITEM_HINT})` : ITEM_HINT;
+    this.node.setAttribute('aria-label', sentence ? `${text}: ${sentence}` : (text ?? ''));
     this.node.dataset.kernelId = kernelId ?? '';
     if (was !== this.active) {
       this._activeStateChanged.emit();
@@ -93,12 +116,14 @@ class QueueStatusItem extends Widget {
   private _activeStateChanged = new Signal<this, void>(this);
 }
 
-/** The panel listing every kernel waiting in a queue, each with a Cancel button. */
+/** The panel: every kernel waiting in a queue, each with a Cancel button; then the running and
+ * parked kernels, each with "Park now" or "Resume". */
 class QueuePanel extends Widget {
   constructor(
     private readonly _store: QueueStore,
     private readonly _name: (kernelId: string) => string,
-    private readonly _cancel: (kernelId: string) => Promise<void>
+    private readonly _cancel: (kernelId: string) => Promise<void>,
+    private readonly _act: (kernelId: string, action: 'park' | 'resume') => Promise<void>
   ) {
     super();
     this.addClass('jp-KernelQueue-panel');
@@ -122,32 +147,102 @@ class QueuePanel extends Widget {
   }
 
   protected onUpdateRequest(): void {
-    const rows = this._store.queued();
+    // A button being pressed keeps its focus across the redraw (keyboard users stay put).
+    const focused = (document.activeElement as HTMLElement | null)?.dataset?.focusKey;
     const node = this.node;
     node.replaceChildren();
-    const title = document.createElement('h3');
-    title.textContent = 'Queued kernels';
-    node.appendChild(title);
+    node.appendChild(this._queued());
+    const kernels = this._store.kernels();
+    if (kernels.length > 0) {
+      node.appendChild(this._kernels(kernels));
+    }
+    if (focused) {
+      node.querySelector<HTMLElement>(`[data-focus-key="${focused}"]`)?.focus();
+    }
+  }
+
+  private _queued(): HTMLElement {
+    const rows = this._store.queued();
+    const section = this._section('Queued kernels', 'jp-KernelQueue-queued');
     if (rows.length === 0) {
       const empty = document.createElement('p');
       empty.className = 'jp-KernelQueue-empty';
       empty.textContent = 'No kernel waits in a queue.';
-      node.appendChild(empty);
-      return;
+      section.appendChild(empty);
+      return section;
     }
-    const table = document.createElement('table');
-    const head = table.createTHead().insertRow();
-    for (const label of ['Kernel', 'Queue', 'Position', 'Waiting', 'GPUs', '']) {
-      const th = document.createElement('th');
-      th.textContent = label;
-      head.appendChild(th);
-    }
+    const table = this._table(['Kernel', 'Queue', 'Position', 'Waiting', 'GPUs', 'Action']);
     const body = table.createTBody();
     for (const row of rows) {
       body.appendChild(this._row(row));
     }
-    node.appendChild(table);
+    section.appendChild(table);
+    return section;
   }
+
+  private _kernels(rows: KernelRow[]): HTMLElement {
+    const section = this._section('Running and parked kernels', 'jp-KernelQueue-kernels');
+    const table = this._table(['Kernel', 'State', 'GPUs', 'Action']);
+    const body = table.createTBody();
+    for (const row of rows) {
+      const tr = body.insertRow();
+      tr.className = 'jp-KernelQueue-kernelRow';
+      tr.dataset.kernelId = row.kernelId;
+      tr.dataset.state = row.state;
+      const name = this._name(row.kernelId);
+      const parked = row.action === 'resume';
+      for (const text of [name, parked ? 'Parked' : 'Running', gpuCount(row.gpus)]) {
+        tr.insertCell().textContent = text;
+      }
+      tr.cells[1].title = row.message;
+      const button = document.createElement('button');
+      button.type = 'button';
+      button.className = `jp-Button jp-mod-styled ${parked ? 'jp-mod-accept' : 'jp-mod-reject'}`;
+      button.classList.add(parked ? 'jp-KernelQueue-resume' : 'jp-KernelQueue-park');
+      button.textContent = parked ? 'Resume' : 'Park now';
+      button.dataset.focusKey = `${row.action}-${row.kernelId}`;
+      button.title = parked
+        ? 'Wake this kernel: it waits in its queue, then comes back with its variables'
+        : 'Park this kernel now: it saves its variables and gives its GPUs back';
+      button.setAttribute('aria-label', `${parked ? 'Resume' : 'Park'} the kernel of ${name}`);
+      button.addEventListener('click', () => {
+        button.disabled = true;
+        button.textContent = parked ? 'Resuming…' : 'Parking…';
+        void this._act(row.kernelId, row.action).finally(() => this.update());
+      });
+      tr.insertCell().appendChild(button);
+    }
+    section.appendChild(table);
+    return section;
+  }
+
+  private _section(title: string, className: string): HTMLElement {
+    const section = document.createElement('section');
+    section.className = className;
+    const heading = document.createElement('h3');
+    heading.textContent = title;
+    heading.id = `${className}-${++QueuePanel._ids}`;
+    section.setAttribute('aria-labelledby', heading.id);
+    section.appendChild(heading);
+    return section;
+  }
+
+  private _table(labels: string[]): HTMLTableElement {
+    const table = document.createElement('table');
+    const head = table.createTHead().insertRow();
+    for (const label of labels) {
+      const th = document.createElement('th');
+      th.scope = 'col';
+      th.textContent = label;
+      if (label === 'Action') {
+        th.className = 'jp-KernelQueue-actionHeader'; // read by screen readers, not shown
+      }
+      head.appendChild(th);
+    }
+    return table;
+  }
+
+  private static _ids = 0;
 
   private _row(row: PanelRow): HTMLTableRowElement {
     const tr = document.createElement('tr');
@@ -170,9 +265,11 @@ class QueuePanel extends Widget {
       tr.insertCell().textContent = text;
     }
     const button = document.createElement('button');
+    button.type = 'button';
     button.className = 'jp-Button jp-mod-styled jp-mod-warn jp-KernelQueue-cancel';
     button.textContent = 'Cancel';
     button.title = 'Shut this kernel down and leave the queue';
+    button.setAttribute('aria-label', `Cancel the kernel of ${cells[0]}`);
     button.addEventListener('click', () => {
       button.disabled = true;
       button.textContent = 'Cancelling…';
@@ -190,8 +287,9 @@ function notify(app: JupyterFrontEnd, notice: Notice): void {
   const name = kernelName(app, notice.kernelId);
   const text =
     notice.moment === 'admitted' ? `${name}: kernel ${notice.message}` : `${name}: ${notice.message}`;
-  // What happened while the user looked away stays until dismissed; a resume is a short note.
-  const autoClose = notice.moment === 'resumed' ? 10000 : false;
+  // What happened while the user looked away stays until dismissed; a resume or a park (its
+  // item says Parked meanwhile) is a short note.
+  const autoClose = notice.moment === 'resumed' || notice.moment === 'parked' ? 10000 : false;
   Notification.emit(text, notice.kind, { autoClose });
 }
 
@@ -288,6 +386,19 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     };
 
+    const act = async (kernelId: string, action: 'park' | 'resume') => {
+      try {
+        const entry = await postAction(services.serverSettings, kernelId, action);
+        if (entry.queue) {
+          show(store.apply(entry.queue));
+        }
+      } catch (reason) {
+        const verb = action === 'park' ? 'park' : 'resume';
+        const why = reason instanceof Error ? reason.message : String(reason);
+        Notification.error(`Could not ${verb} ${kernelName(app, kernelId)}: ${why}`);
+      }
+    };
+
     if (!statusBar) {
       return;
     }
@@ -302,7 +413,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         const waiting = store.queued().length;
         text = waiting ? `Queue · ${waiting} waiting` : null;
       }
-      item.display(text, kernelId);
+      item.display(text, kernelId, kernelId ? store.sentence(kernelId) : null);
     };
     store.subscribe(refresh);
 
@@ -323,7 +434,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         popup = null;
         return;
       }
-      const body = new QueuePanel(store, id => kernelName(app, id), cancel);
+      const body = new QueuePanel(store, id => kernelName(app, id), cancel, act);
       popup = showPopup({ body, anchor: item, align: 'left', hasDynamicSize: true });
     };
     item.node.addEventListener('click', togglePanel);

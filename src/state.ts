@@ -14,6 +14,7 @@ export type KernelState =
   | 'preempted'
   | 'requeued'
   | 'resumed'
+  | 'parked'
   | 'finished'
   | 'failed'
   | 'cancelled';
@@ -32,6 +33,10 @@ export interface QueueStatus {
   gpus?: number;
   devices?: string[];
   preemptions?: number;
+  /** How often the kernel was parked so far (v3). */
+  parks?: number;
+  /** While parked: when it was parked (ISO 8601), else null (v3). */
+  parked_since?: string | null;
 }
 
 /** One entry of `GET /api/kernel-queue/kernels`: a Jupyter kernel model plus its queue state. */
@@ -58,7 +63,7 @@ export interface Notice {
   kernelId: string;
   kind: 'info' | 'success' | 'warning' | 'error';
   /** The moment: admitted after a long wait, preempted, resumed, failed. */
-  moment: 'admitted' | 'preempted' | 'resumed' | 'failed';
+  moment: 'admitted' | 'preempted' | 'parked' | 'resumed' | 'failed';
   message: string;
 }
 
@@ -74,11 +79,32 @@ export interface PanelRow {
   waited: number | null;
 }
 
+/** One row of the panel's list of running and parked kernels, each with its action. */
+export interface KernelRow {
+  kernelId: string;
+  state: KernelState;
+  /** What the row's button does: park a running kernel, resume a parked one. */
+  action: 'park' | 'resume';
+  /** The server's sentence (the parked reason says what was saved). */
+  message: string;
+  gpus: number;
+}
+
 /** States in which a kernel waits for (re-)admission (lifecycle.WAITING on the server). */
 export const WAITING: ReadonlySet<KernelState> = new Set(['queued', 'preempted', 'requeued']);
 /** States after which nothing more happens to the kernel. */
 export const TERMINAL: ReadonlySet<KernelState> = new Set(['finished', 'failed', 'cancelled']);
-const LIVE: ReadonlySet<KernelState> = new Set(['running', 'resumed']);
+export const LIVE: ReadonlySet<KernelState> = new Set(['running', 'resumed']);
+
+/** The server's sentence while a kernel saves to park ("parking after 30 min idle: saving…"). */
+function isParking(status: QueueStatus): boolean {
+  return status.state === 'parked' && /^parking\b/.test(status.message);
+}
+
+/** A woken kernel back in its queue ("waking from parked: queued in 'gpu', position 1 …"). */
+function isWaking(status: QueueStatus): boolean {
+  return status.state === 'requeued' && /^waking from parked\b/.test(status.message);
+}
 
 /** "1 GPU", "2 GPUs". */
 export function gpuCount(gpus: number): string {
@@ -112,7 +138,7 @@ export function formatEstimate(seconds: number): string {
 /**
  * The status-bar text for one kernel's status: `Queued · #2 in gpu`, `Queued · #2 in gpu ·
  * ~4 min` (with the server's estimate), `Admitted · 1 GPU`, `Running`, `Preempted · saving…`,
- * `Requeued · #1`, `Failed`, ...
+ * `Requeued · #1`, `Parking · saving…`, `Parked · GPU released`, `Waking · #1`, `Failed`, ...
  */
 export function statusLabel(status: QueueStatus): string {
   const position = status.position ? `#${status.position}` : null;
@@ -133,7 +159,17 @@ export function statusLabel(status: QueueStatus): string {
       // The server's sentence says "saving its variables" when the kernel checkpoints.
       return /saving/.test(status.message) ? 'Preempted · saving…' : 'Preempted';
     case 'requeued':
-      return ['Requeued', position, estimate].filter(Boolean).join(' · ');
+      return [isWaking(status) ? 'Waking' : 'Requeued', position, estimate]
+        .filter(Boolean)
+        .join(' · ');
+    case 'parked':
+      if (isParking(status)) {
+        return 'Parking · saving…';
+      }
+      if (!status.gpus) {
+        return 'Parked';
+      }
+      return status.gpus === 1 ? 'Parked · GPU released' : 'Parked · GPUs released';
     case 'failed':
       return 'Failed';
     case 'cancelled':
@@ -192,6 +228,11 @@ export class QueueStore {
   label(kernelId: string): string | null {
     const entry = this._entries.get(kernelId);
     return entry ? statusLabel(entry.status) : null;
+  }
+
+  /** The server's full sentence for one kernel (the status item's tooltip), null if none. */
+  sentence(kernelId: string): string | null {
+    return this._entries.get(kernelId)?.status.message || null;
   }
 
   /**
@@ -300,6 +341,20 @@ export class QueueStore {
     );
   }
 
+  /** The running and parked kernels, each with what its button does, by kernel id. */
+  kernels(): KernelRow[] {
+    const rows: KernelRow[] = [];
+    for (const [kernelId, entry] of this._entries) {
+      const s = entry.status;
+      if (!LIVE.has(s.state) && s.state !== 'parked') {
+        continue;
+      }
+      const action = s.state === 'parked' ? 'resume' : 'park';
+      rows.push({ kernelId, state: s.state, action, message: s.message, gpus: s.gpus ?? 0 });
+    }
+    return rows.sort((a, b) => a.kernelId.localeCompare(b.kernelId));
+  }
+
   private _apply(status: QueueStatus, at: number): Notice[] {
     const previous = this._entries.get(status.kernel_id);
     if (TERMINAL.has(status.state)) {
@@ -322,10 +377,18 @@ export class QueueStore {
 
   private _notices(previous: KernelEntry | undefined, status: QueueStatus): Notice[] {
     const before = previous?.status.state;
+    const id = status.kernel_id;
+    if (status.state === 'parked') {
+      // Once, when it is parked (not while it saves): what was saved, and how it comes back.
+      const was = previous !== undefined && before === 'parked' && !isParking(previous.status);
+      if (isParking(status) || was) {
+        return [];
+      }
+      return [{ kernelId: id, kind: 'info', moment: 'parked', message: status.message }];
+    }
     if (before === status.state) {
       return [];
     }
-    const id = status.kernel_id;
     switch (status.state) {
       case 'admitted':
       case 'running':
@@ -350,6 +413,7 @@ export class QueueStore {
       }
       case 'preempted':
         return [{ kernelId: id, kind: 'warning', moment: 'preempted', message: status.message }];
+
       case 'requeued':
         // A preemption seen without the PREEMPTED step (the kernel went straight back).
         if (before !== undefined && LIVE.has(before)) {

@@ -62,7 +62,34 @@ describe('statusLabel', () => {
     ],
     [event('k', 'requeued', { position: 1 }), 'Requeued · #1'],
     [event('k', 'requeued', { position: null }), 'Requeued'],
-    [event('k', 'failed'), 'Failed']
+    [event('k', 'failed'), 'Failed'],
+    [
+      event('k', 'parked', {
+        message: 'parking after 30 min idle: saving its variables, then giving back its GPU'
+      }),
+      'Parking · saving…'
+    ],
+    [
+      event('k', 'parked', {
+        message: 'parked after 30 min idle; GPU released; your next cell brings it back'
+      }),
+      'Parked · GPU released'
+    ],
+    [
+      event('k', 'parked', { gpus: 2, message: 'parked on request; 2 GPUs released' }),
+      'Parked · GPUs released'
+    ],
+    [
+      event('k', 'parked', { gpus: 0, message: 'parked on request; queue place released' }),
+      'Parked'
+    ],
+    [
+      event('k', 'requeued', {
+        position: 2,
+        message: "waking from parked: queued in 'gpu', position 2 of 2, needs 1 GPU"
+      }),
+      'Waking · #2'
+    ]
   ])('%j reads %s', (status, label) => {
     expect(statusLabel(status)).toBe(label);
   });
@@ -228,6 +255,49 @@ describe('QueueStore', () => {
     unsubscribe();
     store.apply(event('a', 'queued'));
     expect(calls).toBe(2);
+  });
+});
+
+describe('parking', () => {
+  const parking = 'parking after 2 s idle: saving its variables, then giving back its GPU';
+  const parked =
+    'parked after 2 s idle; GPU released; your next cell brings it back (saved 2 variables)';
+
+  it('lists running and parked kernels with the action each offers, and gives the sentence', () => {
+    const { store } = loaded();
+    store.apply(event('b', 'running'));
+    store.apply(event('a', 'parked', { message: parked }));
+    store.apply(event('c', 'queued'));
+    expect(store.kernels()).toEqual([
+      { kernelId: 'a', state: 'parked', action: 'resume', message: parked, gpus: 1 },
+      { kernelId: 'b', state: 'running', action: 'park', message: 'running', gpus: 1 }
+    ]);
+    expect(store.queued().map(r => r.kernelId)).toEqual(['c']);
+    expect(store.sentence('a')).toBe(parked);
+    expect(store.sentence('unknown')).toBeNull();
+  });
+
+  it('announces a park once it is parked, not while it saves, and once only', () => {
+    const { store } = loaded();
+    store.apply(event('a', 'running'));
+    expect(store.apply(event('a', 'parked', { message: parking }))).toEqual([]);
+    expect(store.apply(event('a', 'parked', { message: parked }))).toEqual([
+      { kernelId: 'a', kind: 'info', moment: 'parked', message: parked }
+    ]);
+    expect(store.apply(event('a', 'parked', { message: parked }))).toEqual([]);
+  });
+
+  it('follows a woken kernel back through its queue, and tells no preemption', () => {
+    const { store } = loaded();
+    store.apply(event('a', 'parked', { message: parked }));
+    const waking = "waking from parked: queued in 'gpu', position 1 of 1, needs 1 GPU";
+    expect(store.apply(event('a', 'requeued', { message: waking }))).toEqual([]);
+    expect(store.label('a')).toBe('Waking · #1');
+    expect(store.queued().map(r => r.kernelId)).toEqual(['a']);
+    store.apply(event('a', 'admitted'));
+    const back = store.apply(event('a', 'resumed', { message: 'resumed; variables restored' }));
+    expect(back.map(n => n.moment)).toEqual(['resumed']);
+    expect(store.label('a')).toBe('Running');
   });
 });
 

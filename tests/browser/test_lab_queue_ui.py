@@ -1,7 +1,8 @@
 """JupyterLab in headless Chromium shows the queue: two notebooks share one GPU, the second
 waits and says so, runs when the first is shut down (with a notification), and a queued kernel
 is cancelled from the panel; a preempted notebook says why, waits again and resumes, and a
-kernel that gives up waiting says so.
+kernel that gives up waiting says so; a kernel parked from the panel reads Parked, its next cell
+brings it back and prints, and the panel's Resume wakes it too.
 
 A real `jupyter kernel-queue lab` (local backend, 1 pretend GPU, token auth, private Jupyter
 dirs) and Debian's Chromium driven by Playwright; never a downloaded browser. Screenshots of
@@ -69,19 +70,23 @@ def _api(base: str, path: str, method: str = "GET") -> Any:
         return json.loads(response.read() or b"null")
 
 
-def _notebook(path: Path, kernel: str, source: str = "1 + 1") -> None:
-    """A notebook whose metadata names a kernelspec, so opening it starts that kernel."""
-    cell = {
-        "cell_type": "code",
-        "execution_count": None,
-        "id": "c1",
-        "metadata": {},
-        "outputs": [],
-        "source": source,
-    }
+def _notebook(path: Path, kernel: str, source: str = "1 + 1", *more: str) -> None:
+    """A notebook whose metadata names a kernelspec, so opening it starts that kernel; one code
+    cell per source."""
+    cells = [
+        {
+            "cell_type": "code",
+            "execution_count": None,
+            "id": f"c{number}",
+            "metadata": {},
+            "outputs": [],
+            "source": text,
+        }
+        for number, text in enumerate((source, *more), start=1)
+    ]
     spec = {"name": kernel, "display_name": kernel, "language": "python"}
     notebook = {
-        "cells": [cell],
+        "cells": cells,
         "metadata": {"kernelspec": spec},
         "nbformat": 4,
         "nbformat_minor": 5,
@@ -139,6 +144,9 @@ def lab(tmp_path: Path, artifacts: Path, browser_api: Any) -> Iterator[str]:
     # Failure: a kernel that gives up after 1 s in the queue (the GPU stays busy meanwhile).
     _kernelspec(data, "impatient", priority_class="low", admission_timeout=1)
     _notebook(root / "impatient.ipynb", "impatient")
+    # Parking: a kernel that checkpoints; parked from the panel (park_after stays off).
+    _kernelspec(data, "parks", checkpoint=checkpoint)
+    _notebook(root / "parks.ipynb", "parks", "x = 41", "print('back', x + 1)")
     settings = tmp_path / "lab-settings"
     # Every admission after a wait notifies (the default waits 10 s): the test needs no sleep.
     (settings / "kernel-queue").mkdir(parents=True)
@@ -400,6 +408,54 @@ def test_preemption_requeue_resume_and_failure_are_told_with_their_reasons(
         "without being admitted (admission_timeout)", timeout=KERNEL_WAIT_MS
     )
     ui.shot("impatient-failed")
+
+
+def test_park_from_the_panel_then_the_next_cell_brings_the_kernel_back_and_prints(
+    page: Any, browser_api: Any, lab: str, artifacts: Path
+) -> None:
+    ui = Lab(page, browser_api.expect, lab, artifacts)
+    expect, status = ui.expect, ui.status
+    ui.goto("lab/tree/parks.ipynb")
+    expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+    kernel = status.get_attribute("data-kernel-id")
+    cells = page.locator(".jp-NotebookPanel:visible .jp-Cell")
+    cells.nth(0).click()
+    page.keyboard.press("Shift+Enter")  # x = 41
+    expect(page.locator(".jp-InputArea-prompt", has_text="[1]").first).to_be_visible()
+
+    # The panel offers "Park now" for the running kernel; parked, the item says so.
+    status.click()
+    row = page.locator(f'.jp-KernelQueue-kernelRow[data-kernel-id="{kernel}"]')
+    expect(row.locator("td").nth(0)).to_have_text("parks.ipynb")
+    expect(row.locator("td").nth(1)).to_have_text("Running")
+    ui.shot("panel-offers-park")
+    row.get_by_role("button", name="Park the kernel of parks.ipynb").click()
+    expect(status).to_have_text("Parked · GPU released", timeout=KERNEL_WAIT_MS)
+    expect(status).to_have_attribute(
+        "title", re.compile(r"^parked on request; GPU released; your next cell brings it back")
+    )
+    expect(row.get_by_role("button", name="Resume the kernel of parks.ipynb")).to_be_visible()
+    ui.shot("parked")
+    assert ui.kernels()[kernel]["queue"]["state"] == "parked"
+    status.click()  # close the panel
+
+    # The next cell wakes it: it comes back with x and prints, once.
+    cells.nth(1).click()
+    page.keyboard.press("Shift+Enter")
+    output = cells.nth(1).locator(".jp-OutputArea-output")
+    expect(output.filter(has_text="back 42")).to_have_count(1, timeout=KERNEL_WAIT_MS)
+    expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+    expect(ui.toast("parks.ipynb: resumed")).to_be_visible(timeout=KERNEL_WAIT_MS)
+    ui.shot("woken-by-a-cell")
+
+    # Parked again, the panel's Resume wakes it without a cell.
+    status.click()
+    row.get_by_role("button", name="Park the kernel of parks.ipynb").click()
+    expect(status).to_have_text("Parked · GPU released", timeout=KERNEL_WAIT_MS)
+    row.get_by_role("button", name="Resume the kernel of parks.ipynb").click()
+    expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+    ui.shot("resumed-from-the-panel")
+    assert ui.kernels()[kernel]["queue"]["state"] == "resumed"
 
 
 # JupyterLab marks the notebook tab on show as the current one.
