@@ -90,6 +90,8 @@ def block_in_c(seconds):
     print('blocking in thread', threading.get_native_id(), flush=True)
     return libc.pthread_mutex_timedlock(mutex, ctypes.byref(until))
 """
+SIGTERM_ONLY = {contract.ENV_CHECKPOINT_CONTINUOUS: "0"}
+"""For the tests that count checkpoints: no checkpoint after each cell, only on SIGTERM."""
 FUTEX_SYSCALLS = {"202", "98"}  # futex on x86_64 and on aarch64 (/proc/<tid>/syscall)
 
 
@@ -438,7 +440,7 @@ def test_a_cell_stuck_in_c_is_saved_concurrently_after_the_fallback_delay(
     event = kernel.checkpoint_event()
     assert (event["consistency"], event["trigger"]) == ("concurrent", "concurrent")
     assert event["summary"] == result.strip()
-    [saved] = checkpoint.DirectoryStore(store).committed()
+    saved = checkpoint.DirectoryStore(store).committed()[-1]  # after the cells' own
     assert saved.manifest["consistency"] == "concurrent"
 
     client = start_kernel(store).client()
@@ -477,9 +479,9 @@ def test_a_save_past_its_deadline_is_aborted_and_the_previous_checkpoint_stays(
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    preempt_idle(start_kernel, store, "small = 7")
+    preempt_idle(start_kernel, store, "small = 7", **SIGTERM_ONLY)
     [previous] = checkpoint.DirectoryStore(store).committed()
-    kernel = start_kernel(store, **{contract.ENV_CHECKPOINT_DEADLINE: "0.02"})
+    kernel = start_kernel(store, **{contract.ENV_CHECKPOINT_DEADLINE: "0.02"}, **SIGTERM_ONLY)
     client = kernel.client()
     assert value_of(client, "small") == "7"
     assert run(client, "import numpy as np\nhuge = np.ones(2**25)").reply["status"] == "ok"
@@ -500,9 +502,9 @@ def test_a_restart_neither_saves_nor_restores_and_a_final_shutdown_deletes_the_s
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    preempt_idle(start_kernel, store, "x = 1")
+    preempt_idle(start_kernel, store, "x = 1", **SIGTERM_ONLY)
     [saved] = checkpoint.DirectoryStore(store).committed()
-    kernel = start_kernel(store)
+    kernel = start_kernel(store, **SIGTERM_ONLY)
     client = kernel.client()
     assert value_of(client, "x") == "1"  # generation 0 restores
     # Unmark it, so that only the generation guard keeps the restarts below from restoring it.
@@ -538,8 +540,8 @@ def test_a_final_shutdown_keeps_the_store_with_keep_1(
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    preempt_idle(start_kernel, store, "x = 1")
-    kernel = start_kernel(store, **{contract.ENV_CHECKPOINT_KEEP: "1"})
+    preempt_idle(start_kernel, store, "x = 1", **SIGTERM_ONLY)
+    kernel = start_kernel(store, **{contract.ENV_CHECKPOINT_KEEP: "1"}, **SIGTERM_ONLY)
     client = kernel.client()
 
     client.shutdown(restart=False)

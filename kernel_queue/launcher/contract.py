@@ -37,6 +37,9 @@ ENV_CHECKPOINT_DEADLINE = PREFIX + "CHECKPOINT_DEADLINE"
 """Seconds after SIGTERM the kernel's save may take (``Budget.save_deadline``)."""
 ENV_CHECKPOINT_KEEP = PREFIX + "CHECKPOINT_KEEP"
 """``1``: keep the checkpoints after a final shutdown_request; otherwise the kernel deletes them."""
+ENV_CHECKPOINT_CONTINUOUS = PREFIX + "CHECKPOINT_CONTINUOUS"
+"""``0``: the kernel saves only on SIGTERM; otherwise (unset, the default) also after each cell,
+in the background, what the cell changed (``checkpoint.continuous``)."""
 ENV_CHECKPOINT_REPORT = PREFIX + "CHECKPOINT_REPORT"
 """Set by the launcher: where a preempted kernel writes its JSON checkpoint report."""
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
@@ -134,6 +137,8 @@ class Launch:
     checkpoint_dir: str | None = None
     """Where the kernel saves and restores; None: checkpoints are off."""
     keep_checkpoints: bool = False
+    continuous_checkpoints: bool = True
+    """Checkpoint after each cell too (``checkpoint.continuous``); only with ``checkpoint_dir``."""
     termination_log: str | None = None
 
 
@@ -150,6 +155,7 @@ def render(launch: Launch) -> dict[str, str]:
         found[ENV_CHECKPOINT_DIR] = launch.checkpoint_dir
         found[ENV_CHECKPOINT_DEADLINE] = _seconds(times.save_deadline)
         found[ENV_CHECKPOINT_KEEP] = "1" if launch.keep_checkpoints else None
+        found[ENV_CHECKPOINT_CONTINUOUS] = None if launch.continuous_checkpoints else "0"
     found[ENV_TERMINATION_LOG] = launch.termination_log
     return {name: value for name, value in found.items() if value is not None}
 
@@ -174,6 +180,8 @@ class Checkpointing:
     keep: bool
     report: str | None
     """Where the kernel writes its report for the launcher; None: nowhere."""
+    continuous: bool = True
+    """Also checkpoint after each cell, in the background (``ENV_CHECKPOINT_CONTINUOUS``)."""
 
 
 def parse_checkpointing(environ: Mapping[str, str]) -> Checkpointing | None:
@@ -196,6 +204,9 @@ def parse_checkpointing(environ: Mapping[str, str]) -> Checkpointing | None:
         deadline=deadline,
         keep=parse_flag(environ.get(ENV_CHECKPOINT_KEEP, ""), ENV_CHECKPOINT_KEEP),
         report=environ.get(ENV_CHECKPOINT_REPORT) or None,
+        continuous=parse_flag(
+            environ.get(ENV_CHECKPOINT_CONTINUOUS, "") or "1", ENV_CHECKPOINT_CONTINUOUS
+        ),
     )
 
 

@@ -20,12 +20,15 @@ import threading
 import time
 import types
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from IPython.core.interactiveshell import InteractiveShell
 
 from kernel_queue import checkpoint, launcher
 from kernel_queue.launcher import contract, kernel_log
+
+if TYPE_CHECKING:
+    from kernel_queue.launcher.continuous import Continuous
 
 NOTICE = "Kernel preempted by a higher-priority workload; saving state…"
 """The stream message a user sees as soon as the kernel gets SIGTERM."""
@@ -67,6 +70,11 @@ class Options(Protocol):
         """0 for the launcher's first kernel, one more per in-place restart (only 0 restores)."""
         ...
 
+    @property
+    def continuous(self) -> bool:
+        """Also checkpoint after each cell (``continuous``), so SIGTERM flushes only the rest."""
+        ...
+
 
 class Preemption:
     """Saves the kernel's namespace once on SIGTERM and ends the kernel with status 143."""
@@ -93,6 +101,21 @@ class Preemption:
         self._notice_parent: dict[str, Any] | None = None
         self._closing = self._raised = False
         self._save_started, self._save_done = threading.Event(), threading.Event()
+        self.continuous: Continuous | None = None
+        """The background saves after each cell, once ``install`` armed them."""
+
+    @property
+    def kernel(self) -> Any:
+        """The kernel ``install`` armed (its shell, session and loop)."""
+        return self._kernel
+
+    def stopping(self) -> bool:
+        """SIGTERM or a shutdown_request came: no more continuous saves."""
+        return self._noticed is not None or self._closing
+
+    def publish(self, text: str) -> None:
+        """A stderr stream message in the notebook, parented to no request."""
+        self._publish(text, None)
 
     def install(self, kernel: Any) -> None:
         """Arm SIGTERM; call on the main thread after ``IPKernelApp.initialize``."""
@@ -108,6 +131,11 @@ class Preemption:
         args = (read_fd, previous)
         threading.Thread(target=self._watch, args=args, name="preempt-watch", daemon=True).start()
         os.register_at_fork(after_in_child=_disarm)
+        if self.options.continuous:
+            from kernel_queue.launcher.continuous import Continuous
+
+            self.continuous = Continuous(self)
+            self.continuous.install(kernel.shell)
 
     def _unhide_restored(self, shell: Any) -> None:
         """Make the restored names the user's again. IPython hides every name the user module
@@ -145,6 +173,13 @@ class Preemption:
             if self._noticed is not None:
                 return  # preempted first: the save wins
             self._closing = True
+        if self.continuous is not None:
+            self.continuous.stop()
+        if restart:  # the user asked for a fresh kernel: a later relaunch must not roll back
+            with contextlib.suppress(Exception):
+                newest = self.store.latest()
+                if newest is not None:
+                    self.store.mark_restored(newest)
         if not (restart or self.options.keep):
             try:
                 self.store.delete_all()
@@ -229,6 +264,9 @@ class Preemption:
             self._save_started.set()
         delay = time.monotonic() - (self._noticed or time.monotonic())
         try:
+            if self.continuous is not None:  # a save in flight commits first: the base
+                self.continuous.settle(self._deadline)
+            committed = self.store.committed()
             report = checkpoint.save(
                 self.module,
                 self.store,
@@ -236,6 +274,7 @@ class Preemption:
                 deadline=self._deadline,
                 consistency=consistency,
                 extra={"trigger": trigger, "generation": self.options.generation},
+                base=committed[-1] if committed else None,
             )
             record = _record(report)
         except Exception as exc:  # the kernel must exit 143 whatever the save did

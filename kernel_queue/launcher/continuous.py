@@ -1,0 +1,295 @@
+"""Continuous checkpoints: after each cell, a forked copy of the kernel saves what the cell changed.
+
+At ``post_run_cell`` the kernel is at a cell boundary, so ``os.fork`` takes a consistent snapshot
+of the namespace for the cost of copying the page tables (a few ms for GBs): the child, a frozen
+copy-on-write image, writes an incremental checkpoint (``checkpoint.save`` with the newest
+committed one as its base, so unchanged arrays are hard links) and ``os._exit``s, while the
+parent runs the next cell at once (as Redis's BGSAVE). One save runs at a time; cells that end
+meanwhile make one more save once it ends. The child never touches ZeroMQ, prints or takes the
+parent's locks: it resets its signals, writes to nothing but the store and a pipe, dies with the
+kernel (``PR_SET_PDEATHSIG``) and is killed after ``CHILD_TIMEOUT_SECONDS``; a child killed at
+any moment leaves the previous checkpoint intact (the store's commit protocol). Where a GPU
+context forbids fork (CUDA initialised by torch, cupy, jax), saves pause with one note.
+
+On SIGTERM ``settle`` lets a save in flight finish (or kills it when the deadline nears); the
+preemption's own save is then incremental too. ``ACTIVITY`` records when the last cell ended, so
+a kernel restored after a kill without grace can say which later cells were lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import sys
+import threading
+import time
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from kernel_queue import checkpoint
+from kernel_queue.checkpoint import durable
+from kernel_queue.launcher import kernel_log
+from kernel_queue.launcher.supervisor import set_parent_death_signal
+
+if TYPE_CHECKING:
+    from kernel_queue.launcher.preemption import Preemption
+
+TRIGGER = "continuous"
+"""The manifest's ``trigger`` of a checkpoint taken after a cell (a SIGTERM save says why)."""
+ACTIVITY = "activity.json"
+"""In the store's root: the last cell that ended, and when (never a checkpoint's name)."""
+CHILD_TIMEOUT_SECONDS = 600.0
+"""A save child still running after this long is stuck: SIGKILLed, its partial checkpoint
+dropped by the next save."""
+CHILD_NICENESS = 10
+"""The save child yields the CPU to the kernel's next cell."""
+RESULT_LIMIT = 1 << 16
+
+
+def fork_forbidden() -> str:
+    """Why this process must not fork (a GPU runtime whose context a child cannot use), or ""."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    with contextlib.suppress(Exception):
+        if cuda is not None and cuda.is_initialized():
+            return "torch has initialised CUDA"
+    if "cupy" in sys.modules:
+        return "cupy is imported"
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    backends = getattr(bridge, "_backends", None) or {}
+    if any(name != "cpu" for name in backends):
+        return "jax runs on an accelerator"
+    return ""
+
+
+class Continuous:
+    """The kernel's background saves; ``install`` hooks them to the shell's cell events."""
+
+    def __init__(self, preemption: Preemption) -> None:
+        self.preemption = preemption
+        self._lock = threading.Lock()
+        self._child: int | None = None  # the save child in flight
+        self._idle = threading.Event()  # set while no child is in flight
+        self._idle.set()
+        self._pending = False  # a cell ended while a save was in flight
+        self._running = False  # a cell runs (between pre_run_cell and post_run_cell)
+        self._stopped = False
+        self._noted = False
+        self._cell: int | None = None
+        self._activity: tuple[int | None, float] | None = None
+        self._activity_ready = threading.Event()
+        self.saves = 0
+        """Continuous checkpoints committed by this kernel process."""
+        self.last: dict[str, Any] | None = None
+        """The last save child's record (``checkpoint``, ``cell``, ``summary``…)."""
+
+    def install(self, shell: Any) -> None:
+        """Register on the shell's cell events; call on the main thread after ``Preemption``'s."""
+        shell.events.register("pre_run_cell", self._pre_run_cell)
+        shell.events.register("post_run_cell", self._post_run_cell)
+        threading.Thread(target=self._write_activity, name="kq-activity", daemon=True).start()
+
+    def settle(self, deadline: float) -> None:
+        """SIGTERM or shutdown: start no more saves; let the one in flight end until halfway to
+        ``deadline`` (a ``time.monotonic()`` value), then kill it. Any thread."""
+        with self._lock:
+            self._stopped, self._pending = True, False
+        wait = max(0.0, (deadline - time.monotonic()) / 2)
+        if not self._idle.wait(wait):
+            kernel_log.write(
+                f"[kernel-queue checkpoint] killing a continuous save after {wait:g} s"
+            )
+            self._kill()
+            self._idle.wait(5.0)
+
+    def stop(self) -> None:
+        """A shutdown: kill any save in flight and start none."""
+        with self._lock:
+            self._stopped, self._pending = True, False
+        self._kill()
+        self._idle.wait(5.0)
+
+    def _pre_run_cell(self, info: Any) -> None:
+        self._running = True
+
+    def _post_run_cell(self, result: Any) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._running = False
+        cell = getattr(result, "execution_count", None)
+        self._cell = cell if isinstance(cell, int) else None
+        self._activity = (self._cell, time.time())
+        self._activity_ready.set()
+        self._start()
+
+    def _coalesced(self) -> None:
+        """Main thread, on the event loop: the save that cells ending meanwhile asked for."""
+        if not self._running:
+            self._start()
+
+    def _start(self) -> None:
+        """Main thread, at a cell boundary: fork the save child (or note it is pending)."""
+        preemption = self.preemption
+        if preemption.stopping():
+            return
+        with self._lock:
+            if self._stopped:
+                return
+            if self._child is not None:
+                self._pending = True
+                return
+            self._pending = False
+            forbidden = fork_forbidden()
+            if forbidden:
+                self._note(forbidden)
+                return
+            read_fd, write_fd = os.pipe()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork with threads
+                pid = os.fork()
+            if pid == 0:
+                os.close(read_fd)
+                _child_main(preemption, write_fd, self._cell)  # never returns
+            os.close(write_fd)
+            self._child = pid
+            self._idle.clear()
+        threading.Thread(
+            target=self._reap, args=(pid, read_fd), name="kq-reap", daemon=True
+        ).start()
+
+    def _reap(self, pid: int, read_fd: int) -> None:
+        """Thread: read the child's record, reap it, start the coalesced save if one is due."""
+        data, deadline = b"", time.monotonic() + CHILD_TIMEOUT_SECONDS
+        try:
+            while len(data) < RESULT_LIMIT:
+                ready, _, _ = select.select(
+                    [read_fd], [], [], max(0.0, deadline - time.monotonic())
+                )
+                if not ready:
+                    kernel_log.write("[kernel-queue checkpoint] a continuous save hung: killed")
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                    break
+                chunk = os.read(read_fd, RESULT_LIMIT)
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            os.close(read_fd)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        record = _parse(data)
+        if record.get("checkpoint"):
+            self.saves += 1
+        self.last = record
+        kernel_log.write(f"[kernel-queue checkpoint] continuous save: {record['summary']}")
+        with self._lock:
+            self._child = None
+            again = self._pending and not self._stopped
+            self._idle.set()
+        if again:
+            kernel = self.preemption.kernel
+            with contextlib.suppress(Exception):
+                kernel.io_loop.add_callback(self._coalesced)
+
+    def _kill(self) -> None:
+        with self._lock:
+            pid = self._child
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def _note(self, why: str) -> None:
+        """Once: say that continuous checkpoints are paused, and why."""
+        if self._noted:
+            return
+        self._noted = True
+        self.preemption.publish(
+            f"kernel-queue: checkpoints after each cell are paused because {why} (a GPU context "
+            "cannot be copied by fork); a preemption still saves the variables, but if the "
+            "kernel is killed without warning, what changed since its last checkpoint is lost"
+        )
+
+    def _write_activity(self) -> None:
+        """Thread: keep ``ACTIVITY`` up to date with the last cell that ended (no fsync: it
+        only sharpens the restore's sentence after a kill)."""
+        while self._activity_ready.wait():
+            self._activity_ready.clear()
+            if self._activity is None or self.preemption.stopping():
+                continue
+            cell, ended = self._activity
+            path = self.preemption.store.root / ACTIVITY
+            tmp = path.with_name(ACTIVITY + ".tmp")
+            with contextlib.suppress(OSError):
+                if not self.preemption.store.root.is_dir():
+                    durable.make_private(self.preemption.store.root)
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, durable.FILE_MODE)
+                with open(fd, "w", encoding="utf-8") as file:
+                    json.dump({"cell": cell, "ended": ended}, file)
+                os.replace(tmp, path)
+
+
+def read_activity(root: os.PathLike[str] | str) -> tuple[int | None, float] | None:
+    """The last cell that ended in the kernel whose store is ``root``, and when; None unknown."""
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        with open(os.path.join(root, ACTIVITY), encoding="utf-8") as file:
+            record = json.load(file)
+        cell = record.get("cell")
+        return (cell if isinstance(cell, int) else None), float(record["ended"])
+    return None
+
+
+def _child_main(preemption: Preemption, write_fd: int, cell: int | None) -> None:
+    """The save child: write one incremental checkpoint, send its record, ``os._exit``."""
+    status = 1
+    try:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+            signal.signal(signum, signal.SIG_DFL)
+        with contextlib.suppress(ValueError, OSError):
+            signal.set_wakeup_fd(-1)
+        parent = os.getppid()
+        set_parent_death_signal(signal.SIGKILL)
+        if os.getppid() != parent:  # the kernel died before prctl took effect
+            os._exit(1)
+        with contextlib.suppress(OSError):
+            os.nice(CHILD_NICENESS)
+        sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - never IOPub's
+        store = preemption.store
+        committed = store.committed()
+        report = checkpoint.save(
+            preemption.module,
+            store,
+            hidden=set(preemption.kernel.shell.user_ns_hidden),
+            extra={"trigger": TRIGGER, "cell": cell, "generation": preemption.options.generation},
+            base=committed[-1] if committed else None,
+        )
+        cp = report.checkpoint
+        record = {
+            "checkpoint": None if cp is None else cp.id,
+            "cell": cell,
+            "bytes": report.bytes,
+            "reused": report.reused,
+            "seconds": round(report.seconds, 3),
+            "summary": checkpoint.summary(report),
+        }
+        data = json.dumps(record).encode()[:RESULT_LIMIT]
+        while data:
+            data = data[os.write(write_fd, data) :]
+        status = 0
+    except BaseException:  # whatever happened, the child must not return into the kernel
+        status = 1
+    finally:
+        os._exit(status)
+
+
+def _parse(data: bytes) -> dict[str, Any]:
+    try:
+        record = json.loads(data)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or not isinstance(record.get("summary"), str):
+        return {"checkpoint": None, "summary": "the save child ended without a checkpoint"}
+    return record

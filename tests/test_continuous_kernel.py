@@ -1,0 +1,208 @@
+"""Continuous checkpoints end to end: a real launcher and kernel save after each cell in a forked
+child; a kernel killed without warning comes back, under a new launcher, as of its last saved
+cell; a save in flight neither delays the next cell nor is lost at SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import types
+from pathlib import Path
+
+import pytest
+
+from kernel_queue import checkpoint
+from kernel_queue.launcher import continuous
+from tests.polling import until_sync
+from tests.test_launcher import WAIT, is_gone, value_of
+from tests.test_preemption_kernel import Kernel, StartKernel, run, start_kernel
+
+__all__ = ["start_kernel"]  # the fixture, shared with the preemption tests
+
+pytestmark = pytest.mark.timeout(180)
+
+CELLS = [
+    "import numpy as np\nx = 1",
+    "a = np.zeros(2**18)\nb = np.ones(2**18)",
+    "x = 3\nnames = ['a', 'b']",
+    "a[0] = 7.0",  # in place: the same object, other bytes
+    "x = 5\nsquare = lambda v: v * v",
+]
+SLOW = """
+import os, pathlib, time
+KERNEL = os.getpid()
+class Slow:
+    '''Pickles slowly in a save child, on its `calls`th pickling, until RELEASE exists.'''
+    calls = 0
+    def __init__(self, release, block_on=1):
+        self.release, self.block_on = release, block_on
+    def __getstate__(self):
+        Slow.calls += 1
+        if os.getpid() != KERNEL and Slow.calls >= self.block_on:
+            pathlib.Path(self.release + ".waiting").touch()
+            for _ in range(1200):
+                if os.path.exists(self.release):
+                    break
+                time.sleep(0.05)
+        return {"release": self.release, "block_on": self.block_on}
+"""
+
+
+def committed(store: Path) -> list[checkpoint.Checkpoint]:
+    return checkpoint.DirectoryStore(store).committed()
+
+
+def newest_cell(store: Path) -> object:
+    found = committed(store)
+    return found[-1].manifest.get("cell") if found else None
+
+
+def kernel_pid(kernel: Kernel) -> int:
+    event = kernel.status.next()
+    assert event["event"] == "started", event
+    return int(event["pid"])
+
+
+def save_child(pid: int) -> int | None:
+    """The kernel's save child, if one runs (the kernel's only child process)."""
+    found = [
+        int(child)
+        for task in Path(f"/proc/{pid}/task").iterdir()
+        for child in (task / "children").read_text().split()
+    ]
+    return found[0] if found else None
+
+
+def restored_as_of(store: Path, start_kernel: StartKernel) -> tuple[str, str]:
+    """Start a new launcher on ``store`` (what the backend's restart does after a kill); the
+    restore sentence its first cell shows, and ``x`` then."""
+    kernel = start_kernel(store)
+    client = kernel.client()
+    cell = run(client, "x")
+    text = "".join(cell.streams())
+    return text, value_of(client, "(x, float(a[0]), float(b[1]), square(3))")
+
+
+def test_a_kernel_killed_after_five_cells_comes_back_as_of_the_fifth(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    first = start_kernel(store)
+    pid = kernel_pid(first)
+    client = first.client()
+    for cell in CELLS:
+        assert run(client, cell).reply["status"] == "ok"
+    until_sync(lambda: newest_cell(store) == len(CELLS), "the fifth cell's checkpoint", within=WAIT)
+
+    os.kill(pid, signal.SIGKILL)  # no SIGTERM, no save: as an OOM kill or a lost node
+
+    assert first.proc.wait(timeout=WAIT) == 128 + signal.SIGKILL
+    text, values = restored_as_of(store, start_kernel)
+    assert "as of cell [5]" in text, text
+    assert "the kernel then stopped without warning" in text, text
+    assert "Restored: a, b, names, square, x." in text, text
+    assert values == "(5, 7.0, 1.0, 9)"  # cell 4's in-place change included
+
+
+def test_a_kill_while_the_next_save_is_in_flight_restores_the_previous_cell(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    store, release = tmp_path / "store", tmp_path / "release"
+    first = start_kernel(store)
+    pid = kernel_pid(first)
+    client = first.client()
+    for cell in CELLS:
+        assert run(client, cell).reply["status"] == "ok"
+    until_sync(lambda: newest_cell(store) == len(CELLS), "the fifth cell's checkpoint", within=WAIT)
+    before = committed(store)[-1]
+    slow = f"{SLOW}\nslow = Slow({str(release)!r}, block_on=2)\nx = 6"
+    assert run(client, slow).reply["status"] == "ok"
+    until_sync(lambda: Path(f"{release}.waiting").exists(), "the save child writing", within=WAIT)
+    child = save_child(pid)
+    assert child is not None
+
+    os.kill(pid, signal.SIGKILL)  # the kernel dies mid-save; its child dies with it
+
+    assert first.proc.wait(timeout=WAIT) == 128 + signal.SIGKILL
+    until_sync(lambda: is_gone(child), "the save child gone with the kernel", within=WAIT)
+    assert committed(store)[-1] == before  # the previous checkpoint intact, the partial unseen
+    text, values = restored_as_of(store, start_kernel)
+    assert "as of cell [5] (saved" in text, text
+    assert "before the kernel stopped without warning; later cells were lost" in text, text
+    assert values == "(5, 7.0, 1.0, 9)"
+
+
+def test_the_next_cell_never_waits_for_a_slow_save(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    store, release = tmp_path / "store", tmp_path / "release"
+    kernel = start_kernel(store)
+    pid = kernel_pid(kernel)
+    client = kernel.client()
+    assert run(client, f"{SLOW}\nslow = Slow({str(release)!r})").reply["status"] == "ok"
+    until_sync(lambda: Path(f"{release}.waiting").exists(), "the slow save started", within=WAIT)
+    cells = [run(client, f"y = {n}") for n in range(3)]  # each ends while the save runs
+    assert [c.reply["status"] for c in cells] == ["ok"] * 3
+    assert committed(store) == [] and save_child(pid) is not None  # the save still runs
+
+    release.touch()
+
+    # the cells that ended meanwhile made one more save, of the last of them
+    until_sync(lambda: newest_cell(store) == 4, "the coalesced save of cell [4]", within=WAIT)
+    cells_saved = [c.manifest.get("cell") for c in committed(store)]
+    assert cells_saved == [1, 4], cells_saved
+    restored = types.ModuleType("__main__")
+    checkpoint.restore(restored, committed(store)[-1])
+    assert restored.y == 2
+
+
+def test_sigterm_during_a_save_waits_for_it_then_flushes_only_the_rest(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    store, release = tmp_path / "store", tmp_path / "release"
+    kernel = start_kernel(store, KERNEL_QUEUE_LAUNCH_CHECKPOINT_DEADLINE="60")
+    kernel_pid(kernel)
+    client = kernel.client()
+    big = "import numpy as np\nbig = np.arange(2**20, dtype=np.float64)"
+    assert run(client, big).reply["status"] == "ok"
+    until_sync(lambda: newest_cell(store) == 1, "the first cell's checkpoint", within=WAIT)
+    assert run(client, f"{SLOW}\nslow = Slow({str(release)!r})").reply["status"] == "ok"
+    until_sync(lambda: Path(f"{release}.waiting").exists(), "the slow save started", within=WAIT)
+
+    kernel.proc.send_signal(signal.SIGTERM)
+    until_sync(lambda: continuous.read_activity(store) is not None, "activity", within=WAIT)
+    release.touch()  # the save in flight may end now; the flush waited for it
+
+    assert kernel.proc.wait(timeout=WAIT) == 143
+    event = kernel.checkpoint_event()
+    assert event["checkpoint"] is not None, event
+    last, previous = committed(store)[-1], committed(store)[-2]
+    assert previous.manifest["trigger"] == "continuous" and previous.manifest["cell"] == 2
+    assert last.manifest["trigger"] == "idle" and last.manifest["base"] == previous.id
+    reused = [e for e in last.manifest["payload"] if e.get("reused")]
+    assert [e["kind"] for e in reused] == ["ndarray"]  # big was linked, not written again
+    assert "of it changed" in event["summary"], event["summary"]
+
+
+def test_after_a_user_restart_a_kill_brings_back_a_fresh_kernel_not_the_old_cells(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    kernel = start_kernel(store)
+    kernel_pid(kernel)
+    client = kernel.client()
+    assert run(client, "x = 1").reply["status"] == "ok"
+    until_sync(lambda: newest_cell(store) == 1, "the cell's checkpoint", within=WAIT)
+
+    client.shutdown(restart=True)  # the user asked for a fresh kernel
+    assert kernel.status.next()["status"] == 75
+    restarted = kernel.status.next()
+    assert restarted["generation"] == 1
+    client.wait_for_ready(timeout=WAIT)
+    os.kill(int(restarted["pid"]), signal.SIGKILL)
+    assert kernel.proc.wait(timeout=WAIT) == 128 + signal.SIGKILL
+
+    again = start_kernel(store).client()
+    cell = run(again, "'x' in dir()")
+    assert "restored" not in "".join(cell.streams())
+    assert value_of(again, "'x' in dir()") == "False"

@@ -1,0 +1,104 @@
+"""A kernel killed without warning on the local backend (SIGKILL of the kernel process, as the OOM
+killer does) comes back through Jupyter's restarter as of its last saved cell, and says so."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kernel_queue.checkpoint as kc
+from tests.conftest import KernelspecFactory, Server, launcher_pids
+
+CELLS = [
+    "import numpy as np\nx = 1",
+    "a = np.zeros(2**18)\nb = np.ones(2**18)",
+    "x = 3",
+    "a[0] = 7.0",
+    "x = 5",
+]
+
+
+@pytest.fixture
+def local_backend_config() -> dict[str, Any]:
+    return {"gpus": ["0"]}
+
+
+def children(pid: int) -> list[int]:
+    return [
+        int(child)
+        for task in Path(f"/proc/{pid}/task").iterdir()
+        for child in (task / "children").read_text().split()
+    ]
+
+
+async def run(server: Server, kernel_id: str, code: str) -> dict[str, Any]:
+    """Run ``code`` as a notebook does (``store_history``: the cell gets its number); the
+    execute_result's text, the stream text and the reply's status and execution_count."""
+    ws = await server.ws_fetch("api", "kernels", kernel_id, "channels")
+    msg_id = uuid.uuid4().hex
+    header = {"msg_id": msg_id, "msg_type": "execute_request", "username": "test"}
+    header.update(session=uuid.uuid4().hex, version="5.3", date="")
+    content = {"code": code, "silent": False, "store_history": True, "user_expressions": {}}
+    content.update(allow_stdin=False, stop_on_error=True)
+    request = {"header": header, "parent_header": {}, "metadata": {}, "channel": "shell"}
+    request.update(content=content, buffers=[])
+    result: dict[str, Any] = {"stream": "", "data": None, "status": None, "idle": False}
+    try:
+        async with asyncio.timeout(60):
+            await ws.write_message(json.dumps(request))
+            while not (result["status"] and result["idle"]):
+                msg = json.loads(await ws.read_message())
+                if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                    continue
+                kind, body = msg["msg_type"], msg["content"]
+                if kind == "stream":
+                    result["stream"] += body["text"]
+                elif kind == "execute_result":
+                    result["data"] = body["data"].get("text/plain")
+                elif kind == "execute_reply":
+                    result["status"], result["count"] = body["status"], body["execution_count"]
+                elif kind == "status":
+                    result["idle"] = body["execution_state"] == "idle"
+    finally:
+        ws.close()
+    return result
+
+
+async def test_a_kernel_killed_after_five_cells_is_restarted_as_of_the_fifth(
+    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+) -> None:
+    store = tmp_path / "checkpoints"
+    checkpoint = {"enabled": True, "path": str(store), "grace_seconds": 60}
+    kernel_id = await server.start(kernelspec("low", gpus=1, checkpoint=checkpoint))
+    for number, cell in enumerate(CELLS, 1):
+        reply = await run(server, kernel_id, cell)
+        assert (reply["status"], reply["count"]) == ("ok", number)
+    (launcher,) = launcher_pids((kernel_id,))
+    (pid,) = children(launcher)  # the kernel process
+
+    def fifth_saved() -> bool:
+        found = kc.DirectoryStore(store / kernel_id).committed()
+        return bool(found) and found[-1].manifest.get("cell") == len(CELLS)
+
+    await server.wait_for(fifth_saved, what="the last cell's checkpoint")
+
+    before = {launcher}
+    os.kill(pid, signal.SIGKILL)  # no SIGTERM: nothing is saved now
+
+    def relaunched() -> bool:
+        return bool(launcher_pids((kernel_id,)) - before)
+
+    await server.wait_for(relaunched, what="Jupyter's restarter relaunching the kernel")
+    first = await run(server, kernel_id, "(x, float(a[0]), float(b[1]))")
+    assert first["data"] == "(5, 7.0, 1.0)", first
+    assert "restored 3 variables (4.2 MB) as of cell [5]" in first["stream"], first["stream"]
+    assert "Restored: a, b, x." in first["stream"]
+    assert "the kernel then stopped without warning" in first["stream"], first["stream"]
+    await server.shutdown_and_wait(kernel_id)
