@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
+import pytest
 
 import kernel_queue.checkpoint as kc
 from tests.checkpoint_stores import DelegatingStore
@@ -39,6 +40,11 @@ class TracingStore(DelegatingStore):
         self.shared[_PHASE] = 1
         return super().open(name)
 
+    def link(self, name: str, source: Path, size: int, digest: str) -> bool:
+        self.shared[_PHASE] = 1
+        linked: bool = self.writer.link(name, source, size, digest)
+        return linked
+
     def commit(self, manifest: Any) -> kc.Checkpoint:
         self.shared[_PHASE] = 2
         checkpoint = super().commit(manifest)
@@ -46,8 +52,15 @@ class TracingStore(DelegatingStore):
         return checkpoint
 
 
-def write_forever(root: Path, first_marker: int, shared: mmap.mmap, seed: int) -> None:
-    """The child: save checkpoints with markers first_marker, first_marker + 1, ... until killed."""
+FROZEN = np.arange(ELEMENTS, dtype=np.int64)
+"""An array no save changes: incremental saves link its file from the previous checkpoint."""
+
+
+def write_forever(
+    root: Path, first_marker: int, shared: mmap.mmap, seed: int, incremental: bool = False
+) -> None:
+    """The child: save checkpoints with markers first_marker, first_marker + 1, ... until killed;
+    `incremental`: each with the newest committed one as its base (as continuous saves are)."""
     rng = random.Random(seed)
 
     def jitter(call: Any) -> Any:
@@ -66,7 +79,9 @@ def write_forever(root: Path, first_marker: int, shared: mmap.mmap, seed: int) -
         state.data = np.full(ELEMENTS, marker, dtype=np.int64)
         state.alias = state.data
         state.info = {"marker": marker, "tag": f"m{marker}"}
-        report = kc.save(state, store)
+        state.frozen = FROZEN
+        committed = store.committed() if incremental else []
+        report = kc.save(state, store, base=committed[-1] if committed else None)
         if report.checkpoint is None:
             raise RuntimeError(report.error)
         struct.pack_into("q", shared, _LAST, marker)
@@ -93,10 +108,14 @@ def check_restorable(root: Path, oldest: int, newest: int) -> int | None:
     assert state.info == {"marker": marker, "tag": f"m{marker}"}
     assert state.alias is state.data
     assert state.data.shape == (ELEMENTS,) and bool((state.data == marker).all())
+    assert np.array_equal(getattr(state, "frozen", FROZEN), FROZEN)
     return int(marker)
 
 
-def test_a_kill_at_any_moment_never_damages_the_previous_checkpoint(tmp_path: Path) -> None:
+@pytest.mark.parametrize("incremental", [False, True], ids=["full", "incremental"])
+def test_a_kill_at_any_moment_never_damages_the_previous_checkpoint(
+    tmp_path: Path, incremental: bool
+) -> None:
     root = tmp_path / "kernel"
     rng = random.Random(20260130)
     shared = mmap.mmap(-1, 16)
@@ -106,6 +125,7 @@ def test_a_kill_at_any_moment_never_damages_the_previous_checkpoint(tmp_path: Pa
     first = types.ModuleType("state")
     first.marker, first.info = 50, {"marker": 50, "tag": "m50"}
     first.data = first.alias = np.full(ELEMENTS, 50, dtype=np.int64)
+    first.frozen = FROZEN
     assert kc.save(first, kc.DirectoryStore(root, keep=2)).checkpoint is not None
     committed_marker = 50  # the newest marker whose save() returned so far
     started = time.monotonic()
@@ -119,7 +139,7 @@ def test_a_kill_at_any_moment_never_damages_the_previous_checkpoint(tmp_path: Pa
             pid = os.fork()
         if pid == 0:  # pragma: no cover - the child is killed, never returns
             try:
-                write_forever(root, first_marker, shared, seed=child)
+                write_forever(root, first_marker, shared, seed=child, incremental=incremental)
             finally:
                 os._exit(1)
 
@@ -157,6 +177,13 @@ def test_a_kill_at_any_moment_never_damages_the_previous_checkpoint(tmp_path: Pa
     state = types.ModuleType("state")
     state.marker, state.info = 1, {"marker": 1, "tag": "m1"}
     state.data = state.alias = np.full(ELEMENTS, 1, dtype=np.int64)
-    assert kc.save(state, store).checkpoint is not None
+    state.frozen = FROZEN
+    base = store.committed()[-1] if incremental else None
+    assert kc.save(state, store, base=base).checkpoint is not None
     assert [p.name for p in sorted(root.iterdir())] == [c.id for c in store.committed()]
     assert len(store.committed()) == 2
+    if incremental:  # the unchanged array's file is the older checkpoint's, linked
+        older, newer = store.committed()
+        [linked] = [e["file"] for e in newer.manifest["payload"] if e.get("reused")]
+        inode = (newer.path / linked).stat().st_ino
+        assert inode in {path.stat().st_ino for path in older.path.iterdir()}
