@@ -30,6 +30,7 @@ CONTRACT_NAMES = [
     contract.ENV_CHECKPOINT_DIR,
     contract.ENV_CHECKPOINT_DEADLINE,
     contract.ENV_CHECKPOINT_KEEP,
+    contract.ENV_CHECKPOINT_CONTINUOUS,
     contract.ENV_CHECKPOINT_REPORT,
 ]
 
@@ -176,6 +177,20 @@ def test_what_is_rendered_parses_back() -> None:
     )
 
 
+def test_continuous_checkpoints_are_on_unless_the_launch_turns_them_off() -> None:
+    base = {"grace_seconds": 30.0, "pod": False, "ports": (1, 2, 3, 4, 5)}
+    on = contract.render(contract.Launch(**base, checkpoint_dir="/c"))  # type: ignore[arg-type]
+    off = contract.render(
+        contract.Launch(**base, checkpoint_dir="/c", continuous_checkpoints=False)  # type: ignore[arg-type]
+    )
+    assert contract.ENV_CHECKPOINT_CONTINUOUS not in on
+    assert off[contract.ENV_CHECKPOINT_CONTINUOUS] == "0"
+    assert contract.parse_checkpointing(on).continuous is True  # type: ignore[union-attr]
+    assert contract.parse_checkpointing(off).continuous is False  # type: ignore[union-attr]
+    no_checkpoints = contract.Launch(**base, continuous_checkpoints=False)  # type: ignore[arg-type]
+    assert contract.ENV_CHECKPOINT_CONTINUOUS not in contract.render(no_checkpoints)
+
+
 def test_checkpoint_inputs_default_and_are_off_without_a_directory() -> None:
     assert contract.parse_checkpointing({}) is None
     assert contract.parse_checkpointing({contract.ENV_CHECKPOINT_DEADLINE: "bad"}) is None
@@ -209,6 +224,11 @@ def test_checkpoint_inputs_default_and_are_off_without_a_directory() -> None:
             {contract.ENV_CHECKPOINT_KEEP: "maybe"},
             "invalid KERNEL_QUEUE_LAUNCH_CHECKPOINT_KEEP='maybe': set it to 1 or 0",
             id="keep-not-a-flag",
+        ),
+        pytest.param(
+            {contract.ENV_CHECKPOINT_CONTINUOUS: "often"},
+            "invalid KERNEL_QUEUE_LAUNCH_CHECKPOINT_CONTINUOUS='often': set it to 1 or 0",
+            id="continuous-not-a-flag",
         ),
     ],
 )
