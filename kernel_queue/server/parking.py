@@ -145,7 +145,12 @@ class IdleParker:
         """Seconds the kernel has been idle if that is at least its `park_after`, else None."""
         km = self.manager._kernels.get(kernel_id)
         after = park_after(km)
-        if km is None or after <= 0 or self.busy_here(kernel_id) or not is_live(km):
+        if km is None or after <= 0 or self.busy_here(kernel_id):
+            return None
+        if not is_live(km):
+            # Waiting in its queue (woken, preempted) is not idleness: once it runs again it
+            # gets its whole park_after, however long it waited.
+            self._client[kernel_id] = time.monotonic()
             return None
         if getattr(km, "execution_state", None) != "idle":
             return None  # a cell runs (or the kernel restarts): never park it
