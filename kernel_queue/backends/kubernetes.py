@@ -28,6 +28,7 @@ from kernel_queue.kube import (
     cleanup,
     delivery,
     explain,
+    janitor,
     kueue,
     names,
     ownership,
@@ -197,11 +198,9 @@ class KubernetesBackend(settings.BackendSettings):
         )
 
     async def park(self, ref: GroupRef, *, grace: float) -> None:
-        """Park a running group: its Workload's `spec.active` turns false (`kube.activation`),
-        Kueue stops its pods and gives the quota back; it reports PARKING, then PARKED, and
-        keeps its Workload (and gated replacement pods). Kueue deletes the pods with their own
-        grace, the checkpoint's, fixed when they were made: `grace` cannot shorten it. Does
-        nothing unless the group runs; raises a sentence when the API server refuses."""
+        """Park a running group: `spec.active` false on its Workload (`kube.activation`); it
+        reports PARKING, then PARKED. Kueue deletes its pods with their own grace (fixed when
+        they were made: `grace` cannot shorten it). Does nothing unless the group runs."""
         group = self._groups.get(ref.name)
         if group is None or group.ending or group.status.phase is not GroupPhase.RUNNING:
             return
@@ -232,7 +231,6 @@ class KubernetesBackend(settings.BackendSettings):
             who=f"kernel {short_id(group.ref.kernel_id)}",
             seen=lambda: self._caches.workload(namespace, name),
         )
-        self.log.info("pod group %s %s", name, "woken" if active else "parking")
 
     async def release(self, ref: GroupRef) -> None:
         """Delete every object of the kernel: its groups (Workloads first, so Kueue frees the
@@ -355,8 +353,11 @@ class KubernetesBackend(settings.BackendSettings):
 
     async def _delete_group(self, group: pod_groups.Group, grace: int | None) -> None:
         namespace, kernel = group.ref.namespace or self.namespace, group.ref.kernel_id
+        parked = group.status.phase is GroupPhase.PARKED  # no kernel deletes its checkpoints
+        pods = self._caches.pods(namespace, group.ref.name) if parked else []
 
         async def delete(api: KubeApi) -> list[str]:
+            await janitor.clean(api, namespace, pods, log=self.log)
             workloads = await self._discovery.workloads(api)
             return await cleanup.delete_group(
                 api, namespace, kernel, group.ref.name, workloads=workloads, grace=grace

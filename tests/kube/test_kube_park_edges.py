@@ -159,3 +159,39 @@ async def test_a_restarted_server_reattaches_to_a_parked_kernel_and_wakes_it(
     finally:
         await again.aclose()
     await nothing_left(cluster, ref)
+
+
+async def test_a_parked_kernel_ended_has_its_checkpoints_deleted_or_says_what_stays(
+    kube: Contract,  # noqa: F811 - the fixture imported above
+    cluster: FakeCluster,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No kernel process is left to delete a parked kernel's checkpoints: a short cleanup pod
+    does, outside Kueue; when it cannot run, the log names the directory that stays."""
+    assert cluster.kubelet is not None
+    claim = cluster.kubelet.claim_dir("default", parking.CLAIM)
+    cleaned = await running(kube)
+    refused = await kube.backend.submit(kube.spec("low")), None
+    refused = refused[0], kube.follow(refused[0])  # it runs once the first is parked
+    for ref, followed in (cleaned, refused):
+        await followed.running(ref)
+        await kube.backend.park(ref, grace=30)
+        await followed.until(lambda f: f.phase is P.PARKED)
+        assert (claim / ref.kernel_id).is_dir()
+
+    await kube.backend.stop(cleaned[0], grace=30, cause=StopCause.SHUTDOWN)
+    await kube.backend.release(cleaned[0])
+    assert not (claim / cleaned[0].kernel_id).exists()
+
+    cluster.fail_next("create", "pods", status=403)
+    await kube.backend.stop(refused[0], grace=30, cause=StopCause.SHUTDOWN)
+    await kube.backend.release(refused[0])
+    assert (claim / refused[0].kernel_id).is_dir()
+    stays = [r.getMessage() for r in caplog.records if "stay" in r.getMessage()]
+    kernel = refused[0].kernel_id
+    assert stays == [
+        f"kernel {kernel[:8]}: its checkpoints (directory {kernel!r} of claim "
+        f"{parking.CLAIM!r}) stay: the cleanup pod {refused[0].name}-cleanup could not run "
+        "(injected fault: create pods answered 403); delete that directory by hand"
+    ], stays
+    await nothing_left(cluster, cleaned[0], refused[0])

@@ -67,3 +67,5 @@ async def test_a_parked_kernel_shut_down_leaves_nothing_in_the_cluster(
     assert model["reason"].startswith("parked after 30 min idle; GPU released;"), model["reason"]
     await server.shutdown_and_wait(kernel)
     await wait_clean(server, cluster, kernel)
+    assert cluster.kubelet is not None  # its checkpoints are gone from the claim too
+    assert not (cluster.kubelet.claim_dir("default", CHECKPOINT["claim"]) / kernel).exists()
