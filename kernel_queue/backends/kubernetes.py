@@ -193,9 +193,7 @@ class KubernetesBackend(settings.BackendSettings):
 
     async def send_signal(self, ref: GroupRef, signum: int) -> None:
         """Pods cannot be signalled through the API; kernelspecs use message-mode interrupts."""
-        self.log.debug(
-            "kernel %s: signal %d not sent (pods take no signals)", ref.kernel_id, signum
-        )
+        self.log.debug("kernel %s: signal %d not sent (pods take none)", ref.kernel_id, signum)
 
     async def park(self, ref: GroupRef, *, grace: float) -> None:
         """Park a running group: `spec.active` false on its Workload (`kube.activation`); it
@@ -353,15 +351,17 @@ class KubernetesBackend(settings.BackendSettings):
 
     async def _delete_group(self, group: pod_groups.Group, grace: int | None) -> None:
         namespace, kernel = group.ref.namespace or self.namespace, group.ref.kernel_id
-        parked = group.status.phase is GroupPhase.PARKED  # no kernel deletes its checkpoints
-        pods = self._caches.pods(namespace, group.ref.name) if parked else []
+        # No kernel deletes a parked group's checkpoints: the janitor, once its pods are killed.
+        parked = group.status.phase in (GroupPhase.PARKED, GroupPhase.PARKING)
+        pods, grace = (self._caches.pods(namespace, group.ref.name), 0) if parked else ([], grace)
 
         async def delete(api: KubeApi) -> list[str]:
-            await janitor.clean(api, namespace, pods, log=self.log)
             workloads = await self._discovery.workloads(api)
-            return await cleanup.delete_group(
+            deleted = await cleanup.delete_group(
                 api, namespace, kernel, group.ref.name, workloads=workloads, grace=grace
             )
+            await janitor.clean(api, namespace, pods, log=self.log)
+            return deleted
 
         try:
             await self._delete_or_hand_over(namespace, kernel, "ending its pod group", delete)

@@ -123,6 +123,8 @@ async def test_a_kernel_shut_down_while_parking_or_parked_leaves_nothing(
     await kube.backend.release(ref)
     await followed.until(lambda f: f.ended)
     await nothing_left(cluster, ref)
+    assert cluster.kubelet is not None  # nor its checkpoints
+    assert not (cluster.kubelet.claim_dir("default", parking.CLAIM) / ref.kernel_id).exists()
 
 
 async def test_a_restarted_server_reattaches_to_a_parked_kernel_and_wakes_it(
