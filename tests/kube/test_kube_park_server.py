@@ -69,3 +69,17 @@ async def test_a_parked_kernel_shut_down_leaves_nothing_in_the_cluster(
     await wait_clean(server, cluster, kernel)
     assert cluster.kubelet is not None  # its checkpoints are gone from the claim too
     assert not (cluster.kubelet.claim_dir("default", CHECKPOINT["claim"]) / kernel).exists()
+
+
+async def test_a_restart_of_a_parked_kernel_wakes_it(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    cluster.apply(PVC)
+    kernel = await server.start(kube_spec(kernelspec, "saved", checkpoint=CHECKPOINT))
+    assert (await server.execute(kernel, "v = 7"))["status"] == "ok"
+    await _provisioner(server, kernel).park_kernel()
+    await server.wait_reason(kernel, "GPU released")
+    await server.fetch("api", "kernels", kernel, "restart", method="POST", body="{}")
+    assert (await server.execute(kernel, "1 + 1", within=120))["data"] == "2"
+    await server.shutdown_and_wait(kernel)
+    await wait_clean(server, cluster, kernel)
