@@ -72,7 +72,12 @@ async def test_parking_frees_the_quota_at_once_keeps_the_workload_and_its_place(
         "reason": "Deactivated",
         "message": deactivated,
     }
-    assert cond(parked, k.QUOTA_RESERVED)["status"] == "False"
+    # 0.20 names the deactivation as the reason it waits; up to 0.19 the eviction's Pending.
+    assert cond(parked, k.QUOTA_RESERVED) == {
+        "status": "False",
+        "reason": "Deactivated" if release == "0.20" else "Pending",
+        "message": deactivated,
+    }
     assert "admission" not in parked["status"]
     assert cond(parked, k.FINISHED) == {}
     assert cond(parked, k.WAITING_FOR_REPLACEMENT_PODS)["status"] == "True"

@@ -153,6 +153,8 @@ class GroupReconciler:
             if had_admission:
                 reason = "EvictedDueTo" + k.DEACTIVATED
                 self.client.event(wl, "Normal", reason, k.DEACTIVATED_MESSAGE)
+        if self.release.granular_reasons and kw.pending_as_deactivated(wl):
+            self.client.write_status(wl)
         requeued = kw.condition(wl, k.REQUEUED) or {}
         if kw.is_active(wl) and (requeued.get("status"), requeued.get("reason")) == (
             "False",

@@ -205,6 +205,19 @@ def evict(wl: Obj, reason: str, message: str) -> None:
         found["count"] += 1
 
 
+def pending_as_deactivated(wl: Obj) -> bool:
+    """An inactive Workload without quota reads QuotaReserved False `Deactivated`, "The workload
+    is deactivated" (0.20's granular reasons, `resolveGranularUnadmittedQuotaReservedCondition`;
+    up to 0.19 it keeps the eviction's `Pending`). True when that changed it."""
+    reserved = condition(wl, k.QUOTA_RESERVED)
+    if is_active(wl) or reserved is None or reserved.get("status") != "False":
+        return False
+    if reserved.get("reason") == k.DEACTIVATED:
+        return False
+    unreserve(wl, k.DEACTIVATED, k.DEACTIVATED_MESSAGE)
+    return True
+
+
 def preempt(wl: Obj, reason: str, message: str) -> None:
     """Evicted=Preempted plus Preempted=<reason>, both with the preemption message."""
     set_condition(wl, k.PREEMPTED, True, reason, message)
