@@ -12,7 +12,8 @@ no process to answer, so the server answers for it what a client needs to go on:
   no kernel info cached gets the current protocol version;
 - `kernel_info_request`: JupyterLab sends one on every (re)connection and holds the user's
   cells until it is answered (or a timeout), so the server replies with the kernel's last
-  kernel info and an `idle` status. The woken kernel's replies come from the kernel itself.
+  kernel info and an `idle` status (a parked kernel takes cells: the next one wakes it). The
+  woken kernel's replies come from the kernel itself.
 """
 
 from __future__ import annotations
@@ -123,12 +124,14 @@ class QueuedWebsocketConnection(ZMQChannelsWebsocketConnection):
         if session_id is None:
             session_id = uuid.uuid4().hex
             self.kernel_manager._kernel_queue_parked_session = session_id
-        for channel, msg_type, content in (
-            ("iopub", "status", {"execution_state": "busy"}),
-            ("shell", "kernel_info_reply", self._kernel_info()),
-            ("iopub", "status", {"execution_state": "idle"}),
+        # The status goes without a parent, as jupyter_server's own restarting/dead statuses do:
+        # JupyterLab ignores statuses whose parent is a kernel_info_request
+        # (`untracked_message_types`), and would show the kernel as Unknown.
+        for channel, msg_type, content, parent_msg in (
+            ("shell", "kernel_info_reply", self._kernel_info(), parent),
+            ("iopub", "status", {"execution_state": "idle"}, None),
         ):
-            msg = self.session.msg(msg_type, content=content, parent=parent)
+            msg = self.session.msg(msg_type, content=content, parent=parent_msg)
             msg["header"]["session"] = session_id
             self._send(channel, msg)
 

@@ -439,6 +439,14 @@ def test_park_from_the_panel_then_the_next_cell_brings_the_kernel_back_and_print
     assert ui.kernels()[kernel]["queue"]["state"] == "parked"
     status.click()  # close the panel
 
+    # A reload connects to the parked kernel at once (the server answers for it) and leaves
+    # it parked: JupyterLab shows it idle, not connecting.
+    page.reload()
+    expect(status).to_have_text("Parked · GPU released", timeout=KERNEL_WAIT_MS)
+    expect(page.locator("#jp-main-statusbar", has_text="Python 3 (parks) | Idle")).to_be_visible()
+    assert ui.kernels()[kernel]["queue"]["state"] == "parked"
+    ui.shot("parked-after-reload")
+
     # The next cell wakes it: it comes back with x and prints, once.
     cells.nth(1).click()
     page.keyboard.press("Shift+Enter")
