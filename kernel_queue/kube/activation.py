@@ -40,9 +40,14 @@ async def set_active(
     active: bool,
     policy: retries.Backoff,
 ) -> Obj:
-    """Patch the Workload's `spec.active`; return it as stored. Raises the last
+    """Patch the Workload's `spec.active` (and `kueue.PARKED_ANNOTATION`, set with false and
+    removed with true); return it as stored. Raises the last
     `ClusterApiError` once the retries are spent (`ClusterNotFound` if it is gone)."""
-    body = {"spec": {"active": active}}
+    marked = None if active else "true"  # ours: a Workload parked by anyone else is not
+    body = {
+        "metadata": {"annotations": {kueue.PARKED_ANNOTATION: marked}},
+        "spec": {"active": active},
+    }
 
     async def call() -> Obj:
         try:

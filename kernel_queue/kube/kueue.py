@@ -62,6 +62,10 @@ USER_LABEL = "kernel-queue.dev/user"
 USER_ANNOTATION = "kernel-queue.dev/user"
 """The raw user name."""
 KERNELSPEC_ANNOTATION = "kernel-queue.dev/kernelspec"
+PARKED_ANNOTATION = "kernel-queue.dev/parked"
+"""``"true"`` on a Workload this server deactivated to park it (set with ``spec.active: false``
+in one patch): a Workload someone else deactivated (``kubectl kueue stop workload``, or Kueue's
+own ``DeactivatedDueTo…``) is not parked, only waiting until it is active again."""
 SAVED_ANNOTATION = "kernel-queue.dev/saved"
 """On a replacement head pod: what the checkpoint of the pod it replaces saved ("saved 12
 variables, 1.2 GB"), so a restarted server still says it of a parked kernel once that pod is
@@ -230,6 +234,13 @@ def workload_active(wl: Mapping[str, Any]) -> bool:
     """False once ``spec.active`` is false (parked: Kueue evicts it and keeps it out of its
     queue); a Workload without the field is active (Kueue's default), at either API version."""
     return dig(wl, "spec", "active") is not False
+
+
+def parked(wl: Mapping[str, Any]) -> bool:
+    """True when this server parked the Workload: inactive, with ``PARKED_ANNOTATION``."""
+    return (
+        not workload_active(wl) and dig(wl, "metadata", "annotations", PARKED_ANNOTATION) == "true"
+    )
 
 
 def holds_quota(wl: Mapping[str, Any]) -> bool:

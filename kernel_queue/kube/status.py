@@ -3,9 +3,9 @@
 `group_status` turns what the informers hold into the backend-neutral `GroupStatus` the
 lifecycle reads; `needs_replacement` says when Kueue waits for replacement pods after an
 eviction (Kueue never recreates evicted pods itself: the owner must, with the same group name,
-count and role hash; Kueue's plain-pods KEP, "Retrying Failed Pods"). A Workload with
-`spec.active: false` is parked, never preempted: PARKING while Kueue still counts its quota or a
-pod of it still stops, PARKED after. No I/O, no clock.
+count and role hash; Kueue's plain-pods KEP, "Retrying Failed Pods"). A Workload this server
+parked (`spec.active: false`, `kueue.PARKED_ANNOTATION`) is never preempted: PARKING while Kueue
+still counts its quota or a pod of it still stops, PARKED after. No I/O, no clock.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def group_status(
         return GroupStatus(GroupPhase.FINISHED, message=finished[1], exit_code=code)
     evicted = kueue.workload_evicted(workload)
     stopping = [pod for pod in live_pods(pods) if not kueue.is_gated(pod)]
-    if not kueue.workload_active(workload):  # parked: an eviction, but not a preemption
+    if kueue.parked(workload):  # parked: an eviction, but not a preemption
         if kueue.holds_quota(workload) or stopping:
             return GroupStatus(GroupPhase.PARKING, message=PARKING_MESSAGE)
         return GroupStatus(GroupPhase.PARKED, message=saved if evicted is not None else "")

@@ -49,6 +49,7 @@ async def test_a_parked_kernel_gives_its_gpu_to_the_waiting_one_and_comes_back_r
     assert a_followed.statuses[-1].message.startswith("saved 2 variables")
     parked = workload(cluster, a.name)
     assert parked["spec"]["active"] is False
+    assert parked["metadata"]["annotations"][kueue.PARKED_ANNOTATION] == "true"  # by us
     assert (kueue.condition(parked, kueue.EVICTED) or {}).get("reason") == "Deactivated"
     await backend.park(a, grace=30)  # parked already: nothing to do
     await backend.resume(b)  # running, not parked: nothing to do
@@ -63,6 +64,8 @@ async def test_a_parked_kernel_gives_its_gpu_to_the_waiting_one_and_comes_back_r
         )
     )
     assert a_followed.statuses[-1].message.startswith("saved 2 variables")
+    woken = workload(cluster, a.name)
+    assert kueue.PARKED_ANNOTATION not in (woken["metadata"].get("annotations") or {})
     await backend.stop(b, grace=0, cause=StopCause.SHUTDOWN)
     await backend.release(b)
     await a_followed.running(a)  # admitted once the GPU is free, its checkpoint restored

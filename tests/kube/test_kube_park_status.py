@@ -29,9 +29,13 @@ RELEASED = (
 PLACE = QueuePlace("user-queue", 1, 2)
 
 
-def workload(*conditions: dict[str, Any], active: bool | None) -> dict[str, Any]:
+def workload(*conditions: dict[str, Any], active: bool | None, ours: bool = True) -> dict[str, Any]:
+    """A Workload; `ours`: parked by this server (its annotation, kept after a wake)."""
     spec = {} if active is None else {"active": active}
-    return {"metadata": {"name": "kq-1"}, "spec": spec, "status": {"conditions": list(conditions)}}
+    meta: dict[str, Any] = {"name": "kq-1"}
+    if ours:
+        meta["annotations"] = {kueue.PARKED_ANNOTATION: "true"}
+    return {"metadata": meta, "spec": spec, "status": {"conditions": list(conditions)}}
 
 
 @pytest.mark.parametrize(
@@ -78,6 +82,25 @@ def workload(*conditions: dict[str, Any], active: bool | None) -> dict[str, Any]
             P.QUEUED,
             SAVED,
             id="woken-waits-in-its-queue",
+        ),
+        pytest.param(
+            workload(*RELEASED, DEACTIVATED, active=False, ours=False),
+            [pod("Failed", exit_code=143, said=SAVED)],
+            P.QUEUED,
+            SAVED,
+            id="stopped-by-someone-else-waits-to-be-active",
+        ),
+        pytest.param(
+            workload(
+                *RELEASED,
+                cond("Evicted", True, "DeactivatedDueToRequeuingLimitExceeded", "The workload …"),
+                active=False,
+                ours=False,
+            ),
+            [pod("Failed", exit_code=143)],
+            P.QUEUED,
+            SAVED,
+            id="deactivated-by-kueue-waits-to-be-active",
         ),
         pytest.param(
             workload(*RESERVED, active=None),
