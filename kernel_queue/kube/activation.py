@@ -7,9 +7,10 @@ reconciler marks each running pod `TerminationTarget` (`WorkloadEvictedDueToDeac
 deletes it with the pod's own grace, so the launcher checkpoints on SIGTERM; the Workload stays
 (`pkg/controller/core/workload_controller.go`, `pkg/controller/jobframework/reconciler.go`).
 `true` again: `Requeued=True, Reactivated`, back in the queue at its creation time's place. The
-field is the same at v1beta1 and v1beta2. A merge patch of that one field is idempotent, so it
-is retried on 429, 5xx, timeouts and 409 within the backend's retry budget; what still fails is
-the caller's sentence to say.
+field is the same at v1beta1 and v1beta2. The same merge patch sets (or removes) our
+`kernel-queue.dev/parked` annotation, so a Workload someone else deactivated never reads as
+parked. It is idempotent, so it is retried on 429, 5xx, timeouts and 409 within the backend's
+retry budget; what still fails is the caller's sentence to say.
 """
 
 from __future__ import annotations
