@@ -4,11 +4,14 @@ Prints the median of `--runs` of: our `save` (fsync, digests and signature inclu
 `np.save`+fsync of the same arrays (target ratio >= 1.0) and vs `dill.dump_module`+fsync
 (target >= 2), and our restore (`recover`: every digest checked) vs `np.load` (target >= 1.2)
 (the project's "checkpoint flush" targets); then a dict of 10,000 small arrays against dill
-both ways.
+both ways; then continuous checkpoints (`continuous_speed.py`, real launchers and kernels): the
+SIGTERM flush of a 2 GiB namespace whose last cell changed 10 MiB against a full save (target
+<= 10%), once the cell's checkpoint committed and with it still in flight, and the per-cell cost
+of 1 s cells with continuous checkpoints against checkpoints off (target <= +5%).
 Reads come from the page cache unless `--cold` evicts the files first; the order of the
 contenders alternates between runs.
 Usage: python benchmarks/checkpoint_speed.py [--size-mb 1024] [--arrays 4] [--runs 3] [--dir D]
-       [--cold]
+       [--cold] [--cells 15 | --cells 0 (no continuous part)]
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import continuous_speed  # this folder's: python benchmarks/checkpoint_speed.py
 import dill  # type: ignore[import-untyped]
 import numpy as np
 
@@ -156,6 +160,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--cold", action="store_true", help="read from disk, not the page cache")
+    parser.add_argument(
+        "--cells", type=int, default=15, help="1 s cells per kernel of the per-cell cost (0: skip)"
+    )
     args = parser.parse_args()
     COLD = args.cold
 
@@ -208,6 +215,10 @@ def main() -> None:
         f"  restore (ours) {few['restore']:.3f} s, dill.load_module {few['dill.load']:.3f} s: "
         f"{few['dill.load'] / few['restore']:.2f}x"
     )
+    if args.cells:
+        continuous_speed.report(
+            f"median of {args.runs} above; one run each here", args.cells, args.dir
+        )
 
 
 if __name__ == "__main__":

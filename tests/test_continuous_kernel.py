@@ -14,7 +14,7 @@ import pytest
 from kernel_queue import checkpoint
 from kernel_queue.launcher import continuous
 from tests.polling import until_sync
-from tests.test_launcher import WAIT, is_gone, value_of
+from tests.test_launcher import WAIT, execute, is_gone, value_of
 from tests.test_preemption_kernel import Kernel, StartKernel, run, start_kernel
 
 __all__ = ["start_kernel"]  # the fixture, shared with the preemption tests
@@ -206,3 +206,48 @@ def test_after_a_user_restart_a_kill_brings_back_a_fresh_kernel_not_the_old_cell
     cell = run(again, "'x' in dir()")
     assert "restored" not in "".join(cell.streams())
     assert value_of(again, "'x' in dir()") == "False"
+
+
+def test_sigterm_after_a_silent_request_changed_an_array_flushes_the_change(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    # A silent request runs no cell events, so no checkpoint follows it; the flush must not
+    # trust the last checkpoint's digests then, or it would link the stale file.
+    store = tmp_path / "store"
+    kernel = start_kernel(store)
+    kernel_pid(kernel)
+    client = kernel.client()
+    assert run(client, "import numpy as np\nbig = np.zeros(2**18)").reply["status"] == "ok"
+    until_sync(lambda: newest_cell(store) == 1, "the cell's checkpoint", within=WAIT)
+    assert execute(client, "big[0] = 5.0", silent=True)["status"] == "ok"
+
+    assert kernel.sigterm()[0] == 143
+
+    assert len(committed(store)) == 2  # the cell's, then the flush's
+    assert value_of(start_kernel(store).client(), "float(big[0])") == "5.0"
+
+
+def test_a_change_by_a_thread_left_running_after_the_last_cell_is_flushed_too(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    # No request comes after the cell: only the user's live thread says the namespace may have
+    # changed since the cell's checkpoint.
+    store, go, changed = tmp_path / "store", tmp_path / "go", tmp_path / "changed"
+    kernel = start_kernel(store)
+    kernel_pid(kernel)
+    client = kernel.client()
+    code = (
+        "import os, pathlib, threading, time, numpy as np\nbig = np.zeros(2**18)\n"
+        f"def later():\n    while not os.path.exists({str(go)!r}):\n        time.sleep(0.01)\n"
+        f"    big[0] = 9.0\n    pathlib.Path({str(changed)!r}).touch()\n"
+        "    threading.Event().wait(120)\n"
+        "worker = threading.Thread(target=later, daemon=True)\nworker.start()"
+    )
+    assert run(client, code).reply["status"] == "ok"
+    until_sync(lambda: newest_cell(store) == 1, "the cell's checkpoint", within=WAIT)
+    go.touch()
+    until_sync(changed.exists, "the thread's change", within=WAIT)
+
+    assert kernel.sigterm()[0] == 143
+
+    assert value_of(start_kernel(store).client(), "float(big[0])") == "9.0"

@@ -135,6 +135,8 @@ class SaveReport:
     """Why nothing was committed ("deadline", or the exception), if so."""
     reused: int = 0
     """Of `bytes`, those linked from the base checkpoint rather than written (incremental)."""
+    digests: Mapping[int, tuple[int, str]] = field(default_factory=dict, compare=False, repr=False)
+    """id -> (bytes, digest) of each array saved to its own file (`save`'s `known`)."""
 
 
 @dataclass(frozen=True)

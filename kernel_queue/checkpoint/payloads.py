@@ -65,11 +65,16 @@ class OutOfBand:
         tensors: tuple[type, ...],
         roots: set[int] = frozenset(),  # type: ignore[assignment]
         reuse: Mapping[str, Path] | None = None,
+        known: Mapping[int, tuple[int, str]] | None = None,
     ) -> None:
         self.writer, self.module, self.deadline, self.payload = writer, module, deadline, payload
         self.tensors, self.roots = tensors, roots
         self.reuse = reuse or {}
         """Digest -> an array file of the previous checkpoint (`snapshot.reusable`)."""
+        self.known = known or {}
+        """id -> (bytes, digest) of arrays the caller knows unchanged since they were hashed."""
+        self.digests: dict[int, tuple[int, str]] = {}
+        """id -> (bytes, digest) of each array file this save wrote or linked."""
         self.namespace = module.__dict__
         self.globals = references.Globals(module.__name__)
         self.packer = packs.Packer(writer)
@@ -113,6 +118,9 @@ class OutOfBand:
             _write_tensor(file, obj)
         self.payload.append({"file": name, **entry, "bytes": file.tell()})
         file.close()
+        digest = getattr(file, "hexdigest", None)  # a store's file records its digest at close
+        if isinstance(obj, np.ndarray) and isinstance(digest, str) and digest:
+            self.digests[id(obj)] = (self.payload[-1]["bytes"], digest)
         self.written[id(obj)] = (pid, obj)
         return pid
 
@@ -127,11 +135,14 @@ class OutOfBand:
         link = getattr(self.writer, "link", None)
         if not self.reuse or link is None:
             return 0
-        found = digest_of(array)
+        found = self.known.get(id(array)) or digest_of(array)
         if found is None or found[1] not in self.reuse:
             return 0
         size, digest = found
-        return size if link(name, self.reuse[digest], size, digest) else 0
+        if not link(name, self.reuse[digest], size, digest):
+            return 0
+        self.digests[id(array)] = found
+        return size
 
 
 def digest_of(array: np.ndarray[Any, Any]) -> tuple[int, str] | None:

@@ -66,6 +66,7 @@ def save(
     consistency: str = "consistent",
     extra: Mapping[str, Any] | None = None,
     base: Checkpoint | None = None,
+    known: Mapping[int, tuple[int, str]] | None = None,
 ) -> SaveReport:
     """Checkpoint the user variables of `module` (the IPython user module) into `store`.
 
@@ -73,7 +74,9 @@ def save(
     whose bytes hash to the digest of one of `base`'s array files is not written again but
     linked from it (`DirectoryWriter.link`), so a checkpoint after a cell that changed one
     array writes that array, the namespace pickle and the manifest; every checkpoint directory
-    still holds all its files.
+    still holds all its files. `known` (id -> bytes and digest, from an earlier report's
+    `digests`) spares hashing arrays the caller knows unchanged since: only for arrays no code
+    can have touched (nothing ran since that save's snapshot), else a stale file is linked.
 
     Called by the in-kernel extension on preemption. The user's namespace is never modified
     (skipped names are left out of a copy, not popped), so a cell may run meanwhile (then pass
@@ -91,6 +94,7 @@ def save(
     saved: list[tuple[str, str, int]] = []
     skipped: list[tuple[str, str, str]] = []
     payload: list[dict[str, Any]] = []
+    external: payloads.OutOfBand | None = None
     writer: CheckpointWriter | None = None
     checkpoint: Checkpoint | None = None
     error = ""
@@ -101,7 +105,9 @@ def save(
             writer = store.begin()
             roots = _roots(module, {name for name, _, _ in saved})
             reuse = reusable(base)
-            external = payloads.OutOfBand(writer, module, deadline, payload, tensors, roots, reuse)
+            external = payloads.OutOfBand(
+                writer, module, deadline, payload, tensors, roots, reuse, known
+            )
             file = writer.open(NAMESPACE)
             _dump(file, module, {name for name, _, _ in saved}, hidden, external)
             external.packer.close(payload)
@@ -143,6 +149,7 @@ def save(
         consistency=consistency,
         error=error,
         reused=_reused(payload) if checkpoint else 0,
+        digests=external.digests if checkpoint and external else {},
     )
 
 

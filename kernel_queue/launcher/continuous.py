@@ -18,6 +18,7 @@ a kernel restored after a kill without grace can say which later cells were lost
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -46,7 +47,11 @@ CHILD_TIMEOUT_SECONDS = 600.0
 dropped by the next save."""
 CHILD_NICENESS = 10
 """The save child yields the CPU to the kernel's next cell."""
-RESULT_LIMIT = 1 << 16
+RESULT_LIMIT = 1 << 20
+KERNEL_CODE = ("ipykernel", "IPython", "zmq", "tornado", "jupyter_client", "kernel_queue")
+"""Modules whose threads and tasks run the kernel, not code of the user's."""
+COMMS = ("comm_open", "comm_msg", "comm_close")
+"""Shell messages that run the user's code (widget callbacks) outside a cell."""
 
 
 def fork_forbidden() -> str:
@@ -81,15 +86,22 @@ class Continuous:
         self._cell: int | None = None
         self._activity: tuple[int | None, float] | None = None
         self._activity_ready = threading.Event()
+        self._ran = 0  # bumped whenever the user's code may run (cells, requests, comms)
+        self._forked_at = -1  # `_ran` when the child in flight forked
+        self._trusted: tuple[int, dict[int, tuple[int, str]]] = (-1, {})
         self.saves = 0
         """Continuous checkpoints committed by this kernel process."""
         self.last: dict[str, Any] | None = None
         """The last save child's record (``checkpoint``, ``cell``, ``summary``…)."""
 
-    def install(self, shell: Any) -> None:
+    def install(self, kernel: Any) -> None:
         """Register on the shell's cell events; call on the main thread after ``Preemption``'s."""
-        shell.events.register("pre_run_cell", self._pre_run_cell)
-        shell.events.register("post_run_cell", self._post_run_cell)
+        kernel.shell.events.register("pre_run_cell", self._pre_run_cell)
+        kernel.shell.events.register("post_run_cell", self._post_run_cell)
+        handlers = getattr(kernel, "shell_handlers", {})
+        for name in COMMS:
+            if callable(handlers.get(name)):
+                handlers[name] = self._counting(handlers[name])
         threading.Thread(target=self._write_activity, name="kq-activity", daemon=True).start()
 
     def settle(self, deadline: float) -> None:
@@ -112,8 +124,29 @@ class Continuous:
         self._kill()
         self._idle.wait(5.0)
 
+    def ran(self) -> None:
+        """The user's code may have run (an execute_request, its user_expressions, a comm)."""
+        self._ran += 1
+
+    def trusted(self) -> dict[int, tuple[int, str]]:
+        """id -> (bytes, digest) of the arrays the last committed save wrote or linked, if no
+        code can have changed them since its fork: no request, cell or comm message came, and
+        no thread or task of the user's runs; else {} (the flush then hashes every array)."""
+        ran, digests = self._trusted
+        if ran != self._ran or not digests or _user_code_running(self.preemption.kernel):
+            return {}
+        return digests
+
+    def _counting(self, handler: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.ran()
+            return handler(*args, **kwargs)
+
+        return counted
+
     def _pre_run_cell(self, info: Any) -> None:
         self._running = True
+        self.ran()
 
     def _post_run_cell(self, result: Any) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -154,7 +187,7 @@ class Continuous:
                 os.close(read_fd)
                 _child_main(preemption, write_fd, self._cell)  # never returns
             os.close(write_fd)
-            self._child = pid
+            self._child, self._forked_at = pid, self._ran
             self._idle.clear()
         threading.Thread(
             target=self._reap, args=(pid, read_fd), name="kq-reap", daemon=True
@@ -184,6 +217,8 @@ class Continuous:
         record = _parse(data)
         if record.get("checkpoint"):
             self.saves += 1
+            found = record.get("digests") or []
+            self._trusted = (self._forked_at, {int(i): (int(n), str(d)) for i, n, d in found})
         self.last = record
         kernel_log.write(f"[kernel-queue checkpoint] continuous save: {record['summary']}")
         with self._lock:
@@ -274,6 +309,7 @@ def _child_main(preemption: Preemption, write_fd: int, cell: int | None) -> None
             "reused": report.reused,
             "seconds": round(report.seconds, 3),
             "summary": checkpoint.summary(report),
+            "digests": [[key, size, digest] for key, (size, digest) in report.digests.items()],
         }
         data = json.dumps(record).encode()[:RESULT_LIMIT]
         while data:
@@ -283,6 +319,28 @@ def _child_main(preemption: Preemption, write_fd: int, cell: int | None) -> None
         status = 1
     finally:
         os._exit(status)
+
+
+def _user_code_running(kernel: Any) -> bool:
+    """Whether a thread or an asyncio task of the user's (not the kernel's, not ours) exists."""
+    for thread in threading.enumerate():
+        if thread is threading.main_thread() or thread.name.startswith(("kq-", "preempt-")):
+            continue
+        target = getattr(thread, "_target", None)
+        where = getattr(target, "__module__", None) or type(thread).__module__
+        if not str(where).startswith(KERNEL_CODE):
+            return True
+    loop = getattr(getattr(kernel, "io_loop", None), "asyncio_loop", None)
+    try:
+        tasks = asyncio.all_tasks(loop) if loop is not None else set()
+    except RuntimeError:
+        return True
+    for task in tasks:
+        frame = getattr(task.get_coro(), "cr_frame", None)
+        name = frame.f_globals.get("__name__", "") if frame is not None else ""
+        if not str(name).startswith(KERNEL_CODE):
+            return True
+    return False
 
 
 def _parse(data: bytes) -> dict[str, Any]:

@@ -135,7 +135,7 @@ class Preemption:
             from kernel_queue.launcher.continuous import Continuous
 
             self.continuous = Continuous(self)
-            self.continuous.install(kernel.shell)
+            self.continuous.install(kernel)
 
     def _unhide_restored(self, shell: Any) -> None:
         """Make the restored names the user's again. IPython hides every name the user module
@@ -152,6 +152,8 @@ class Preemption:
         """
         if threading.current_thread() is threading.main_thread():
             self._parent = parent
+        if self.continuous is not None:
+            self.continuous.ran()  # silent requests run code too, and no cell event says so
         text, silent = self._restore_summary, parent.get("content", {}).get("silent")
         if text is not None and not silent:
             self._restore_summary = None
@@ -161,7 +163,10 @@ class Preemption:
         """After the reply: a preempted kernel that has saved leaves its loops."""
         if threading.current_thread() is not threading.main_thread():
             return
+        expressions = (self._parent or {}).get("content", {}).get("user_expressions")
         self._parent = None
+        if self.continuous is not None and expressions:
+            self.continuous.ran()  # they ran after the cell's snapshot
         if self._noticed is not None:
             self._save("cell", "consistent")  # post_run_cell may not have run
             if self._save_done.is_set():
@@ -263,10 +268,13 @@ class Preemption:
                 return False
             self._save_started.set()
         delay = time.monotonic() - (self._noticed or time.monotonic())
+        started, waited = time.monotonic(), 0.0
         try:
             if self.continuous is not None:  # a save in flight commits first: the base
                 self.continuous.settle(self._deadline)
+            waited = time.monotonic() - started
             committed = self.store.committed()
+            known = self.continuous.trusted() if self.continuous is not None else {}
             report = checkpoint.save(
                 self.module,
                 self.store,
@@ -275,12 +283,13 @@ class Preemption:
                 consistency=consistency,
                 extra={"trigger": trigger, "generation": self.options.generation},
                 base=committed[-1] if committed else None,
+                known=known,
             )
             record = _record(report)
         except Exception as exc:  # the kernel must exit 143 whatever the save did
             log(f"save failed: {exc!r}")
             record = _failure(f"{type(exc).__name__}: {exc}", consistency)
-        record.update(trigger=trigger, delay=round(delay, 3))
+        record.update(trigger=trigger, delay=round(delay, 3), waited=round(waited, 3))
         log(f"{trigger} save: {record['summary']}")
         _flush_std()  # the cell's own output (and its error) first
         self._publish(record["summary"], self._notice_parent)
