@@ -4,6 +4,7 @@ an unknown kernel, 409 with the sentence when it cannot be parked."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import uuid
 from pathlib import Path
@@ -66,6 +67,7 @@ async def test_park_then_resume_over_rest_keeps_the_variables(
     kernel = await server.start(saving(kernelspec, tmp_path / "checkpoints"))
     assert (await server.execute(kernel, "x = 41"))["status"] == "ok"
 
+    before = datetime.datetime.now(datetime.UTC)
     code, entry = await act(server, kernel, "park")
     assert code in (200, 202)
     assert entry["id"] == kernel
@@ -73,7 +75,10 @@ async def test_park_then_resume_over_rest_keeps_the_variables(
     model = await server.wait_reason(kernel, "GPU released")
     assert model["reason"].startswith("parked on request; GPU released; your next cell brings")
     listing = json.loads((await server.fetch("api", "kernel-queue", "kernels")).body)
-    assert [k["queue"]["state"] for k in listing if k["id"] == kernel] == ["parked"]
+    [listed] = [k for k in listing if k["id"] == kernel]
+    assert listed["queue"]["state"] == "parked"
+    since = datetime.datetime.fromisoformat(listed["queue"]["parked_since"])
+    assert before <= since <= datetime.datetime.now(datetime.UTC)
 
     code, entry = await act(server, kernel, "resume")
     assert code in (200, 202)

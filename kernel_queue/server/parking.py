@@ -107,13 +107,13 @@ class IdleParker:
             self.log.info("kernel-queue: parking kernels idle past their park_after")
 
     async def stop(self) -> None:
-        """Stop the scan and any wake in progress (server shutdown); parks in progress end."""
-        tasks = [t for t in (self._scan, *self._waking.values()) if t is not None]
+        """Stop the scan and any park or wake in progress (server shutdown: the kernels are
+        shut down next, parked or not)."""
+        tasks = [t for t in (self._scan, *self._parking.values(), *self._waking.values()) if t]
         for task in tasks:
             task.cancel()
-        parking = list(self._parking.values())
-        if tasks or parking:
-            await asyncio.wait([*tasks, *parking])
+        if tasks:
+            await asyncio.wait(tasks)
         self._scan = None
         self._held.clear()
 
