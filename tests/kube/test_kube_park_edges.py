@@ -5,6 +5,7 @@ restarted while it is parked; each leaves nothing behind."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from kernel_queue import errors
 from kernel_queue.model import GroupPhase, GroupRef, StopCause
 from tests.kube import parking
 from tests.kube.parking import backend_settings, execute, kube, workload  # noqa: F401 - fixtures
-from tests.kube.support import labelled
+from tests.kube.support import RBAC, labelled
 from tests.polling import until
 from tests.test_backend_contract import Contract, Followed
 
@@ -197,3 +198,32 @@ async def test_a_parked_kernel_ended_has_its_checkpoints_deleted_or_says_what_st
         "(injected fault: create pods answered 403); delete that directory by hand"
     ], stays
     await nothing_left(cluster, cleaned[0], refused[0])
+
+
+def _without_patch() -> list[dict[str, Any]]:
+    """etc/kubernetes/rbac.yaml as it was before parking: no `patch` on workloads."""
+    policy = copy.deepcopy([doc for doc in RBAC if doc["apiVersion"].startswith("rbac.")])
+    for doc in policy:
+        for rule in doc.get("rules") or []:
+            if "workloads" in rule.get("resources", []):
+                rule["verbs"] = [v for v in rule["verbs"] if v != "patch"]
+    return policy
+
+
+@pytest.mark.parametrize("cluster_options", [{"rbac_objects": _without_patch()}])
+async def test_a_role_without_patch_on_workloads_refuses_parking_in_a_sentence(
+    kube: Contract,  # noqa: F811 - the fixture imported above
+    cluster: FakeCluster,
+) -> None:
+    ref, followed = await running(kube)
+    with pytest.raises(errors.ClusterForbidden) as refused:
+        await kube.backend.park(ref, grace=30)
+    assert str(refused.value) == (
+        f"kernel {ref.kernel_id[:8]}: the server's service account 'default/kernel-queue' may "
+        "not patch workloads.kueue.x-k8s.io in namespace 'default'; grant it a Role in "
+        "'default' with verb 'patch' on 'workloads.kueue.x-k8s.io' bound to it (see "
+        "etc/kubernetes/rbac.yaml), or use a namespace where it may; it runs on"
+    )
+    assert followed.phase is P.RUNNING
+    await kube.backend.release(ref)
+    await nothing_left(cluster, ref)
