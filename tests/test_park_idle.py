@@ -164,3 +164,28 @@ async def test_a_kernel_whose_client_executes_every_second_never_parks(
     finally:
         listener.close()
     await server.shutdown_and_wait(kernel)
+
+
+async def test_a_cell_sent_while_the_kernel_saves_to_park_runs_once_it_is_back(
+    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+) -> None:
+    checkpoint = {"enabled": True, "path": str(tmp_path / "checkpoints"), "grace_seconds": 60}
+    kernel = await server.start(kernelspec("slow-save", gpus=1, checkpoint=checkpoint))
+    listener = await Listener.open(server, kernel)
+    try:
+        # Enough to save that the park answers while the kernel still saves (202).
+        setup = await send(listener, "big = bytearray(400 * 2**20); big[-1] = 7")
+        await finished(server, listener, setup)
+        response = await server.fetch(
+            "api", "kernel-queue", "kernels", kernel, "park", method="POST", body=""
+        )
+        assert response.code == 202, response.body  # parking: the old process still runs
+        cell = await send(listener, "print('after the park', big[-1], flush=True)")
+        messages = await finished(server, listener, cell)
+        assert streamed(messages).count("after the park 7\n") == 1, streamed(messages)
+        assert [m["content"]["status"] for m in messages if m["msg_type"] == "execute_reply"] == [
+            "ok"
+        ]
+    finally:
+        listener.close()
+    await server.shutdown_and_wait(kernel)
