@@ -91,6 +91,22 @@ async def test_park_then_resume_over_rest_keeps_the_variables(
     await server.shutdown_and_wait(kernel)
 
 
+async def test_an_interrupt_of_a_parked_kernel_does_nothing_and_is_not_kept_for_later(
+    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+) -> None:
+    kernel = await server.start(saving(kernelspec, tmp_path / "checkpoints"))
+    assert (await server.execute(kernel, "x = 41"))["status"] == "ok"
+    await act(server, kernel, "park")
+    await server.wait_reason(kernel, "GPU released")
+    interrupted = await server.fetch("api", "kernels", kernel, "interrupt", method="POST", body="")
+    assert interrupted.code == 204
+    assert (await server.model(kernel))["reason"].startswith("parked on request")
+    # The cell that wakes it runs to its end: no interrupt was queued for the woken kernel.
+    woken = await server.execute(kernel, "import time; time.sleep(1); x + 1")
+    assert (woken["status"], woken["error"], woken["data"]) == ("ok", None, "42")
+    await server.shutdown_and_wait(kernel)
+
+
 async def test_what_cannot_be_parked_is_refused_with_the_reason(
     server: Server, kernelspec: KernelspecFactory, tmp_path: Path
 ) -> None:
