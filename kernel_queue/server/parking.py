@@ -79,6 +79,12 @@ async def _changed(km: Any) -> None:
         await asyncio.sleep(EVERY)
 
 
+def _seen(task: asyncio.Task[None]) -> None:
+    """Mark a park's outcome as retrieved (its error was logged or answered already)."""
+    if not task.cancelled():
+        task.exception()
+
+
 class IdleParker:
     """Parks idle kernels and wakes parked ones for the server's kernel manager `manager`."""
 
@@ -196,10 +202,12 @@ class IdleParker:
     # -- parking and waking ------------------------------------------------------------------
 
     def park(self, kernel_id: str, *, idle_seconds: float | None = None) -> asyncio.Task[None]:
-        """Park the kernel now (or join the park in progress); the task raises ParkRefused."""
+        """Park the kernel now (or join the park in progress). Asked for (`idle_seconds` None)
+        its task raises `ParkRefused` with the reason; the scan's parks only log theirs."""
         task = self._parking.get(kernel_id)
         if task is None:
             task = asyncio.get_running_loop().create_task(self._park(kernel_id, idle_seconds))
+            task.add_done_callback(_seen)  # whoever asked may have stopped waiting for it
             self._parking[kernel_id] = task
         return task
 
@@ -216,13 +224,13 @@ class IdleParker:
                     while kernel_id in self.manager._kernels and not is_parked(km):
                         await _changed(km)
         except errors.ParkRefused as exc:
-            if idle_seconds is not None:  # the scan's try: nobody asked, so it only logs
-                self.log.info("kernel %s not parked: %s", kernel_id, exc)
-                return
-            raise
+            if idle_seconds is None:
+                raise  # asked for (REST, CLI, the panel): the refusal is the answer
+            self.log.info("kernel %s not parked: %s", kernel_id, exc)
         except Exception:
             self.log.exception("kernel %s: parking failed", kernel_id)
-            raise
+            if idle_seconds is None:
+                raise
         finally:
             self._parking.pop(kernel_id, None)
             if km is not None and not is_parked(km) and kernel_id not in self._waking:
