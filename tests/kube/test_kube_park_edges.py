@@ -227,3 +227,27 @@ async def test_a_role_without_patch_on_workloads_refuses_parking_in_a_sentence(
     assert followed.phase is P.RUNNING
     await kube.backend.release(ref)
     await nothing_left(cluster, ref)
+
+
+@pytest.mark.parametrize("backend_settings", [{"api_retry_seconds": 1.0}])
+async def test_a_wake_asked_while_parking_that_the_api_server_refuses_is_said_while_parked(
+    kube: Contract,  # noqa: F811 - the fixture imported above
+    cluster: FakeCluster,
+) -> None:
+    ref, followed = await running(kube)
+    await kube.backend.park(ref, grace=30)
+    await followed.until(lambda f: f.phase is P.PARKING)
+    cluster.fail_next("patch", "workloads", status=503, count=100)
+    await kube.backend.resume(ref)  # taken: it wakes once parked
+
+    def refused(f: Followed) -> bool:
+        return f.phase is P.PARKED and "could not wake it" in f.statuses[-1].message
+
+    await followed.until(refused)
+    assert followed.statuses[-1].message.endswith("; it stays parked")
+    cluster.clear_faults()
+    await kube.backend.resume(ref)  # asked again, it wakes
+    await followed.running(ref)
+    assert restored(await execute(ref, followed, "print(x + 1)"), "42\n")
+    await kube.backend.release(ref)
+    await nothing_left(cluster, ref)
