@@ -189,3 +189,11 @@ async def test_a_cell_sent_while_the_kernel_saves_to_park_runs_once_it_is_back(
     finally:
         listener.close()
     await server.shutdown_and_wait(kernel)
+
+
+async def test_a_kernel_no_client_ever_spoke_to_parks_too(
+    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+) -> None:
+    kernel = await server.start(parking_spec(kernelspec, tmp_path / "checkpoints"))
+    await server.wait_reason(kernel, f"parked after {PARK_AFTER} s idle; GPU released")
+    await server.shutdown_and_wait(kernel)

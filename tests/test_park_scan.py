@@ -59,6 +59,9 @@ def test_an_idle_running_kernel_past_its_park_after_is_due() -> None:
     seconds = idle(Kernel(idle_seconds=10))
     assert seconds is not None and 10 <= seconds < 11
     assert idle(Kernel(provisioner=Provisioner(state="resumed"))) is not None
+    # jupyter_server says "starting" until a status reaches it: never, if no client ever spoke
+    # to the kernel. It runs (the provisioner says so) and nothing asked it to do anything.
+    assert idle(Kernel(execution_state="starting")) is not None
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,9 @@ SHOWN_LIMIT = 10.0
 HELD_LIMIT = 1000
 """Client messages held per parked kernel at most; more are dropped (and logged)."""
 LIVE_STATES = frozenset({"running", "resumed"})
+QUIET_STATES = frozenset({"idle", "starting"})
+"""jupyter_server's execution states of a kernel that runs no cell: it reads "starting" until a
+status reaches its activity watcher, which for a kernel no client ever spoke to is never."""
 
 Forward = Callable[[Any], None]
 """Send one held client message on to the kernel through the connection that received it."""
@@ -158,7 +161,7 @@ class IdleParker:
             # gets its whole park_after, however long it waited.
             self._client[kernel_id] = time.monotonic()
             return None
-        if getattr(km, "execution_state", None) != "idle":
+        if getattr(km, "execution_state", None) not in QUIET_STATES:
             return None  # a cell runs (or the kernel restarts): never park it
         last = getattr(km, "last_activity", None)
         if not isinstance(last, datetime.datetime):
