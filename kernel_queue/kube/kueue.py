@@ -237,10 +237,12 @@ def workload_active(wl: Mapping[str, Any]) -> bool:
 
 
 def parked(wl: Mapping[str, Any]) -> bool:
-    """True when this server parked the Workload: inactive, with ``PARKED_ANNOTATION``."""
-    return (
-        not workload_active(wl) and dig(wl, "metadata", "annotations", PARKED_ANNOTATION) == "true"
-    )
+    """True when this server parked the Workload: inactive, with ``PARKED_ANNOTATION``, and not
+    deactivated by Kueue itself since (``DeactivatedDueTo…``, say after someone else woke it)."""
+    if workload_active(wl) or dig(wl, "metadata", "annotations", PARKED_ANNOTATION) != "true":
+        return False
+    evicted = workload_evicted(wl)
+    return evicted is None or not evicted[0].startswith(REASON_DEACTIVATED + "DueTo")
 
 
 def holds_quota(wl: Mapping[str, Any]) -> bool:

@@ -103,6 +103,17 @@ def workload(*conditions: dict[str, Any], active: bool | None, ours: bool = True
             id="deactivated-by-kueue-waits-to-be-active",
         ),
         pytest.param(
+            workload(
+                *RELEASED,
+                cond("Evicted", True, "DeactivatedDueToRequeuingLimitExceeded", "The workload …"),
+                active=False,
+            ),
+            [pod("Failed", exit_code=143)],
+            P.QUEUED,
+            SAVED,
+            id="woken-by-someone-else-then-deactivated-by-kueue",
+        ),
+        pytest.param(
             workload(*RESERVED, active=None),
             [pod("Running", ready=True)],
             P.RUNNING,
