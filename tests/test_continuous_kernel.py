@@ -251,3 +251,26 @@ def test_a_change_by_a_thread_left_running_after_the_last_cell_is_flushed_too(
     assert kernel.sigterm()[0] == 143
 
     assert value_of(start_kernel(store).client(), "float(big[0])") == "9.0"
+
+
+def test_a_kernel_killed_after_restoring_but_before_any_request_restores_again(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    # e.g. a replacement pod replaced once more before the user's next cell reached it
+    store = tmp_path / "store"
+    first = start_kernel(store)
+    kernel_pid(first)
+    assert run(first.client(), "x = 5").reply["status"] == "ok"
+    until_sync(lambda: newest_cell(store) == 1, "the cell's checkpoint", within=WAIT)
+    assert first.sigterm()[0] == 143
+    second = start_kernel(store)
+    pid = kernel_pid(second)
+    second.client()  # kernel_info only: no code ran, so the state is still the checkpoint's
+
+    os.kill(pid, signal.SIGKILL)
+
+    assert second.proc.wait(timeout=WAIT) == 128 + signal.SIGKILL
+    third = start_kernel(store).client()
+    assert "restored 1 variable" in "".join(run(third, "x").streams())
+    assert value_of(third, "x") == "5"
+    assert (committed(store)[-1].path / "restored").exists()  # marked by the request that ran

@@ -29,12 +29,14 @@ LOST = ("damaged", "format", "failed")
 """Problem kinds that may have held newer state of the user's (a foreign one never did)."""
 
 
-def recover(module: ModuleType, store: CheckpointStore) -> Recovery:
+def recover(module: ModuleType, store: CheckpointStore, *, mark: bool = True) -> Recovery:
     """Restore the newest usable checkpoint of `store` into `module` (a fresh user module).
 
     Called by the kernel before it binds its ports. A checkpoint that fails to load leaves
     `module` as it was; the newest usable one already restored once is not restored again,
     unless a newer one was lost (then it is the best there is, and `describe` says so).
+    `mark=False` leaves the marking to the caller (`store.mark_restored`): a kernel marks it
+    once it runs code, so one killed before that restores the same state again.
     """
     problems: list[Problem] = []
     lost: Mapping[str, Any] | None = None  # the newest lost checkpoint's manifest, if readable
@@ -60,7 +62,8 @@ def recover(module: ModuleType, store: CheckpointStore) -> Recovery:
                 problems.append(Problem(candidate.id, kind, reason, candidate.created))
             else:
                 with contextlib.suppress(OSError):  # restored all the same
-                    store.mark_restored(checkpoint)
+                    if mark:
+                        store.mark_restored(checkpoint)
                 return Recovery(report, tuple(problems), _lacks(lost, lost_any, report.restored))
         if problems[-1].kind in LOST and not lost_any:
             lost_any, lost = True, candidate.manifest

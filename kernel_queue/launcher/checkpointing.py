@@ -90,7 +90,7 @@ def prepare(options: Options) -> preemption.Preemption:
         return preemption.Preemption(options, store, module, None)
     started = time.monotonic()
     try:
-        recovery = checkpoint.recover(module, store)
+        recovery = checkpoint.recover(module, store, mark=False)
     except Exception as exc:  # e.g. an unreadable store: the kernel must start all the same
         preemption.log(f"restore failed: {exc!r}")
         sentence = f"The saved state could not be restored ({exc}); the kernel starts empty."
@@ -101,7 +101,10 @@ def prepare(options: Options) -> preemption.Preemption:
         seconds = time.monotonic() - started
         preemption.log(f"restored checkpoint {recovery.report.checkpoint.id} in {seconds:.2f} s")
     activity = continuous.read_activity(store.root)
-    return preemption.Preemption(options, store, module, _restore_message(recovery, activity))
+    hooks = preemption.Preemption(options, store, module, _restore_message(recovery, activity))
+    if recovery.report is not None:  # marked once code runs: a kernel killed before restores it
+        hooks.restored = recovery.report.checkpoint
+    return hooks
 
 
 def _restore_message(

@@ -103,18 +103,17 @@ class Preemption:
         self._save_started, self._save_done = threading.Event(), threading.Event()
         self.continuous: Continuous | None = None
         """The background saves after each cell, once ``install`` armed them."""
+        self.restored: checkpoint.Checkpoint | None = None
+        """The checkpoint restored, marked so at the first request (``prepare``)."""
 
     @property
-    def kernel(self) -> Any:
-        """The kernel ``install`` armed (its shell, session and loop)."""
+    def kernel(self) -> Any:  # the kernel ``install`` armed
         return self._kernel
 
-    def stopping(self) -> bool:
-        """SIGTERM or a shutdown_request came: no more continuous saves."""
+    def stopping(self) -> bool:  # SIGTERM or a shutdown_request came: no continuous saves
         return self._noticed is not None or self._closing
 
-    def publish(self, text: str) -> None:
-        """A stderr stream message in the notebook, parented to no request."""
+    def publish(self, text: str) -> None:  # a stderr stream message, parented to no request
         self._publish(text, None)
 
     def install(self, kernel: Any) -> None:
@@ -154,6 +153,10 @@ class Preemption:
             self._parent = parent
         if self.continuous is not None:
             self.continuous.ran()  # silent requests run code too, and no cell event says so
+        if self.restored is not None:  # the state diverges from it now
+            with contextlib.suppress(OSError):
+                self.store.mark_restored(self.restored)
+            self.restored = None
         text, silent = self._restore_summary, parent.get("content", {}).get("silent")
         if text is not None and not silent:
             self._restore_summary = None
@@ -246,9 +249,7 @@ class Preemption:
             self._publish(record["summary"], self._notice_parent)
             self._write_report(record)
             self._hard_exit()
-        time.sleep(
-            contract.PREEMPTED_EXIT_SECONDS
-        )  # the main thread normally exits cleanly before this ends
+        time.sleep(contract.PREEMPTED_EXIT_SECONDS)  # the main thread exits cleanly first
         self._hard_exit()
 
     def _post_run_cell(self, result: Any) -> None:
