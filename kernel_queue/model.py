@@ -32,6 +32,18 @@ class ConnectionInfo:
         """The five ports in the launcher's order: shell, iopub, stdin, control, hb."""
         return (self.shell_port, self.iopub_port, self.stdin_port, self.control_port, self.hb_port)
 
+    def with_ports(self, ports: tuple[int, ...]) -> ConnectionInfo:
+        """The same connection on `ports`, in the launcher's order (see `ports`)."""
+        shell, iopub, stdin, control, hb = ports
+        return replace(
+            self,
+            shell_port=shell,
+            iopub_port=iopub,
+            stdin_port=stdin,
+            control_port=control,
+            hb_port=hb,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """jupyter_client's connection-info dict (`KernelConnectionInfo`)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}

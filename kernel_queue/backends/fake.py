@@ -116,14 +116,7 @@ class FakeBackend:
             return existing.ref
         self.submitted.append(spec)
         first = next(self._ports)
-        connection = replace(
-            spec.connection,
-            shell_port=first,
-            iopub_port=first + 1,
-            stdin_port=first + 2,
-            control_port=first + 3,
-            hb_port=first + 4,
-        )
+        connection = spec.connection.with_ports(tuple(range(first, first + 5)))
         ref = GroupRef(self.name, group_name(spec.kernel_id), spec.kernel_id, connection)
         queued = GroupStatus(GroupPhase.QUEUED, place=QueuePlace(spec.queue, 1, 1))
         self.groups[spec.kernel_id] = FakeGroup(replace(spec, connection=connection), ref, queued)

@@ -32,7 +32,6 @@ from kernel_queue.backends import (
     records,
     tasks,
 )
-from kernel_queue.backends import ports as held_ports
 from kernel_queue.launcher import contract
 from kernel_queue.model import (
     GroupPhase,
@@ -141,15 +140,8 @@ class LocalBackend(local_settings.LocalSettings):
         if existing is not None:
             return existing.ref
         self._check_open(who)
-        ports = self._hold_ports(spec)
-        connection = replace(
-            spec.connection,
-            shell_port=ports.ports[0],
-            iopub_port=ports.ports[1],
-            stdin_port=ports.ports[2],
-            control_port=ports.ports[3],
-            hb_port=ports.ports[4],
-        )
+        ports = local_groups.hold_ports(spec, self.log)
+        connection = spec.connection.with_ports(ports.ports)
         ref = GroupRef(self.name, spec.name, kernel_id, connection)
         group = local_groups.Group(
             spec=replace(spec, connection=connection),
@@ -269,19 +261,6 @@ class LocalBackend(local_settings.LocalSettings):
     def _check_open(self, who: str) -> None:
         if self._closed:
             raise errors.LaunchFailed(f"{who}: the server is shutting down; start it again later")
-
-    def _hold_ports(self, spec: GroupSpec) -> held_ports.HeldPorts:
-        ip = spec.connection.ip
-        try:
-            return held_ports.HeldPorts.new(ip)
-        except OSError as exc:  # out of file descriptors: pick ports, check them at admission
-            self.log.warning(
-                "kernel %s: cannot hold its ports while it waits (%s); another process may "
-                "take them",
-                short_id(spec.kernel_id),
-                exc,
-            )
-            return held_ports.HeldPorts(ip, tuple(local_process.free_ports(ip, 5)))
 
     # -- scheduling ------------------------------------------------------------------------
 

@@ -182,6 +182,23 @@ class Group:
         )
 
 
+def hold_ports(
+    spec: GroupSpec, log: logging.Logger | logging.LoggerAdapter[Any]
+) -> held_ports.HeldPorts:
+    """Choose and hold the kernel's five ports while it waits (so a requeued kernel comes back
+    at the same address); out of file descriptors, only choose them (checked at admission)."""
+    ip = spec.connection.ip
+    try:
+        return held_ports.HeldPorts.new(ip)
+    except OSError as exc:
+        log.warning(
+            "kernel %s: cannot hold its ports while it waits (%s); another process may take them",
+            short_id(spec.kernel_id),
+            exc,
+        )
+        return held_ports.HeldPorts(ip, tuple(local_process.free_ports(ip, 5)))
+
+
 async def kill_after(process: local_process.LauncherProcess, seconds: float) -> None:
     """SIGKILL the launcher if it still runs `seconds` from now."""
     try:
