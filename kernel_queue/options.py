@@ -67,7 +67,14 @@ class _Seconds(Float[float, float]):
                 f"kernelspec config key '{self.name}' must be a number of seconds such as 60, "
                 f"not {shown(value)} ({_kind(value)})"
             )
-        return super().validate(obj, float(value))
+        try:
+            seconds = float(value)
+        except OverflowError:  # an integer of hundreds of digits (JSON allows it) is no float
+            raise TraitError(
+                f"kernelspec config key '{self.name}' must be a number of seconds such as 60, "
+                f"not a number too large for seconds ({len(str(value))} digits)"
+            ) from None
+        return super().validate(obj, seconds)
 
 
 class _Quantity(TraitType[Any, Any]):
