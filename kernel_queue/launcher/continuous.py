@@ -86,6 +86,7 @@ class Continuous:
         self._cell: int | None = None
         self._activity: tuple[int | None, float] | None = None
         self._activity_ready = threading.Event()
+        self._activity_lock = threading.Lock()
         self._ran = 0  # bumped whenever the user's code may run (cells, requests, comms)
         self._forked_at = -1  # `_ran` when the child in flight forked
         self._trusted: tuple[int, dict[int, tuple[int, str]]] = (-1, {})
@@ -118,11 +119,14 @@ class Continuous:
             self._idle.wait(5.0)
 
     def stop(self) -> None:
-        """A shutdown: kill any save in flight and start none."""
+        """A shutdown: kill any save in flight, start none and write no more ``ACTIVITY``
+        (the store may be deleted next)."""
         with self._lock:
             self._stopped, self._pending = True, False
         self._kill()
         self._idle.wait(5.0)
+        with self._activity_lock:  # a write in progress ends first
+            pass
 
     def ran(self) -> None:
         """The user's code may have run (an execute_request, its user_expressions, a comm)."""
@@ -253,18 +257,17 @@ class Continuous:
         only sharpens the restore's sentence after a kill)."""
         while self._activity_ready.wait():
             self._activity_ready.clear()
-            if self._activity is None or self.preemption.stopping():
-                continue
-            cell, ended = self._activity
-            path = self.preemption.store.root / ACTIVITY
-            tmp = path.with_name(ACTIVITY + ".tmp")
-            with contextlib.suppress(OSError):
-                if not self.preemption.store.root.is_dir():
-                    durable.make_private(self.preemption.store.root)
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, durable.FILE_MODE)
-                with open(fd, "w", encoding="utf-8") as file:
-                    json.dump({"cell": cell, "ended": ended}, file)
-                os.replace(tmp, path)
+            with self._activity_lock:
+                if self._activity is None or self._stopped or self.preemption.stopping():
+                    continue
+                cell, ended = self._activity
+                path = self.preemption.store.root / ACTIVITY
+                tmp = path.with_name(ACTIVITY + ".tmp")
+                with contextlib.suppress(OSError):  # no store yet: no checkpoint to speak of
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, durable.FILE_MODE)
+                    with open(fd, "w", encoding="utf-8") as file:
+                        json.dump({"cell": cell, "ended": ended}, file)
+                    os.replace(tmp, path)
 
 
 def read_activity(root: os.PathLike[str] | str) -> tuple[int | None, float] | None:
