@@ -15,7 +15,12 @@ from kernel_queue import checkpoint
 from kernel_queue.launcher import continuous
 from tests.polling import until_sync
 from tests.test_launcher import WAIT, execute, is_gone, value_of
-from tests.test_preemption_kernel import Kernel, StartKernel, run, start_kernel
+from tests.test_preemption_kernel import (
+    Kernel,
+    StartKernel,
+    run,
+    start_kernel,
+)
 
 __all__ = ["start_kernel"]  # the fixture, shared with the preemption tests
 
@@ -274,3 +279,30 @@ def test_a_kernel_killed_after_restoring_but_before_any_request_restores_again(
     assert "restored 1 variable" in "".join(run(third, "x").streams())
     assert value_of(third, "x") == "5"
     assert (committed(store)[-1].path / "restored").exists()  # marked by the request that ran
+
+
+def test_where_a_gpu_context_forbids_fork_the_saves_pause_with_one_note(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    kernel = start_kernel(store)
+    kernel_pid(kernel)
+    client = kernel.client()
+    fake_torch = (
+        "import sys, types\ntorch = types.ModuleType('torch')\n"
+        "torch.cuda = types.SimpleNamespace(is_initialized=lambda: True)\n"
+        "sys.modules['torch'] = torch\nx = 1"
+    )
+    first = run(client, fake_torch)
+    second = run(client, "x = 2")
+    assert first.reply["status"] == second.reply["status"] == "ok"
+    assert first.streams() == [  # under the cell after which the saves paused
+        "kernel-queue: checkpoints after each cell are paused because torch has initialised CUDA "
+        "(a GPU context cannot be copied by fork); a preemption still saves the variables, but if "
+        "the kernel is killed without warning, what changed since its last checkpoint is lost\n"
+    ]
+    assert second.streams() == []  # said once
+    assert committed(store) == []  # no background save, and one note only
+
+    assert kernel.sigterm()[0] == 143  # the SIGTERM save still runs, in the kernel itself
+    assert committed(store)[-1].manifest["trigger"] == "idle"

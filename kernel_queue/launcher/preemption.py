@@ -113,8 +113,8 @@ class Preemption:
     def stopping(self) -> bool:  # SIGTERM or a shutdown_request came: no continuous saves
         return self._noticed is not None or self._closing
 
-    def publish(self, text: str) -> None:  # a stderr stream message, parented to no request
-        self._publish(text, None)
+    def publish(self, text: str) -> None:  # a stderr stream message, under the running request
+        self._publish(text, self._parent)
 
     def install(self, kernel: Any) -> None:
         """Arm SIGTERM; call on the main thread after ``IPKernelApp.initialize``."""
