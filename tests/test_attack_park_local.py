@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tornado.httpclient import HTTPClientError
