@@ -147,6 +147,9 @@ def lab(tmp_path: Path, artifacts: Path, browser_api: Any) -> Iterator[str]:
     # Parking: a kernel that checkpoints; parked from the panel (park_after stays off).
     _kernelspec(data, "parks", checkpoint=checkpoint)
     _notebook(root / "parks.ipynb", "parks", "x = 41", "print('back', x + 1)")
+    # Idle parking with the notebook open: JupyterLab's own traffic does not keep it awake.
+    _kernelspec(data, "idles", checkpoint=checkpoint, park_after=3)
+    _notebook(root / "idles.ipynb", "idles", "y = 6 * 7", "print('awake', y)")
     settings = tmp_path / "lab-settings"
     # Every admission after a wait notifies (the default waits 10 s): the test needs no sleep.
     (settings / "kernel-queue").mkdir(parents=True)
@@ -464,6 +467,27 @@ def test_park_from_the_panel_then_the_next_cell_brings_the_kernel_back_and_print
     expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
     ui.shot("resumed-from-the-panel")
     assert ui.kernels()[kernel]["queue"]["state"] == "resumed"
+
+
+def test_an_open_notebook_left_idle_parks_and_its_next_cell_brings_it_back(
+    page: Any, browser_api: Any, lab: str, artifacts: Path
+) -> None:
+    ui = Lab(page, browser_api.expect, lab, artifacts)
+    expect, status = ui.expect, ui.status
+    ui.goto("lab/tree/idles.ipynb")
+    expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+    cells = page.locator(".jp-NotebookPanel:visible .jp-Cell")
+    cells.nth(0).click()
+    page.keyboard.press("Shift+Enter")  # y = 6 * 7
+    expect(page.locator(".jp-InputArea-prompt", has_text="[1]").first).to_be_visible()
+
+    expect(status).to_have_text("Parked · GPU released", timeout=KERNEL_WAIT_MS)
+    expect(ui.toast("idles.ipynb: parked after 3 s idle; GPU released")).to_be_visible()
+    ui.shot("parked-while-open")
+    page.keyboard.press("Shift+Enter")  # the second cell
+    output = cells.nth(1).locator(".jp-OutputArea-output")
+    expect(output.filter(has_text="awake 42")).to_have_count(1, timeout=KERNEL_WAIT_MS)
+    ui.shot("awake")
 
 
 # JupyterLab marks the notebook tab on show as the current one.
