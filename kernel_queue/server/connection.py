@@ -56,6 +56,10 @@ class QueuedWebsocketConnection(ZMQChannelsWebsocketConnection):
             return
         channel, header = self._peek(incoming_msg)
         msg_type = header.get("msg_type")
+        allowed = self.multi_kernel_manager.allowed_message_types
+        if allowed and msg_type not in allowed:  # jupyter_server drops (and logs) it
+            super().handle_incoming_message(incoming_msg)
+            return
         info = channel == "shell" and msg_type == "kernel_info_request"
         if info and parker.answers_for(kernel_id):
             self._answer_kernel_info(header)
