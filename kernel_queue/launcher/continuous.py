@@ -91,6 +91,8 @@ class Continuous:
         self._forked_at = -1  # `_ran` when the child in flight forked
         self._trusted: tuple[int, dict[int, tuple[int, str]]] = (-1, {})
         self.saves = 0
+        self.fork_ms = 0.0
+        """How long the last fork held the main thread (the cell's reply waits for it)."""
         """Continuous checkpoints committed by this kernel process."""
         self.last: dict[str, Any] | None = None
         """The last save child's record (``checkpoint``, ``cell``, ``summary``…)."""
@@ -184,12 +186,14 @@ class Continuous:
                 self._note(forbidden)
                 return
             read_fd, write_fd = os.pipe()
+            started = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork with threads
                 pid = os.fork()
             if pid == 0:
                 os.close(read_fd)
                 _child_main(preemption, write_fd, self._cell)  # never returns
+            self.fork_ms = (time.perf_counter() - started) * 1000  # what the next cell waited
             os.close(write_fd)
             self._child, self._forked_at = pid, self._ran
             self._idle.clear()
@@ -224,7 +228,8 @@ class Continuous:
             found = record.get("digests") or []
             self._trusted = (self._forked_at, {int(i): (int(n), str(d)) for i, n, d in found})
         self.last = record
-        kernel_log.write(f"[kernel-queue checkpoint] continuous save: {record['summary']}")
+        summary, forked = record["summary"], f"forked in {self.fork_ms:.1f} ms"
+        kernel_log.write(f"[kernel-queue checkpoint] continuous save ({forked}): {summary}")
         with self._lock:
             self._child = None
             again = self._pending and not self._stopped
