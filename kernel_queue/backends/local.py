@@ -333,10 +333,15 @@ class LocalBackend(local_settings.LocalSettings):
     async def _run(self, group: local_groups.Group) -> None:
         """Start the group's launcher and settle the group when it exits."""
         spec = group.spec
+        planted = await asyncio.to_thread(local_settings.planted_problem, self.checkpoint_dir(spec))
         if group.stopping is not None or self._groups.get(spec.kernel_id) is not group:
             # Stopped or released between its admission and this task's start.
             if self._groups.get(spec.kernel_id) is group:
                 self._finish(group, 0, "stopped before it started")
+            return
+        if planted is not None:
+            verb = "resume" if group.launches else "start"
+            self._finish(group, None, f"{group.who} cannot {verb}: {planted}", failed=True)
             return
         # A resumed kernel's ports were free while it was down: it may have lost one.
         taken = group.ports.hold()

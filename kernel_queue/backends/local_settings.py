@@ -3,7 +3,8 @@
 `LocalSettings` holds the traits; `LocalBackend` derives from it, so each is configured under the
 backend's own name. Its methods find the GPUs kernels may be given, name a kernel's log and
 checkpoint directory, and check the server-wide checkpoint directory; `directory_problem` is the
-check of any checkpoint directory (`spec` applies it to a kernelspec's own `checkpoint.path`).
+check of any checkpoint directory (`spec` applies it to a kernelspec's own `checkpoint.path`),
+`planted_problem` the check of a kernel's own directory before each launch.
 Nothing is read or created at import.
 """
 
@@ -179,4 +180,33 @@ def directory_problem(directory: Path) -> str | None:
         return f"{probe} is not a directory"
     if not os.access(probe, os.W_OK | os.X_OK):
         return f"this server cannot write in {probe}"
+    return None
+
+
+def planted_problem(directory: Path | None) -> str | None:
+    """Why the kernel's own checkpoint directory is not its own (None when it is, or is not
+    there yet): a symlink, a file, or another user's directory put in its place, say while the
+    kernel was parked. Followed, a restore would rename another kernel's checkpoints aside as
+    foreign and write its own among them; so the launch is refused and the thing left as found.
+    """
+    if directory is None:
+        return None
+    fix = "remove it and start the kernel again"
+    if directory.is_symlink():
+        target = os.readlink(directory)
+        return (
+            f"its checkpoint directory {directory} is a symlink to {target}, which someone put "
+            f"in its place; this server never reads or writes checkpoints through a link: {fix}"
+        )
+    try:
+        owner = directory.stat().st_uid
+    except FileNotFoundError:
+        return None
+    if not directory.is_dir():
+        return f"its checkpoint directory {directory} is not a directory: {fix}"
+    if owner != os.geteuid():
+        return (
+            f"its checkpoint directory {directory} belongs to another user (uid {owner}), who "
+            f"could change what it restores: {fix}"
+        )
     return None
