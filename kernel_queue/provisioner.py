@@ -22,6 +22,8 @@ from kernel_queue.model import GroupRef, StopCause, short_id
 from kernel_queue.options import KernelOptions
 from kernel_queue.session import BackendLease, KernelSession
 
+# How long `wait_changed` pauses for a kernel with nothing submitted (no change can come).
+_NOTHING_TO_WAIT_FOR_SECONDS = 0.05
 # How long `load_provisioner_info` waits for the backend to say where a reattached group stands.
 _REATTACH_SECONDS = 30.0
 
@@ -196,6 +198,11 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         """True while the kernel is parked (or saving to park); its next cell wakes it."""
         return self._session is not None and self._session.parked
 
+    @property
+    def parking(self) -> bool:
+        """True while a parked kernel still saves: its GPUs are not given back yet."""
+        return self._session is not None and self._session.parking
+
     async def park_kernel(self, *, idle_seconds: float | None = None) -> None:
         """Park the running kernel now: it saves, gives back its GPUs and stays listed. Its
         reason says "after 30 min idle" for `idle_seconds`, else "on request". Raises
@@ -206,6 +213,15 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
                 "kernel can be parked"
             )
         await self._session.park(idle_seconds=idle_seconds)
+
+    async def wait_changed(self) -> None:
+        """Return at the kernel's next change of state or status (after a short pause when
+        nothing is submitted): the server extension's parking waits on it instead of polling."""
+        session = self._session
+        if session is None or session.tracker is None:
+            await asyncio.sleep(_NOTHING_TO_WAIT_FOR_SECONDS)
+            return
+        await session.wait_changed()
 
     async def resume_kernel(self) -> None:
         """Wake a parked kernel: it waits in its queue again and comes back with its

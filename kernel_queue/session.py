@@ -16,7 +16,7 @@ from typing import Any
 
 from kernel_queue import backends, errors, events, lifecycle, spec, tracking
 from kernel_queue.lifecycle import IN_PLACE, LIVE, TERMINAL, KernelState, Lifecycle
-from kernel_queue.model import GroupRef, GroupSpec, GroupStatus, StopCause, short_id
+from kernel_queue.model import GroupPhase, GroupRef, GroupSpec, GroupStatus, StopCause, short_id
 
 Tell = Callable[[KernelState, str], None]
 """Tell the user a new sentence; the state as users see it (`lifecycle.shown`)."""
@@ -258,6 +258,15 @@ class KernelSession:
     def parked(self) -> bool:
         """The kernel is parked (or saving to park): its next cell brings it back."""
         return self.tracker is not None and self.tracker.lifecycle.state is KernelState.PARKED
+
+    @property
+    def parking(self) -> bool:
+        """Parked but still saving: its admission (its GPUs) is not given back yet."""
+        return (
+            self.parked
+            and self.tracker is not None
+            and (self.tracker.status.phase is GroupPhase.PARKING)
+        )
 
     async def park(self, *, idle_seconds: float | None = None) -> None:
         """Park a running kernel: it saves, gives back its admission and stays listed. Raises

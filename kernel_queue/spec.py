@@ -145,6 +145,13 @@ def _build(
     memory = _quantity(provisioner.memory, "memory", quantities.bytes_)
     checkpoint, grace = checkpoint_settings(provisioner.checkpoint, backend)
     park_after = _park_after(provisioner.park_after, checkpoint)
+    if park_after and backend == "kubernetes" and provisioner.connect == "pod-ip":
+        raise Problem(
+            "park_after",
+            f"is {park_after:g} with `connect` 'pod-ip', but a woken kernel comes back on "
+            "another pod's IP, where the notebook's open connection does not follow",
+            "use `connect` 'service' (the default) to park kernels, or set park_after to 0",
+        )
     if backend == "local" and checkpoint.enabled and checkpoint.path:
         problem = local_settings.directory_problem(Path(checkpoint.path))
         if problem is not None:

@@ -78,7 +78,10 @@ class ParkHandler(APIHandler):
                 self._reply(409, {"message": str(error)})
                 return
             raise web.HTTPError(500, f"could not {action} kernel {kernel_id}: {error}")
-        status = 200 if task.done() else 202
+        # Parked with its GPUs given back: done (200); still saving, or going back to its
+        # queue: accepted, under way (202).
+        still_parking = bool(getattr(getattr(km, "provisioner", None), "parking", False))
+        status = 200 if wanted and not still_parking else 202
         self._reply(status, entry(manager, manager.kernel_model(kernel_id)))
 
     def _reply(self, status: int, body: dict[str, Any]) -> None:

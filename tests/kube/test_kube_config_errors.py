@@ -53,6 +53,13 @@ async def failure(server: Server, name: str) -> tuple[str, str]:
             id="queue-with-a-slash",
         ),
         pytest.param(
+            {"park_after": 600, "connect": "pod-ip", "checkpoint": {"claim": "kernel-checkpoints"}},
+            "`park_after` is 600 with `connect` 'pod-ip', but a woken kernel comes back on "
+            "another pod's IP, where the notebook's open connection does not follow; use "
+            "`connect` 'service' (the default) to park kernels, or set park_after to 0",
+            id="park-after-with-pod-ip",
+        ),
+        pytest.param(
             {"namespace": ".."},
             "`namespace` is '..', which Kubernetes does not accept as a namespace name; use "
             "lower-case letters, digits and '-', at most 63 characters",
