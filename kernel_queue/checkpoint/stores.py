@@ -4,7 +4,10 @@ A checkpoint is `<root>/<id>/` holding payload files and `manifest.json`, the co
 written last (file fsync, rename, directory fsync). It is written as `<id>.partial` and renamed
 into place, so readers never see a checkpoint in progress; a kill at any moment leaves the
 previous committed checkpoint intact. The manifest records each file's size and digest and is
-sealed (`signatures`); a damaged or foreign checkpoint is renamed aside, never deleted. How the
+sealed (`signatures`); a damaged or foreign checkpoint is renamed aside, never deleted. An
+incremental checkpoint hard-links the unchanged payload files of an older one (`link`), so each
+directory stays whole and retiring one frees only what no newer one shares: the kept
+checkpoints use at most the newest's bytes plus each older one's increment. How the
 files are made durable is `durable`'s, what a directory holds `candidates`'. Knows nothing about
 what the payload files contain.
 """
