@@ -144,14 +144,7 @@ def _build(
     cpu = _quantity(provisioner.cpu, "cpu", quantities.millicores)
     memory = _quantity(provisioner.memory, "memory", quantities.bytes_)
     checkpoint, grace = checkpoint_settings(provisioner.checkpoint, backend)
-    park_after = _park_after(provisioner.park_after, checkpoint)
-    if park_after and backend == "kubernetes" and provisioner.connect == "pod-ip":
-        raise Problem(
-            "park_after",
-            f"is {park_after:g} with `connect` 'pod-ip', but a woken kernel comes back on "
-            "another pod's IP, where the notebook's open connection does not follow",
-            "use `connect` 'service' (the default) to park kernels, or set park_after to 0",
-        )
+    park_after = _park_after(provisioner.park_after, checkpoint, backend, provisioner.connect)
     if backend == "local" and checkpoint.enabled and checkpoint.path:
         problem = local_settings.directory_problem(Path(checkpoint.path))
         if problem is not None:
@@ -260,20 +253,26 @@ def checkpoint_settings(
     return settings, float(grace)
 
 
-def _park_after(seconds: float, checkpoint: CheckpointSettings) -> float:
-    """`park_after`: finite, 0 or more, and only where a parked kernel keeps its variables."""
+def _park_after(seconds: float, saves: CheckpointSettings, backend: str, connect: str) -> float:
+    """`park_after`: finite, 0 or more, and only where a parked kernel keeps its variables and
+    its notebook's connection (a pod IP changes when a woken kernel comes back)."""
     if not math.isfinite(seconds) or seconds < 0:
         raise Problem(
             "park_after",
             f"is {options.shown(seconds)}",
             "give the seconds a kernel may sit idle before it is parked, or 0 never to park",
         )
-    if seconds and not checkpoint.enabled:
+    if seconds and not saves.enabled:
         raise Problem(
             "park_after",
             f"is {seconds:g} but checkpoints are off, so a parked kernel would lose its variables",
             f"turn them on with {kernelspec_key('checkpoint.enabled')}, or set park_after to 0",
         )
+    if seconds and backend == "kubernetes" and connect == "pod-ip":
+        problem = f"is {seconds:g} with `connect` 'pod-ip', but a woken kernel comes back on "
+        problem += "another pod's IP, where the notebook's open connection does not follow"
+        fix = "use `connect` 'service' (the default) to park kernels, or set park_after to 0"
+        raise Problem("park_after", problem, fix)
     return float(seconds)
 
 

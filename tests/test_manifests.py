@@ -12,7 +12,7 @@ import pytest
 from kernel_queue import errors
 from kernel_queue import spec as kernelspecs
 from kernel_queue.kube import manifests, names, submission
-from kernel_queue.model import ConnectionInfo, GroupSpec
+from kernel_queue.model import CheckpointSettings, ConnectionInfo, GroupSpec
 
 KERNEL_ID = "1a2b3c4d-5e6f-4a0b-8c9d-0e1f2a3b4c5d"
 KEY = "0f1e2d3c4b5a69788796a5b4c3d2e1f0-secret-key"
@@ -881,3 +881,14 @@ def test_sidecars_and_init_containers_of_the_template_are_hardened_too() -> None
     side = pod["spec"]["containers"][1]
     assert side["securityContext"] == {"runAsUser": 1000, **CONTAINER_SECURITY}
     assert pod["spec"]["initContainers"][0]["securityContext"] == CONTAINER_SECURITY
+
+
+def test_continuous_checkpoints_turned_off_in_the_kernelspec_reach_the_launcher() -> None:
+    off = replace(SPEC, checkpoint=CheckpointSettings(enabled=True, continuous=False))
+    [head] = manifests.pods(off, GROUP, 0, checkpoint_claim="kernel-checkpoints")
+    [on] = manifests.pods(SPEC, GROUP, 0, checkpoint_claim="kernel-checkpoints")
+
+    env = {e["name"]: e.get("value") for e in head["spec"]["containers"][0]["env"]}
+    assert env["KERNEL_QUEUE_LAUNCH_CHECKPOINT_CONTINUOUS"] == "0"
+    default = {e["name"] for e in on["spec"]["containers"][0]["env"]}
+    assert "KERNEL_QUEUE_LAUNCH_CHECKPOINT_CONTINUOUS" not in default  # on unless said

@@ -90,6 +90,7 @@ class Group:
             parent_death=True,
             checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
             keep_checkpoints=spec.checkpoint.keep,
+            continuous_checkpoints=spec.checkpoint.continuous,
         )
         return local_process.LaunchRequest(
             kernel_id=spec.kernel_id,

@@ -292,6 +292,7 @@ def _head_container(
         ports=tuple(KERNEL_PORTS.values()),
         checkpoint_dir=CHECKPOINT_MOUNT if checkpoint_claim else None,
         keep_checkpoints=spec.checkpoint.keep,
+        continuous_checkpoints=spec.checkpoint.continuous,
         # Where the launcher leaves what a preemption saved; the pod status shows it (the
         # backend tells the user). It is the container's terminationMessagePath.
         termination_log=contract.DEFAULT_TERMINATION_LOG,
