@@ -28,7 +28,7 @@ sock = socket.socket()
 CHECK = "(count, settings['layers'][1], float(weights.sum()), square(7), origin.norm2())"
 EXPECTED = repr((41, 32, float(sum(range(50 * 2**20 // 8))), 49, 25))
 
-NOTICE = "preempted by a higher-priority workload; saving state"
+NOTICE = "stopping to give back its GPUs (preempted, or parked while idle); saving state"
 SAVED = "saved 6 variables"
 NOT_SAVED = "not saved: sock (socket"
 RESTORED = "restored 6 variables"

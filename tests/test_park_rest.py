@@ -152,3 +152,32 @@ async def test_park_and_resume_need_write_access_to_kernels(server: Server) -> N
         assert code == 403
     listing = await server.fetch("api", "kernel-queue", "kernels")  # reading is allowed
     assert json.loads(listing.body) == []
+
+
+async def test_a_kernel_running_a_cell_is_not_parked_and_its_cell_finishes(
+    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+) -> None:
+    import asyncio
+
+    from tests.conftest import Listener
+
+    kernel = await server.start(saving(kernelspec, tmp_path / "checkpoints"))
+    listener = await Listener.open(server, kernel)
+    try:
+        cell = asyncio.ensure_future(
+            server.execute(kernel, "import time\nprint('started', flush=True)\ntime.sleep(3)\n7")
+        )
+
+        async def busy() -> bool:
+            return (await server.model(kernel))["execution_state"] == "busy"
+
+        await server.wait_for(busy)
+        code, body = await refused(server, kernel, "park")
+        assert code == 409
+        assert "is running a cell: park it once the cell has finished" in body["message"]
+        done = await cell
+    finally:
+        listener.close()
+    assert (done["data"], done["error"]) == ("7", None)
+    assert (await server.model(kernel))["execution_state"] != "dead"
+    await server.shutdown_and_wait(kernel)

@@ -30,8 +30,9 @@ from kernel_queue.launcher import contract, kernel_log
 if TYPE_CHECKING:
     from kernel_queue.launcher.continuous import Continuous
 
-NOTICE = "Kernel preempted by a higher-priority workload; saving state…"
-"""The stream message a user sees as soon as the kernel gets SIGTERM."""
+NOTICE = "Kernel stopping to give back its GPUs (preempted, or parked while idle); saving state…"
+"""The stream message a user sees as soon as the kernel gets SIGTERM. The kernel cannot tell a
+preemption from a park (both stop it with SIGTERM); the kernel's status item says which."""
 REPLY_DELAY, WIRE_DELAY = 0.1, 0.2
 """Seconds for the interrupted cell's reply to leave the shell-channel thread before the loop
 stops; and for ZeroMQ to send the last IOPub messages before ``os._exit``."""

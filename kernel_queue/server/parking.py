@@ -219,6 +219,11 @@ class IdleParker:
         try:
             if km is None:
                 raise errors.ParkRefused(f"kernel {kernel_id} is gone: there is nothing to park")
+            if getattr(km, "execution_state", None) == "busy":
+                # Parking stops the kernel: a cell it runs would be cut short.
+                raise errors.ParkRefused(
+                    f"kernel {kernel_id} is running a cell: park it once the cell has finished"
+                )
             await _provisioner(km).park_kernel(idle_seconds=idle_seconds)
             # The backend reports PARKING a moment later; until then a client message could
             # still reach the kernel that is stopping, so it is held meanwhile.
