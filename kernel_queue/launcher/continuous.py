@@ -91,9 +91,9 @@ class Continuous:
         self._forked_at = -1  # `_ran` when the child in flight forked
         self._trusted: tuple[int, dict[int, tuple[int, str]]] = (-1, {})
         self.saves = 0
+        """Continuous checkpoints committed by this kernel process."""
         self.fork_ms = 0.0
         """How long the last fork held the main thread (the cell's reply waits for it)."""
-        """Continuous checkpoints committed by this kernel process."""
         self.last: dict[str, Any] | None = None
         """The last save child's record (``checkpoint``, ``cell``, ``summary``…)."""
 
