@@ -1,0 +1,271 @@
+"""The machine queue's wire format: newline-delimited JSON messages carrying a protocol version.
+
+Pure: dataclasses, their encoding and decoding, and the sentences both sides show. A client
+says `hello` first; the service answers `welcome` (its version, pid and protocol, a shape that
+never changes, so any client can read it) and then `refused` if the protocol differs or the
+quota differs from the one in force. Groups are named by the client (the local backend's group
+name) and unique on the machine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
+
+from kernel_queue import admission
+
+PROTOCOL = 1
+"""Bump on any change a peer of the other version could misread."""
+
+FLAVOR = "local"
+
+
+class ProtocolError(ValueError):
+    """A line that is not one of this protocol's messages."""
+
+
+@dataclass(frozen=True)
+class Quota:
+    """What the machine offers, as one client's settings say: GPU ids, CPU in millicores,
+    memory in bytes, the queue names, priority classes, strategy and preemption policy."""
+
+    gpus: tuple[str, ...]
+    cpu: int
+    memory: int
+    queues: tuple[str, ...]
+    priority_classes: Mapping[str, int]
+    strategy: str = "BestEffortFIFO"
+    preemption: str = "LowerPriority"
+    pretend: bool = False
+
+    def cluster_queue(self) -> admission.ClusterQueue:
+        """The one ClusterQueue all queues share, as `backends/quota.py` builds it."""
+        quota = {"gpu": len(self.gpus), "cpu": self.cpu, "memory": self.memory}
+        return admission.ClusterQueue(
+            name=FLAVOR,
+            resource_groups=(
+                admission.ResourceGroup(frozenset(quota), (admission.Flavor(FLAVOR, quota),)),
+            ),
+            strategy=admission.QueueingStrategy(self.strategy),
+            preemption=admission.PreemptionPolicy(self.preemption),
+        )
+
+    def differences(self, other: Quota) -> list[str]:
+        """Each setting where `other` differs, as "gpus ['0'] here, ['0', '1'] in force"."""
+        mine, theirs = _plain(asdict(self)), _plain(asdict(other))
+        return [
+            f"{name} {mine[name]!r} here, {theirs[name]!r} in force"
+            for name in mine
+            if mine[name] != theirs[name]
+        ]
+
+    @classmethod
+    def parse(cls, data: Mapping[str, Any]) -> Quota:
+        return cls(
+            gpus=tuple(str(d) for d in data["gpus"]),
+            cpu=int(data["cpu"]),
+            memory=int(data["memory"]),
+            queues=tuple(str(q) for q in data["queues"]),
+            priority_classes={str(k): int(v) for k, v in data["priority_classes"].items()},
+            strategy=str(data["strategy"]),
+            preemption=str(data["preemption"]),
+            pretend=bool(data.get("pretend", False)),
+        )
+
+
+def _plain(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+
+
+@dataclass(frozen=True)
+class Message:
+    TYPE: ClassVar[str] = ""
+
+
+# -- client to service -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hello(Message):
+    TYPE: ClassVar[str] = "hello"
+    protocol: int
+    version: str
+    pid: int
+    quota: Quota | None  # None only from a peer of another protocol whose quota did not parse
+
+
+@dataclass(frozen=True)
+class Submit(Message):
+    """Queue group `group`; `needs` and `priority_class` are for the preemption sentence."""
+
+    TYPE: ClassVar[str] = "submit"
+    group: str
+    kernel_id: str
+    queue: str
+    priority: int
+    resources: Mapping[str, int]
+    grace: float
+    priority_class: str | None = None
+    needs: str = ""
+
+
+@dataclass(frozen=True)
+class Release(Message):
+    TYPE: ClassVar[str] = "release"
+    group: str
+
+
+@dataclass(frozen=True)
+class Requeue(Message):
+    """After a preempted (or parked) kernel stopped: back of its queue, GPUs given back."""
+
+    TYPE: ClassVar[str] = "requeue"
+    group: str
+
+
+@dataclass(frozen=True)
+class List(Message):
+    TYPE: ClassVar[str] = "list"
+
+
+# -- service to client -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Welcome(Message):
+    TYPE: ClassVar[str] = "welcome"
+    version: str
+    pid: int
+    protocol: int
+    quota: Quota | None = None  # None before any client said hello, or from another protocol
+
+
+@dataclass(frozen=True)
+class Position(Message):
+    """1-based place in the group's queue, as the local backend's QueuePlace."""
+
+    TYPE: ClassVar[str] = "position"
+    group: str
+    queue: str
+    position: int
+    length: int
+
+
+@dataclass(frozen=True)
+class Admit(Message):
+    TYPE: ClassVar[str] = "admit"
+    group: str
+    devices: tuple[str, ...]
+    flavor: str = FLAVOR
+
+
+@dataclass(frozen=True)
+class Preempt(Message):
+    """Stop `group` (the victim) within `grace` seconds; its GPUs are reclaimed then anyway."""
+
+    TYPE: ClassVar[str] = "preempt"
+    group: str
+    by: str
+    message: str
+    grace: float
+
+
+@dataclass(frozen=True)
+class Refused(Message):
+    """A request (of `group`, or the connection's when empty) the service will not carry out."""
+
+    TYPE: ClassVar[str] = "refused"
+    message: str
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One group in a listing; `uid` and `pid` are its client's (SO_PEERCRED)."""
+
+    group: str
+    kernel_id: str
+    queue: str
+    priority: int
+    state: str  # "queued", "admitted" or "evicting"
+    devices: tuple[str, ...] = ()
+    position: int = 0
+    uid: int = -1
+    pid: int = 0
+
+
+@dataclass(frozen=True)
+class Listing(Message):
+    TYPE: ClassVar[str] = "listing"
+    groups: tuple[Entry, ...] = field(default=())
+
+
+MESSAGES: dict[str, type[Message]] = {
+    kind.TYPE: kind
+    for kind in (
+        *(Hello, Submit, Release, Requeue, List),
+        *(Welcome, Position, Admit, Preempt, Refused, Listing),
+    )
+}
+
+
+def encode(message: Message) -> bytes:
+    """One line: the message's fields and its `type`, keys sorted."""
+    body = _plain(asdict(message))
+    return json.dumps({"type": message.TYPE, **body}, sort_keys=True).encode() + b"\n"
+
+
+def decode(line: bytes) -> Message:
+    """The message on `line`; ProtocolError naming what is wrong."""
+    try:
+        data = json.loads(line)
+        kind = MESSAGES[data.pop("type")]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ProtocolError(f"not a kernel-queue message: {line[:200]!r}") from exc
+    try:
+        values = {f.name: data[f.name] for f in fields(kind) if f.name in data}
+        if values.get("quota") is not None:
+            values["quota"] = _quota(kind, values)
+        if "devices" in values:
+            values["devices"] = tuple(values["devices"])
+        if kind is Listing:
+            values["groups"] = tuple(
+                Entry(**{**g, "devices": tuple(g.get("devices", ()))})
+                for g in values.get("groups", ())
+            )
+        return kind(**values)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProtocolError(f"malformed {kind.TYPE!r} message: {line[:200]!r} ({exc})") from exc
+
+
+def _quota(kind: type[Message], values: dict[str, Any]) -> Quota | None:
+    if values.get("quota") is None and values.get("protocol") != PROTOCOL:
+        return None
+    try:
+        return Quota.parse(values["quota"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        if kind in (Hello, Welcome) and values.get("protocol") != PROTOCOL:
+            return None  # read only to tell which peer runs
+        raise
+
+
+def mismatch(service: Welcome, version: str, protocol: int = PROTOCOL) -> str:
+    """The sentence a client of another protocol gets, naming the running service."""
+    return (
+        f"the machine's kernel-queue service (pid {service.pid}, version {service.version}, "
+        f"protocol {service.protocol}) speaks another protocol than this server (version "
+        f"{version}, protocol {protocol}); stop it with `kill {service.pid}` (its kernels keep "
+        "running until their servers stop them) or restart this server with version "
+        f"{service.version}"
+    )
+
+
+def quota_differs(differences: list[str], pid: int) -> str:
+    """The sentence a client whose settings differ from the quota in force gets."""
+    return (
+        "this server's local-backend quota differs from the one the machine's kernel-queue "
+        f"service (pid {pid}) enforces for every server of this user: {'; '.join(differences)}. "
+        "Give every server the same c.LocalBackend settings, or stop the other servers first."
+    )

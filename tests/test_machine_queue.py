@@ -1,0 +1,321 @@
+"""The machine queue with real processes: plain Python clients (each its own process, using
+`kernel_queue.machine.client`) sharing one pretend GPU through the service they start.
+
+Each test has its own runtime directory, so its own service; the service's pid comes from the
+clients' welcome, and one still alive at the end is stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import stat
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernel_queue import errors
+from kernel_queue.machine import client, protocol
+from tests.polling import until
+
+# A client process: connect (starting the service if need be), submit one group, print each
+# message about it as a JSON line; stdin says "release", "requeue" or "list". It never stops on
+# a preempt unless told: a holder that does not answer.
+ACTOR = r"""
+import asyncio, json, sys
+from kernel_queue.machine import client, protocol
+
+QUOTA = protocol.Quota(("0",), 4000, 2**30, ("default",), {"low": -100, "high": 100})
+
+async def main(group, priority, klass, grace):
+    machine = await client.MachineClient.connect(QUOTA)
+    print(json.dumps({"type": "connected", "pid": machine.service.pid}), flush=True)
+    await machine.submit(protocol.Submit(
+        group, group + "-kernel-id", "default", int(priority), {"gpu": 1}, float(grace),
+        klass or None, "1 GPU"))
+
+    async def show():
+        async for message in machine.messages(group):
+            sys.stdout.write(protocol.encode(message).decode())
+            sys.stdout.flush()
+
+    shown = asyncio.create_task(show())
+    loop = asyncio.get_running_loop()
+    while line := await loop.run_in_executor(None, sys.stdin.readline):
+        command = line.strip()
+        if command == "release":
+            await machine.release(group)
+        elif command == "requeue":
+            await machine.requeue(group)
+        elif command == "list":
+            sys.stdout.write(protocol.encode(await machine.listing()).decode())
+            sys.stdout.flush()
+    await machine.aclose()
+    shown.cancel()
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+QUOTA = protocol.Quota(("0",), 4000, 2**30, ("default",), {"low": -100, "high": 100})
+WITHIN = 30.0
+
+
+class Actor:
+    """One client process and the messages it printed."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.seen: list[dict[str, Any]] = []
+
+    async def expect(self, *kinds: str) -> dict[str, Any]:
+        """The next message of one of `kinds` it prints (bounded: a NeverSaw-like failure)."""
+        kind = " or ".join(kinds)
+        assert self.process.stdout is not None
+        try:
+            async with asyncio.timeout(WITHIN):
+                while True:
+                    line = await self.process.stdout.readline()
+                    assert line, f"the client exited before a {kind!r}; saw {self.seen}"
+                    message = json.loads(line)
+                    self.seen.append(message)
+                    if message["type"] in kinds:
+                        return message
+        except TimeoutError:
+            raise AssertionError(f"never saw {kind!r} within {WITHIN} s; saw {self.seen}") from None
+
+    async def say(self, command: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(command.encode() + b"\n")
+        await self.process.stdin.drain()
+
+
+@pytest.fixture
+def runtime(monkeypatch: pytest.MonkeyPatch) -> Path:
+    # Short: a Unix socket path must fit in 108 bytes.
+    directory = Path(tempfile.mkdtemp(prefix="kq-", dir="/tmp"))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(directory))
+    return directory
+
+
+class Machine:
+    """The test's client processes and the services they named; `async with` ends them all."""
+
+    def __init__(self) -> None:
+        self.started: list[Actor] = []
+        self.services: set[int] = set()
+
+    async def __call__(
+        self, group: str, priority: int = 0, klass: str = "", grace: float = 30.0
+    ) -> Actor:
+        process = await asyncio.create_subprocess_exec(
+            *[sys.executable, "-c", ACTOR, group, str(priority), klass, str(grace)],
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+        )
+        actor = Actor(process)
+        self.started.append(actor)
+        return actor
+
+    async def connected(self, actor: Actor) -> int:
+        """The pid of the service `actor` connected to."""
+        pid = int((await actor.expect("connected"))["pid"])
+        self.services.add(pid)
+        return pid
+
+    async def __aenter__(self) -> Machine:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for actor in self.started:
+            if actor.process.returncode is None:
+                actor.process.kill()
+            await actor.process.wait()
+        for pid in self.services:
+            if _alive(pid):
+                os.kill(pid, signal.SIGTERM)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie of this test process is gone too
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)
+    return done == 0
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return "Z"
+
+
+async def test_the_second_client_waits_behind_the_first_and_gets_the_gpu_at_release(
+    runtime: Path,
+) -> None:
+    async with Machine() as actors:
+        first = await actors("kq-first")
+        await actors.connected(first)
+        assert (await first.expect("admit"))["devices"] == ["0"]
+        second = await actors("kq-second")
+        await actors.connected(second)
+        place = await second.expect("position")
+        assert (place["queue"], place["position"], place["length"]) == ("default", 1, 1)
+        await first.say("release")
+        assert (await second.expect("admit"))["devices"] == ["0"]
+
+
+async def test_a_higher_priority_client_preempts_and_the_gpu_is_reclaimed_after_the_grace(
+    runtime: Path,
+) -> None:
+    async with Machine() as actors:
+        low = await actors("kq-low", priority=-100, klass="low", grace=1.0)
+        await actors.connected(low)
+        await low.expect("admit")
+        high = await actors("kq-high", priority=100, klass="high")
+        await actors.connected(high)
+        preempt = await low.expect("preempt")
+        assert preempt["by"] == "kq-high"
+        assert preempt["message"] == (
+            "preempted by higher-priority kernel kqhighke (priority 'high'), which needs 1 GPU"
+        )
+        # The low client never answers: after its grace the GPU goes to the high one anyway, and
+        # the low group is back in the queue.
+        assert (await high.expect("admit"))["devices"] == ["0"]
+        place = await low.expect("position")
+        assert (place["position"], place["length"]) == (1, 1)
+
+
+async def test_a_sigkilled_client_frees_its_gpu_at_once_and_the_service_exits_after_the_last(
+    runtime: Path,
+) -> None:
+    async with Machine() as actors:
+        holder = await actors("kq-holder")
+        service = await actors.connected(holder)
+        await holder.expect("admit")
+        waiter = await actors("kq-waiter")
+        await actors.connected(waiter)
+        await waiter.expect("position")
+        holder.process.kill()
+        assert (await waiter.expect("admit"))["devices"] == ["0"]
+        assert _alive(service)
+        await waiter.say("list")
+        listing = await waiter.expect("listing")
+        assert [(g["group"], g["state"]) for g in listing["groups"]] == [("kq-waiter", "admitted")]
+        waiter.process.kill()
+        await until(lambda: not _alive(service), "the service exit after its last client left")
+
+
+async def test_clients_starting_together_make_one_service(runtime: Path) -> None:
+    async with Machine() as actors:
+        racers = [await actors(f"kq-racer{i}") for i in range(4)]
+        pids = {await actors.connected(racer) for racer in racers}
+        assert len(pids) == 1
+        assert sorted(p.name for p in (runtime / "kernel-queue").iterdir() if p.is_socket()) == [
+            "queue.sock"
+        ]
+        for racer in racers:  # each one's group is in the queue
+            await racer.expect("admit", "position")
+        await racers[0].say("list")
+        listing = await racers[0].expect("listing")
+        assert sorted(g["group"] for g in listing["groups"]) == [f"kq-racer{i}" for i in range(4)]
+        assert [g["state"] for g in listing["groups"]].count("admitted") == 1
+
+
+async def test_a_client_of_another_protocol_gets_the_sentence_and_queues_nothing(
+    runtime: Path,
+) -> None:
+    async with Machine() as actors:
+        first = await actors("kq-first")
+        service = await actors.connected(first)
+        reader, writer = await asyncio.open_unix_connection(str(client.socket_path()))
+        hello = {"type": "hello", "protocol": 99, "version": "9.9", "pid": 1, "quota": {}}
+        writer.write(json.dumps(hello).encode() + b"\n")
+        welcome = protocol.decode(await reader.readline())
+        refused = protocol.decode(await reader.readline())
+        assert await reader.read() == b""  # the service hung up
+        writer.close()
+        assert isinstance(welcome, protocol.Welcome)
+        assert refused == protocol.Refused(
+            f"the machine's kernel-queue service (pid {service}, version {welcome.version}, "
+            "protocol 1) speaks another protocol than this server (version 9.9, protocol 99); stop "
+            f"it with `kill {service}` (its kernels keep running until their servers stop them) or "
+            f"restart this server with version {welcome.version}"
+        )
+        await first.say("list")
+        listing = await first.expect("listing")
+        assert [g["group"] for g in listing["groups"]] == ["kq-first"]
+
+
+async def test_a_service_of_another_protocol_tells_this_client_how_to_fix_it(
+    runtime: Path,
+) -> None:
+    path = runtime / "other.sock"
+    hung_up = asyncio.Event()
+
+    async def other_service(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        writer.write(b'{"type": "welcome", "version": "2.0", "pid": 321, "protocol": 2}\n')
+        await writer.drain()
+        await reader.read()  # the client hangs up
+        writer.close()
+        await writer.wait_closed()
+        hung_up.set()
+
+    server = await asyncio.start_unix_server(other_service, path=str(path))
+    async with server:
+        with pytest.raises(errors.LaunchFailed) as failed:
+            await client.MachineClient.connect(QUOTA, path=path, version="0.1.0")
+        await hung_up.wait()
+    assert str(failed.value) == (
+        "the machine's kernel-queue service (pid 321, version 2.0, protocol 2) speaks another "
+        "protocol than this server (version 0.1.0, protocol 1); stop it with `kill 321` (its "
+        "kernels keep running until their servers stop them) or restart this server with "
+        "version 2.0"
+    )
+
+
+async def test_a_client_with_another_quota_is_told_the_difference(runtime: Path) -> None:
+    async with Machine() as actors:
+        first = await actors("kq-first")
+        service = await actors.connected(first)
+        other = protocol.Quota(("0", "1"), 4000, 2**30, ("default",), {"low": -100, "high": 100})
+        with pytest.raises(errors.ConfigError) as refused:
+            await client.MachineClient.connect(other)
+        assert str(refused.value) == (
+            "this server's local-backend quota differs from the one the machine's kernel-queue "
+            f"service (pid {service}) enforces for every server of this user: gpus ['0', '1'] "
+            "here, "
+            "['0'] in force. Give every server the same c.LocalBackend settings, or stop the other "
+            "servers first."
+        )
+
+
+async def test_the_socket_is_private_and_a_stale_one_is_replaced(runtime: Path) -> None:
+    async with Machine() as actors:
+        first = await actors("kq-first")
+        service = await actors.connected(first)
+        sock = client.socket_path()
+        assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+        first.process.kill()
+        os.kill(service, signal.SIGKILL)  # leaves its socket file behind
+        await until(lambda: not _alive(service), "the killed service gone")
+        assert sock.is_socket()
+        with socket.socket(socket.AF_UNIX) as probe, pytest.raises(ConnectionRefusedError):
+            probe.connect(str(sock))
+        second = await actors("kq-second")
+        replacement = await actors.connected(second)
+        assert replacement != service
+        assert (await second.expect("admit"))["devices"] == ["0"]
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o600
