@@ -106,6 +106,7 @@ class Service:
         self._arrivals = itertools.count()
         self._done = asyncio.Event()
         self._idle: asyncio.TimerHandle | None = None
+        self._pass: asyncio.Handle | None = None
 
     async def serve(self) -> None:
         """Bind, serve clients, return once no client came for `idle_exit` seconds or on
@@ -261,14 +262,20 @@ class Service:
         self._clients.discard(client)
         for name in list(client.groups):
             self._remove(self._groups[name])
-        if client.groups or self.quota is not None:
-            self._schedule()
+        self._schedule()
         if client.greeted:
             log.info("client pid %d left", client.pid)
         self._arm_idle()
 
     def _schedule(self) -> None:
+        """Run one admission pass soon: once per loop turn, however many messages came in it
+        (a pass over 200 groups is most of a submit's cost)."""
+        if self._pass is None:
+            self._pass = asyncio.get_running_loop().call_soon(self._run_pass)
+
+    def _run_pass(self) -> None:
         """Run the admission engine over every client's groups and tell each client."""
+        self._pass = None
         if self.quota is None or not self._groups:
             return
         groups = self._groups
