@@ -319,3 +319,43 @@ async def test_the_socket_is_private_and_a_stale_one_is_replaced(runtime: Path) 
         assert replacement != service
         assert (await second.expect("admit"))["devices"] == ["0"]
         assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+
+
+async def test_a_preempted_holder_that_stops_and_requeues_hands_the_gpu_over_at_once(
+    runtime: Path,
+) -> None:
+    async with Machine() as actors:
+        low = await actors("kq-low", priority=-100, klass="low", grace=600.0)
+        await actors.connected(low)
+        await low.expect("admit")
+        high = await actors("kq-high", priority=100, klass="high")
+        await actors.connected(high)
+        await low.expect("preempt")
+        await high.say("list")
+        listing = await high.expect("listing")
+        states = {g["group"]: g["state"] for g in listing["groups"]}
+        assert states == {"kq-low": "evicting", "kq-high": "queued"}
+        await low.say("requeue")  # its kernel stopped: long before the 600 s grace
+        assert (await high.expect("admit"))["devices"] == ["0"]
+        place = await low.expect("position")
+        assert (place["position"], place["length"]) == (1, 1)
+
+
+async def test_a_submit_the_machine_can_never_hold_is_refused_in_a_sentence(
+    runtime: Path,
+) -> None:
+    async with Machine() as actors:
+        first = await actors("kq-first")
+        await actors.connected(first)
+        machine = await client.MachineClient.connect(QUOTA)
+        try:
+            await machine.submit(protocol.Submit("kq-big", "big", "default", 0, {"gpu": 2}, 1))
+            await machine.submit(protocol.Submit("kq-nowhere", "n", "batch", 0, {"gpu": 1}, 1))
+            big = await anext(aiter(machine.messages("kq-big")))
+            nowhere = await anext(aiter(machine.messages("kq-nowhere")))
+        finally:
+            await machine.aclose()
+        assert big == protocol.Refused("requests 2 gpu but the largest flavor offers 1", "kq-big")
+        assert nowhere == protocol.Refused(
+            "queue 'batch' does not exist on this machine; known queues: default", "kq-nowhere"
+        )
