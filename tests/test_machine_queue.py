@@ -359,3 +359,16 @@ async def test_a_submit_the_machine_can_never_hold_is_refused_in_a_sentence(
         assert nowhere == protocol.Refused(
             "queue 'batch' does not exist on this machine; known queues: default", "kq-nowhere"
         )
+
+
+async def test_a_client_whose_service_dies_is_told_its_lease_ended(runtime: Path) -> None:
+    async with Machine() as actors:
+        holder = await actors("kq-holder")
+        service = await actors.connected(holder)
+        await holder.expect("admit")
+        os.kill(service, signal.SIGKILL)
+        refused = await holder.expect("refused")
+        assert refused["message"] == (
+            f"the machine's kernel-queue service (pid {service}) closed the connection; the "
+            "group's lease ended"
+        )

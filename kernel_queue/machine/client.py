@@ -71,11 +71,28 @@ def start_service(path: Path) -> None:
 
 
 async def _greet(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, quota: protocol.Quota, version: str
-) -> protocol.Message:
-    writer.write(protocol.encode(protocol.Hello(protocol.PROTOCOL, version, os.getpid(), quota)))
-    async with asyncio.timeout(START_WITHIN):
-        return protocol.decode(await reader.readline())
+    path: Path, quota: protocol.Quota, version: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, protocol.Message] | None:
+    """Connect and say hello; None when no service answers, or one hung up (exiting idle)."""
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(path))
+    except OSError:
+        return None
+    try:
+        hello = protocol.Hello(protocol.PROTOCOL, version, os.getpid(), quota)
+        writer.write(protocol.encode(hello))
+        async with asyncio.timeout(START_WITHIN):
+            line = await reader.readline()
+        if not line:
+            writer.close()
+            return None
+        return reader, writer, protocol.decode(line)
+    except ConnectionError:
+        writer.close()
+        return None
+    except BaseException:
+        writer.close()
+        raise
 
 
 class MachineClient:
@@ -104,16 +121,16 @@ class MachineClient:
         answers. LaunchFailed if it speaks another protocol, ConfigError if the quota in force
         differs from `quota`; each says what to do."""
         path = path or socket_path()
-        try:
-            reader, writer = await asyncio.open_unix_connection(str(path))
-        except OSError:
+        greeted = await _greet(path, quota, version)
+        if greeted is None:  # none there, or it was exiting: start one (or find the winner's)
             await asyncio.to_thread(start_service, path)
-            reader, writer = await asyncio.open_unix_connection(str(path))
-        writer.write(
-            protocol.encode(protocol.Hello(protocol.PROTOCOL, version, os.getpid(), quota))
-        )
-        async with asyncio.timeout(START_WITHIN):
-            welcome = protocol.decode(await reader.readline())
+            greeted = await _greet(path, quota, version)
+        if greeted is None:
+            raise errors.LaunchFailed(
+                f"the machine's kernel-queue service on {path} hung up at hello; see "
+                f"{path.with_name('queue.log')}"
+            )
+        reader, writer, welcome = greeted
         if not isinstance(welcome, protocol.Welcome):
             writer.close()
             raise errors.LaunchFailed(f"the service on {path} answered {welcome!r} to hello")
