@@ -179,6 +179,9 @@ class Service:
                 self._requeue(group)
                 self._schedule()
         elif isinstance(message, protocol.List):
+            if self._pass is not None:  # what came before the list is decided in it
+                self._pass.cancel()
+                self._run_pass()
             client.send(self.listing())
         else:
             client.send(protocol.Refused(f"a client does not send {message.TYPE!r}"))
