@@ -372,3 +372,28 @@ async def test_a_client_whose_service_dies_is_told_its_lease_ended(runtime: Path
             f"the machine's kernel-queue service (pid {service}) closed the connection; the "
             "group's lease ended"
         )
+
+
+async def test_a_listing_shows_what_the_messages_before_it_decided(runtime: Path) -> None:
+    async with Machine() as actors:
+        first = await actors("kq-first")
+        service = await actors.connected(first)
+        await first.say("release")
+        await first.say("list")
+        assert (await first.expect("listing"))["groups"] == []
+        reader, writer = await asyncio.open_unix_connection(str(client.socket_path()))
+        lines = [
+            protocol.Hello(protocol.PROTOCOL, "0.1.0", os.getpid(), QUOTA),
+            protocol.Submit("kq-raw", "raw", "default", 0, {"gpu": 1}, 1),
+            protocol.List(),
+        ]
+        writer.write(b"".join(protocol.encode(m) for m in lines))  # read in one turn
+        answers = [protocol.decode(await reader.readline()) for _ in range(3)]
+        writer.close()
+        await writer.wait_closed()
+        assert answers[0] == protocol.Welcome(answers[0].version, service, 1, QUOTA)  # type: ignore[attr-defined]
+        assert answers[1] == protocol.Admit("kq-raw", ("0",))
+        assert isinstance(answers[2], protocol.Listing)
+        assert [(g.group, g.state, g.devices) for g in answers[2].groups] == [
+            ("kq-raw", "admitted", ("0",))
+        ]
