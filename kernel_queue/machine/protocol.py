@@ -213,8 +213,27 @@ MESSAGES: dict[str, type[Message]] = {
 
 def encode(message: Message) -> bytes:
     """One line: the message's fields and its `type`, keys sorted."""
-    body = _plain(asdict(message))
+    body = _fields(message)
     return json.dumps({"type": message.TYPE, **body}, sort_keys=True).encode() + b"\n"
+
+
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _names(kind: type) -> tuple[str, ...]:
+    names = _NAMES.get(kind)
+    if names is None:
+        names = _NAMES[kind] = tuple(f.name for f in fields(kind))
+    return names
+
+
+def _fields(value: Any) -> Any:
+    # asdict's deep copies cost 20 us a message: a pass tells every waiting group its place.
+    if isinstance(value, (Message, Quota, Entry)):
+        return {name: _fields(getattr(value, name)) for name in _names(type(value))}
+    if isinstance(value, tuple):
+        return [_fields(item) for item in value]
+    return value
 
 
 def decode(line: bytes) -> Message:
