@@ -39,6 +39,9 @@ from kernel_queue.model import GroupPhase, GroupRef, GroupSpec, GroupStatus, Que
 Obj = dict[str, Any]
 Create = Callable[[KubeApi, kueue.Kind, str, Obj, str], Awaitable[Obj]]
 """`create(api, kind, namespace, body, who)`: the backend's owner-checked create."""
+UNLISTED_SECONDS = 30.0
+"""How long a replacement pod made but never listed holds back the next round (one deleted
+before the informer saw it, across a relist, must not block replacements for ever)."""
 LOG_LINES = 20
 """Log lines of a pod that failed before it was ready, added to the kernel's error."""
 LOG_SECONDS = 5.0
@@ -61,6 +64,8 @@ class Group:
     was_running: bool = False
     had_workload: bool = False
     replacing: bool = False
+    unlisted: set[str] = field(default_factory=set)  # replacement pods made, not listed yet
+    made_at: float = 0.0  # when the last replacement pod was made (time.monotonic())
     attempt: int = 0
     ending: bool = False  # its deletion began: no more statuses, no replacement pods
     ended: asyncio.Task[None] | None = None  # the deletion, shared by every caller
@@ -161,7 +166,11 @@ class Statuses:
         group.had_workload = group.had_workload or workload is not None
         if status.phase is GroupPhase.RUNNING:
             group.was_running, group.saved = True, ""
-        if group_status.needs_replacement(workload, pods) and not group.replacing:
+        group.unlisted -= {pod["metadata"]["name"] for pod in pods}
+        # Until the informer lists what the last round made, the group still reads as needing
+        # replacements: a round made then is an excess pod Kueue deletes.
+        listing = bool(group.unlisted) and time.monotonic() - group.made_at < UNLISTED_SECONDS
+        if group_status.needs_replacement(workload, pods) and not group.replacing and not listing:
             group.replacing = True
             self.tasks.spawn(self._replace(group, pods), f"replace {name}")
         if status.phase is GroupPhase.QUEUED:
@@ -289,6 +298,8 @@ class Statuses:
                 if group.ending:
                     return  # released meanwhile (a failed kernel, a shutdown): make nothing
                 await self._create(api, kueue.PODS, namespace, pod, who)
+                group.unlisted.add(pod["metadata"]["name"])
+                group.made_at = time.monotonic()
                 if group.ending:  # released while this one was created: it may not be listed
                     await api.delete(
                         kueue.PODS, namespace, pod["metadata"]["name"], grace_seconds=0
