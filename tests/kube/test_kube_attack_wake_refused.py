@@ -1,0 +1,48 @@
+"""A cell that wakes a parked pod kernel while the API server keeps refusing the wake, through a
+real jupyter_server: the notebook must be told (the cell answered with the reason, or the
+kernel's reason saying it could not wake it), never left waiting on a kernel that stays parked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kernel_queue_fake_cluster.cluster import FakeCluster
+
+from tests.conftest import KernelspecFactory, Server
+from tests.kube.parking import CHECKPOINT, PVC
+from tests.kube.support import kube_spec, wait_clean
+
+
+@pytest.fixture
+def backend_config() -> dict[str, Any]:
+    return {"api_retry_seconds": 1.0}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="server/parking.py IdleParker._wake logs a failed resume_kernel and then flushes the "
+    "held cell to the parked kernel, where nothing answers it: the cell hangs, the notebook is "
+    "never told",
+)
+async def test_a_cell_whose_wake_the_api_server_refuses_is_answered_with_the_reason(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    cluster.apply(PVC)
+    kernel = await server.start(kube_spec(kernelspec, "saved", checkpoint=CHECKPOINT))
+    assert (await server.execute(kernel, "x = 41"))["status"] == "ok"
+    provisioner = server.app.kernel_manager.get_kernel(kernel).provisioner
+    await provisioner.park_kernel()
+    await server.wait_reason(kernel, "GPU released")
+    cluster.fail_next("patch", "workloads", status=503, count=1000)
+    try:
+        answered = await server.execute(kernel, "x + 1", within=30)
+    except TimeoutError:
+        answered = None
+    finally:
+        cluster.clear_faults()
+    reason = (await server.model(kernel)).get("reason", "")
+    told = answered is not None or "could not wake it" in reason
+    assert told, reason
+    await server.shutdown_and_wait(kernel)
+    await wait_clean(server, cluster, kernel)
