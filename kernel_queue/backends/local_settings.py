@@ -193,14 +193,17 @@ def planted_problem(directory: Path | None) -> str | None:
         return None
     fix = "remove it and start the kernel again"
     if directory.is_symlink():
-        target = os.readlink(directory)
+        try:
+            target = os.readlink(directory)
+        except OSError:  # removed or replaced again since
+            target = "another place"
         return (
             f"its checkpoint directory {directory} is a symlink to {target}, which someone put "
             f"in its place; this server never reads or writes checkpoints through a link: {fix}"
         )
     try:
         owner = directory.stat().st_uid
-    except FileNotFoundError:
+    except OSError:  # not there yet (the launcher makes it), or unreadable: the launcher says
         return None
     if not directory.is_dir():
         return f"its checkpoint directory {directory} is not a directory: {fix}"
