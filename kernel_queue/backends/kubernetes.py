@@ -211,8 +211,8 @@ class KubernetesBackend(settings.BackendSettings):
         group = self._groups.get(ref.name)
         if group is None or group.ending:
             return
-        if group.status.phase is GroupPhase.PARKING:
-            group.wake = True
+        if group.status.phase is GroupPhase.PARKING or pod_groups.replacing(group):
+            group.wake = True  # woken once parked with its replacement listed
         elif group.status.phase is GroupPhase.PARKED:
             await self._activate(group, True)
 

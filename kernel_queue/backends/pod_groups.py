@@ -169,13 +169,12 @@ class Statuses:
         group.unlisted -= {pod["metadata"]["name"] for pod in pods}
         # Until the informer lists what the last round made, the group still reads as needing
         # replacements: a round made then is an excess pod Kueue deletes.
-        listing = bool(group.unlisted) and time.monotonic() - group.made_at < UNLISTED_SECONDS
-        if group_status.needs_replacement(workload, pods) and not group.replacing and not listing:
+        if group_status.needs_replacement(workload, pods) and not replacing(group):
             group.replacing = True
             self.tasks.spawn(self._replace(group, pods), f"replace {name}")
         if status.phase is GroupPhase.QUEUED:
             self.positions.follow(namespace, group.queue)
-        if status.phase is GroupPhase.PARKED and group.wake:
+        if status.phase is GroupPhase.PARKED and group.wake and not replacing(group):
             group.wake = False
             self.tasks.spawn(self._wake(group), f"wake {name}")
         if status.phase is GroupPhase.FAILED and not status.never_fits:
@@ -297,9 +296,18 @@ class Statuses:
             for pod in fresh:
                 if group.ending:
                     return  # released meanwhile (a failed kernel, a shutdown): make nothing
-                await self._create(api, kueue.PODS, namespace, pod, who)
+                # Marked before the create: the informer may list it before the create returns.
                 group.unlisted.add(pod["metadata"]["name"])
                 group.made_at = time.monotonic()
+                try:
+                    await self._create(api, kueue.PODS, namespace, pod, who)
+                except BaseException:
+                    group.unlisted.discard(pod["metadata"]["name"])
+                    raise
+                # Looked at again once the hold lapses, should no event come meanwhile.
+                asyncio.get_running_loop().call_later(
+                    UNLISTED_SECONDS, self.refresh, group.ref.name
+                )
                 if group.ending:  # released while this one was created: it may not be listed
                     await api.delete(
                         kueue.PODS, namespace, pod["metadata"]["name"], grace_seconds=0
@@ -319,6 +327,15 @@ class Statuses:
             feed.publish(group, GroupStatus(GroupPhase.FAILED, message=_without(who, text)))
         finally:
             group.replacing = False
+            if group.wake and not group.ending:
+                self.refresh(group.ref.name)  # a wake held back for this round goes on now
+
+
+def replacing(group: Group) -> bool:
+    """Its replacement pods are being made or not listed yet: a wake now would have Kueue admit
+    it with only the pod that stopped, read as the kernel ending ('the kernel ended')."""
+    listing = bool(group.unlisted) and time.monotonic() - group.made_at < UNLISTED_SECONDS
+    return group.replacing or listing
 
 
 def _without(who: str, text: str) -> str:

@@ -32,12 +32,6 @@ def live_pods(pods: Sequence[Obj]) -> list[Obj]:
     ]
 
 
-def _leaving(pod: Obj) -> bool:
-    """The pod has stopped and is being deleted."""
-    stopped = (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
-    return stopped and bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-
-
 def head(pods: Sequence[Obj]) -> Obj | None:
     """The newest head pod (replacement rounds are newer), or None."""
     heads = [
@@ -124,9 +118,6 @@ def group_status(
         return GroupStatus(GroupPhase.QUEUED, place=place, message=saved)
     flavor = ", ".join(kueue.flavors(workload)) or None
     admitted = GroupStatus(GroupPhase.ADMITTED, flavor=flavor)
-    # A stopped pod being deleted is a past round's, leaving (admitted again, say woken from
-    # parked, before its replacement is listed): not this round's kernel ending.
-    lead = head([pod for pod in pods if not _leaving(pod)])
     if lead is None or kueue.is_gated(lead):
         return admitted
     phase = (lead.get("status") or {}).get("phase")

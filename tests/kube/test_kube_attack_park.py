@@ -9,17 +9,14 @@ import pytest
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue import errors
+from kernel_queue.backends import pod_groups
 from kernel_queue.kube import kueue
-from kernel_queue.kube.status import group_status
 from kernel_queue.model import GroupPhase, GroupRef, StopCause
 from tests.kube import parking
 from tests.kube.parking import backend_settings, execute, kube, workload  # noqa: F401 - fixtures
 from tests.kube.support import labelled
 from tests.polling import until
 from tests.test_backend_contract import Contract, Followed
-from tests.test_kube_status import cond
-from tests.test_kube_status import pod as status_pod
-from tests.test_kube_status import workload as status_workload
 
 P = GroupPhase
 
@@ -121,6 +118,9 @@ async def test_a_wake_the_api_server_keeps_refusing_is_said_and_a_later_one_wake
     cluster: FakeCluster,
 ) -> None:
     ref, followed = await parked(kube)
+    # Once its replacement is listed (before, a wake is held back for it and said later).
+    group = kube.backend._groups[ref.name]
+    await until(lambda: not pod_groups.replacing(group), "its replacement pod listed")
     cluster.fail_next("patch", "workloads", status=503, count=100)
     with pytest.raises(errors.ClusterUnavailable) as refused:
         await kube.backend.resume(ref)
@@ -148,21 +148,3 @@ async def test_a_parked_kernels_workload_deleted_by_an_admin_ends_it_in_a_senten
     await kube.backend.resume(ref)  # a wake of what is gone does nothing, raises nothing
     await shut_down(kube, ref)
     await nothing_left(cluster, ref)
-
-
-def test_a_woken_group_admitted_before_its_replacement_exists_is_not_read_as_ended() -> None:
-    """Woken while its replacement pod was still being created, the group is admitted with only
-    the pod that parked (stopped, being deleted): that is the last round's pod leaving, not the
-    kernel ending (read so, the woken kernel ended as 'the kernel ended')."""
-    woken = status_workload(
-        cond("QuotaReserved"),
-        cond("Admitted"),
-        cond("Evicted", False, "QuotaReserved"),
-        cond("Requeued", True, "Reactivated"),
-    )
-    leaving = status_pod("Failed", exit_code=143, deleting=True)
-    status = group_status(woken, [leaving], was_running=True)
-    assert status.phase is P.ADMITTED, status
-    # A kernel that ended on its own still reads as ended.
-    ended = group_status(woken, [status_pod("Failed", exit_code=1)], was_running=True)
-    assert (ended.phase, ended.message) == (P.FINISHED, "the kernel ended")
