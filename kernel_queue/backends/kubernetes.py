@@ -214,7 +214,7 @@ class KubernetesBackend(settings.BackendSettings):
         if group.status.phase is GroupPhase.PARKING or pod_groups.replacing(group):
             group.wake = True  # woken once parked with its replacement listed
         elif group.status.phase is GroupPhase.PARKED:
-            await self._activate(group, True)
+            await self._statuses.wake(group)  # a refusal stays said in its parked status
 
     async def _activate(self, group: pod_groups.Group, active: bool) -> None:
         namespace, name = self._statuses.namespace_of(group), group.ref.name

@@ -72,6 +72,7 @@ class Group:
     failure_logged: bool = False
     saved: str = ""  # what the last stopped pod's checkpoint saved; kept after it is deleted
     wake: bool = False  # resumed while it parked: wake it once it is parked
+    refused_wake: str = ""  # why the API server refused its last wake: said while it is parked
     since: float = field(default_factory=time.monotonic)  # submitted (or adopted): Kueue's clock
 
 
@@ -163,6 +164,8 @@ class Statuses:
             )
         if status.phase is GroupPhase.ADMITTED:
             status = self._launcher_check(group, name, namespace, pods, status)
+        if status.phase is GroupPhase.PARKED and group.refused_wake:
+            status = status.evolve(message=group.refused_wake)
         group.had_workload = group.had_workload or workload is not None
         if status.phase is GroupPhase.RUNNING:
             group.was_running, group.saved = True, ""
@@ -239,16 +242,26 @@ class Statuses:
             self._forget_launcher(namespace)
             self.refresh(name)
 
-    async def _wake(self, group: Group) -> None:
-        """A resume asked while the group parked, now that it is parked; a failure is said in
-        its parked status (it stays parked)."""
+    async def wake(self, group: Group) -> None:
+        """Wake a parked group; a refusal is raised and said in its parked status until a
+        wake succeeds (every refresh keeps it there: the notebook reads it)."""
         if self._activate is None:
             return
         try:
             await self._activate(group, True)
         except errors.KernelQueueError as exc:
+            group.refused_wake = str(exc)
+            feed.publish(group, group.status.evolve(message=group.refused_wake))
+            raise
+        group.refused_wake = ""
+
+    async def _wake(self, group: Group) -> None:
+        """A resume asked while the group parked, now that it is parked (a task: a refusal is
+        logged and said in its status; it stays parked)."""
+        try:
+            await self.wake(group)
+        except errors.KernelQueueError as exc:
             self.log.warning("%s", exc)
-            feed.publish(group, group.status.evolve(message=str(exc)))
 
     async def _fail_with_logs(self, group: Group, pods: list[Obj], status: GroupStatus) -> None:
         """A pod that failed before it was ready: its last log lines make the error."""

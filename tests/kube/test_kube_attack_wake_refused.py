@@ -19,12 +19,6 @@ def backend_config() -> dict[str, Any]:
     return {"api_retry_seconds": 1.0}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="server/parking.py IdleParker._wake logs a failed resume_kernel and then flushes the "
-    "held cell to the parked kernel, where nothing answers it: the cell hangs, the notebook is "
-    "never told",
-)
 async def test_a_cell_whose_wake_the_api_server_refuses_is_answered_with_the_reason(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
 ) -> None:
