@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 # (flavor name, resource name): the unit that quota and usage are counted in.
 _Cell = tuple[str, str]
+# A request's resources as (name, amount) pairs in its own order: what a pass decides on.
+_Shape = tuple[tuple[str, int], ...]
 
 
 class QueueingStrategy(enum.StrEnum):
@@ -206,17 +208,20 @@ def schedule(
     if len({request.name for request in queue}) != len(queue):
         raise ValueError("pending requests must have unique names")
     state = _Quota(cq, admitted)
+    could_fit: set[_Shape] = set()  # shapes check_fits_ever passed
     admit: list[Admission] = []
     preempt: list[Preemption] = []
     unfit: list[Unfit] = []
     waiting_for: dict[str, tuple[str, ...]] = {}
     blocked = False
     for request in queue:
-        misfit = check_fits_ever(cq, request)
+        shape = tuple(request.resources.items())
+        misfit = None if shape in could_fit else check_fits_ever(cq, request)
         if misfit is not None:
             unfit.append(misfit)
             continue
-        if blocked:
+        could_fit.add(shape)
+        if blocked or shape in state.hopeless:
             continue
         flavors = state.fitting_flavors(request)
         if flavors is not None:
@@ -224,10 +229,11 @@ def schedule(
             admit.append(Admission(request.name, flavors))
             continue
         blocked = cq.strategy is QueueingStrategy.STRICT_FIFO
-        if cq.preemption is PreemptionPolicy.NEVER:
-            continue
-        plan = state.plan_preemption(request, cq.preemption)
+        plan = None
+        if cq.preemption is not PreemptionPolicy.NEVER:
+            plan = state.plan_preemption(request, cq.preemption)
         if plan is None:
+            state.hopeless.add(shape)
             continue
         flavors, victims, evicting = plan
         # Reserve: later requests may not be admitted into its quota nor into its victims'.
@@ -289,6 +295,10 @@ class _Quota:
         self.later = dict(self.now)
         self.workloads = sorted(admitted, key=_victim_order)
         self.claimed: set[str] = set()
+        # Shapes that neither fit nor can preempt until the next charge, for any later request:
+        # a plan fails only if no flavor fits with every candidate gone, and queue order only
+        # shrinks the candidates a later request may preempt.
+        self.hopeless: set[_Shape] = set()
 
     def fitting_flavors(self, request: Request) -> dict[str, str] | None:
         """Return the first flavor per group where `request` fits now, or None."""
@@ -296,6 +306,7 @@ class _Quota:
 
     def charge(self, request: Request, flavors: Mapping[str, str], claims: list[Admitted]) -> None:
         """Charge `request` to `flavors`; `claims` are the workloads it counts on to leave."""
+        self.hopeless.clear()
         for resource, amount in _needs(request).items():
             self.now[flavors[resource], resource] -= amount
             self.later[flavors[resource], resource] -= amount
