@@ -8,11 +8,43 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import socket
 import sys
+import time
 from pathlib import Path
 
 from kernel_queue._version import __version__
 from kernel_queue.machine import service
+
+DETACH_WITHIN = 10.0
+"""Seconds `--detach` waits for the forked service to answer before it says it failed."""
+
+
+def _answers(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+def detach(path: Path) -> None:
+    """Fork; the child returns (in a new session) to serve, the parent exits 0 once `path`
+    answers (the child's socket, or a winner's) or 1 if the child died or never answered."""
+    child = os.fork()
+    if child == 0:
+        os.setsid()
+        return
+    deadline = time.monotonic() + DETACH_WITHIN
+    while time.monotonic() < deadline:
+        if _answers(path):
+            os._exit(0)
+        if os.waitpid(child, os.WNOHANG)[0]:
+            os._exit(0 if _answers(path) else 1)
+        time.sleep(0.02)  # before asyncio: this process only waits for its child
+    os._exit(1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,7 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--idle-exit", type=float, default=service.IDLE_EXIT_SECONDS, help="seconds idle to exit"
     )
+    parser.add_argument(
+        "--detach", action="store_true", help="fork; return once the service answers"
+    )
     args = parser.parse_args(argv)
+    if args.detach:
+        detach(args.socket)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(process)d %(message)s", stream=sys.stderr
     )

@@ -16,7 +16,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -52,22 +51,26 @@ def start_service(path: Path) -> None:
         if _answers(path):
             return  # the winner of the race started it
         with open(path.with_name("queue.log"), "ab") as service_log:
+            # --detach: it forks the service and exits once it answers (or died), so the
+            # service is no child of this server (no zombie, nothing of this process to reap).
             process = subprocess.Popen(
-                [sys.executable, "-m", "kernel_queue.machine", "--socket", str(path)],
+                [sys.executable, "-m", "kernel_queue.machine", "--detach", "--socket", str(path)],
                 stdin=subprocess.DEVNULL,
                 stdout=service_log,
                 stderr=service_log,
                 start_new_session=True,  # not in the server's process group: a ^C is not its
                 cwd="/",
             )
-        deadline = time.monotonic() + START_WITHIN
-        while not _answers(path):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise errors.LaunchFailed(
-                    f"the machine's kernel-queue service did not start on {path} (exit "
-                    f"{process.poll()}); see {path.with_name('queue.log')}"
-                )
-            time.sleep(0.02)  # a worker thread's wait for another process's socket
+            try:
+                code = process.wait(timeout=START_WITHIN + 1)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                code = process.wait()
+        if code != 0 or not _answers(path):
+            raise errors.LaunchFailed(
+                f"the machine's kernel-queue service did not start on {path} (exit {code}); "
+                f"see {path.with_name('queue.log')}"
+            )
 
 
 async def _greet(
