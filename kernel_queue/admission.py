@@ -295,9 +295,9 @@ class _Quota:
         self.later = dict(self.now)
         self.workloads = sorted(admitted, key=_victim_order)
         self.claimed: set[str] = set()
-        # Shapes that neither fit nor can preempt until the next charge, for any later request:
-        # a plan fails only if no flavor fits with every candidate gone, and queue order only
-        # shrinks the candidates a later request may preempt.
+        # Shapes that can neither fit nor preempt for the rest of the call. A plan fails only if
+        # no flavor fits once all its candidates are gone; a later request's candidates are
+        # among them (queue order), and a charge frees in `later` only what it claims of them.
         self.hopeless: set[_Shape] = set()
 
     def fitting_flavors(self, request: Request) -> dict[str, str] | None:
@@ -306,7 +306,6 @@ class _Quota:
 
     def charge(self, request: Request, flavors: Mapping[str, str], claims: list[Admitted]) -> None:
         """Charge `request` to `flavors`; `claims` are the workloads it counts on to leave."""
-        self.hopeless.clear()
         for resource, amount in _needs(request).items():
             self.now[flavors[resource], resource] -= amount
             self.later[flavors[resource], resource] -= amount
