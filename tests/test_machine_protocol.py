@@ -24,7 +24,12 @@ TABLE = [
     (
         protocol.Hello(1, "0.1.0", 42, QUOTA),
         '{"pid": 42, "protocol": 1, "quota": ' + QUOTA_LINE + ', "type": "hello", '
-        '"version": "0.1.0"}',
+        '"version": "0.1.0", "watch": false}',
+    ),
+    (
+        protocol.Hello(1, "0.1.0", 42, None, watch=True),
+        '{"pid": 42, "protocol": 1, "quota": null, "type": "hello", "version": "0.1.0", '
+        '"watch": true}',
     ),
     (
         protocol.Submit("kq-a", "a-id", "gpu", 100, {"gpu": 1}, 30.0, "high", "1 GPU"),
@@ -37,12 +42,23 @@ TABLE = [
     (protocol.List(), '{"type": "list"}'),
     (
         protocol.Welcome("0.1.0", 7, 1, QUOTA),
-        '{"pid": 7, "protocol": 1, "quota": ' + QUOTA_LINE + ', "type": "welcome", '
-        '"version": "0.1.0"}',
+        '{"pid": 7, "protocol": 1, "quota": ' + QUOTA_LINE + ', "system": false, "type": '
+        '"welcome", "version": "0.1.0"}',
+    ),
+    (
+        protocol.Welcome("0.1.0", 7, 1, QUOTA, system=True),
+        '{"pid": 7, "protocol": 1, "quota": ' + QUOTA_LINE + ', "system": true, "type": '
+        '"welcome", "version": "0.1.0"}',
     ),
     (
         protocol.Position("kq-a", "gpu", 1, 2),
-        '{"group": "kq-a", "length": 2, "position": 1, "queue": "gpu", "type": "position"}',
+        '{"group": "kq-a", "length": 2, "position": 1, "queue": "gpu", "reason": "", "type": '
+        '"position"}',
+    ),
+    (
+        protocol.Position("kq-a", "gpu", 1, 1, "waiting: root already holds 1 of the 1 GPU"),
+        '{"group": "kq-a", "length": 1, "position": 1, "queue": "gpu", "reason": "waiting: root '
+        'already holds 1 of the 1 GPU", "type": "position"}',
     ),
     (
         protocol.Admit("kq-a", ("1",)),
@@ -56,9 +72,21 @@ TABLE = [
     (protocol.Refused("no", "kq-a"), '{"group": "kq-a", "message": "no", "type": "refused"}'),
     (
         protocol.Listing((protocol.Entry("kq-a", "a-id", "gpu", 0, "admitted", ("0",)),)),
-        '{"groups": [{"devices": ["0"], "group": "kq-a", "kernel_id": "a-id", "pid": 0, '
-        '"position": 0, "priority": 0, "queue": "gpu", "state": "admitted", "uid": -1}], '
-        '"type": "listing"}',
+        '{"gpus": 0, "gpus_in_use": 0, "groups": [{"devices": ["0"], "gpus": 0, "group": '
+        '"kq-a", "kernel_id": "a-id", "pid": 0, "position": 0, "priority": 0, "queue": "gpu", '
+        '"state": "admitted", "uid": -1, "user": ""}], "hidden": {}, "type": "listing"}',
+    ),
+    (
+        protocol.Listing(
+            (protocol.Entry("", "", "gpu", 0, "queued", (), 1, 65534, 0, "nobody", 1),),
+            {"admitted": 1},
+            2,
+            1,
+        ),
+        '{"gpus": 2, "gpus_in_use": 1, "groups": [{"devices": [], "gpus": 1, "group": "", '
+        '"kernel_id": "", "pid": 0, "position": 1, "priority": 0, "queue": "gpu", "state": '
+        '"queued", "uid": 65534, "user": "nobody"}], "hidden": {"admitted": 1}, "type": '
+        '"listing"}',
     ),
 ]
 
@@ -81,6 +109,14 @@ def test_a_line_that_is_no_message_is_a_protocol_error_quoting_it(line: bytes) -
 def test_a_hello_of_another_protocol_is_read_even_when_its_quota_is_not() -> None:
     line = b'{"type": "hello", "protocol": 2, "version": "9.0", "pid": 5, "quota": {"x": 1}}'
     assert protocol.decode(line) == protocol.Hello(2, "9.0", 5, None)
+
+
+def test_a_line_of_a_peer_without_the_newer_fields_or_with_more_reads_back() -> None:
+    # Fields added since protocol 1 have defaults; a peer's fields this one lacks are ignored.
+    old = b'{"type": "welcome", "version": "0.1.0", "pid": 7, "protocol": 1}'
+    assert protocol.decode(old) == protocol.Welcome("0.1.0", 7, 1, None, system=False)
+    newer = b'{"type": "position", "group": "g", "queue": "q", "position": 1, "length": 1, "x": 1}'
+    assert protocol.decode(newer) == protocol.Position("g", "q", 1, 1, "")
 
 
 def test_the_mismatch_sentence_names_the_service_and_both_fixes() -> None:

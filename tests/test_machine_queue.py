@@ -99,6 +99,8 @@ def runtime(monkeypatch: pytest.MonkeyPatch) -> Path:
     # Short: a Unix socket path must fit in 108 bytes.
     directory = Path(tempfile.mkdtemp(prefix="kq-", dir="/tmp"))
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(directory))
+    # Never the machine's real system service (/run/kernel-queue): none answers here.
+    monkeypatch.setenv(client.SYSTEM_SOCKET_ENV, str(directory / "no-system.sock"))
     return directory
 
 

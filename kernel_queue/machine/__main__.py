@@ -1,6 +1,9 @@
 """`python -m kernel_queue.machine --socket PATH`: run the machine's queue service.
 
-The client starts it, detached, on first use; it exits on its own once idle.
+The client starts it, detached, on first use; it exits on its own once idle. With `--system`
+it is the machine's service for every user (run by systemd, `etc/systemd/kernel-queue.service`):
+its quota and per-user rules come from `--config`, its socket is `--socket` (default
+/run/kernel-queue/queue.sock) and it runs until stopped. A bad config exits 2 with the sentence.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import time
 from pathlib import Path
 
 from kernel_queue._version import __version__
-from kernel_queue.machine import service
+from kernel_queue.errors import ConfigError
+from kernel_queue.machine import config, service, sockets
 
 DETACH_WITHIN = 10.0
 """Seconds `--detach` waits for the forked service to answer before it says it failed."""
@@ -49,7 +53,13 @@ def detach(path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kernel_queue.machine")
-    parser.add_argument("--socket", required=True, type=Path, help="the Unix socket to serve")
+    parser.add_argument("--socket", type=Path, help="the Unix socket to serve")
+    parser.add_argument(
+        "--system", action="store_true", help="serve every user of the machine, as --config says"
+    )
+    parser.add_argument(
+        "--config", type=Path, default=config.DEFAULT_PATH, help="the system service's config"
+    )
     parser.add_argument(
         "--idle-exit", type=float, default=service.IDLE_EXIT_SECONDS, help="seconds idle to exit"
     )
@@ -57,13 +67,26 @@ def main(argv: list[str] | None = None) -> int:
         "--detach", action="store_true", help="fork; return once the service answers"
     )
     args = parser.parse_args(argv)
+    if args.socket is None and not args.system:
+        parser.error(
+            f"--socket is required (or --system, whose socket defaults to {sockets.SYSTEM_SOCKET})"
+        )
+    socket_path = args.socket or sockets.SYSTEM_SOCKET
+    system = None
+    if args.system:
+        try:
+            system = config.load(args.config)
+        except ConfigError as exc:
+            print(f"kernel-queue system service: {exc}", file=sys.stderr)
+            return 2
     if args.detach:
-        detach(args.socket)
+        detach(socket_path)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(process)d %(message)s", stream=sys.stderr
     )
+    queue = service.Service(socket_path, __version__, args.idle_exit, system)
     try:
-        asyncio.run(service.Service(args.socket, __version__, args.idle_exit).serve())
+        asyncio.run(queue.serve())
     except service.AlreadyRunning as exc:
         logging.getLogger("kernel_queue.machine").info("%s; exiting", exc)
     return 0

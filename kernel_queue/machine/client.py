@@ -1,10 +1,11 @@
 """A backend's side of the machine queue: connect, starting the service on first use.
 
-`MachineClient.connect` finds the service on the user's socket or starts one (detached, its
-log beside the socket) under an `fcntl.flock`, so of two starters racing the loser connects to
-the winner's. Every call is async and blocking work (the lock, the spawn) runs in a worker
-thread, so a Jupyter server's event loop never waits on it. The service's messages about a
-group come out of `messages(group)`, in order.
+`MachineClient.connect` finds the service (the machine's system service when one answers on
+its socket, else the user's, `socket_path()`) or starts the user's (detached, its log beside the
+socket) under an `fcntl.flock`, so of two starters racing the loser connects to the winner's.
+`MachineClient.watch` only lists and never starts one. Every call is async and blocking work
+(the lock, the spawn) runs in a worker thread, so a Jupyter server's event loop never waits on
+it. The service's messages about a group come out of `messages(group)`, in order.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import hashlib
 import os
 import socket
+import stat
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -23,21 +26,74 @@ from jupyter_core.paths import jupyter_runtime_dir
 
 from kernel_queue import errors
 from kernel_queue._version import __version__
-from kernel_queue.machine import protocol
+from kernel_queue.machine import protocol, sockets
 
 START_WITHIN = 10.0
 """Seconds a starter waits for the service it started (or the winner's) to answer."""
 
 
+SOCKET_ENV = "KERNEL_QUEUE_SOCKET"
+"""The socket to use instead of looking for one (a user's service is started there)."""
+SYSTEM_SOCKET_ENV = "KERNEL_QUEUE_SYSTEM_SOCKET"
+"""Where to look for the system service instead of /run/kernel-queue/queue.sock."""
+MAX_SOCKET_PATH = 107
+"""Bytes a Unix socket's path may have (sun_path holds 108 with the closing NUL)."""
+FALLBACK_ROOT = Path("/tmp")
+"""Where a runtime dir's socket path too long to bind gets its short stand-in."""
+
+
+def system_socket() -> Path:
+    """The system service's socket: KERNEL_QUEUE_SYSTEM_SOCKET, else /run/kernel-queue/..."""
+    return Path(os.environ.get(SYSTEM_SOCKET_ENV) or sockets.SYSTEM_SOCKET)
+
+
 def socket_path() -> Path:
-    """The user's queue socket: <Jupyter runtime dir>/kernel-queue/queue.sock."""
-    return Path(jupyter_runtime_dir()) / "kernel-queue" / "queue.sock"
+    """The queue socket to use: KERNEL_QUEUE_SOCKET if set, else the system service's when one
+    answers there, else the user's (`user_socket_path`). Cheap enough for a loop: the probe is
+    one non-blocking connect."""
+    override = os.environ.get(SOCKET_ENV)
+    if override:
+        return Path(override)
+    system = system_socket()
+    if _answers(system):
+        return system
+    return user_socket_path()
+
+
+def user_socket_path() -> Path:
+    """<Jupyter runtime dir>/kernel-queue/queue.sock; when that is too long to bind, a short
+    stand-in, /tmp/kernel-queue-<uid>/<hash of the long path>/queue.sock."""
+    path = Path(jupyter_runtime_dir()) / "kernel-queue" / "queue.sock"
+    if len(os.fsencode(path)) <= MAX_SOCKET_PATH:
+        return path
+    uid = os.getuid()
+    root = FALLBACK_ROOT / f"kernel-queue-{uid}"
+    with contextlib.suppress(FileExistsError):
+        root.mkdir(mode=0o700)
+    found = os.lstat(root)
+    if stat.S_ISLNK(found.st_mode) or not stat.S_ISDIR(found.st_mode) or found.st_uid != uid:
+        what = "a link" if stat.S_ISLNK(found.st_mode) else f"owned by uid {found.st_uid}"
+        if not stat.S_ISLNK(found.st_mode) and not stat.S_ISDIR(found.st_mode):
+            what = "not a directory"
+        raise errors.ConfigError(
+            f"the queue socket's path {path} is over {MAX_SOCKET_PATH} bytes, and its stand-in "
+            f"directory {root} is {what}, not a directory of uid {uid}: remove {root}, or set "
+            f"{SOCKET_ENV} (or JUPYTER_RUNTIME_DIR) to a shorter path"
+        )
+    if stat.S_IMODE(found.st_mode) != 0o700:
+        os.chmod(root, 0o700)
+    digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:16]
+    return root / digest / "queue.sock"
 
 
 def _answers(path: Path) -> bool:
+    """Whether a service listens on `path`; never blocks (a full backlog counts as one)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.setblocking(False)
         try:
             probe.connect(str(path))
+        except BlockingIOError:
+            return True
         except OSError:
             return False
     return True
@@ -74,15 +130,16 @@ def start_service(path: Path) -> None:
 
 
 async def _greet(
-    path: Path, quota: protocol.Quota, version: str
+    path: Path, quota: protocol.Quota | None, version: str
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, protocol.Message] | None:
-    """Connect and say hello; None when no service answers, or one hung up (exiting idle)."""
+    """Connect and say hello (with no quota: to watch); None when no service answers, or one
+    hung up (exiting idle)."""
     try:
         reader, writer = await asyncio.open_unix_connection(str(path))
     except OSError:
         return None
     try:
-        hello = protocol.Hello(protocol.PROTOCOL, version, os.getpid(), quota)
+        hello = protocol.Hello(protocol.PROTOCOL, version, os.getpid(), quota, quota is None)
         writer.write(protocol.encode(hello))
         async with asyncio.timeout(START_WITHIN):
             line = await reader.readline()
@@ -111,8 +168,10 @@ class MachineClient:
         self._reader = reader
         self._writer = writer
         self._groups: dict[str, asyncio.Queue[protocol.Message | None]] = {}
-        self._listings: asyncio.Queue[protocol.Listing] = asyncio.Queue()
+        self._listings: asyncio.Queue[protocol.Listing | None] = asyncio.Queue()
         self._list_lock = asyncio.Lock()
+        self.refusal = ""
+        """The service's last refusal of this connection (not of a group), if any."""
         self.closed = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._read())
 
@@ -120,12 +179,16 @@ class MachineClient:
     async def connect(
         cls, quota: protocol.Quota, *, path: Path | None = None, version: str = __version__
     ) -> MachineClient:
-        """Say hello to the service at `path` (default `socket_path()`), starting it if none
-        answers. LaunchFailed if it speaks another protocol, ConfigError if the quota in force
-        differs from `quota`; each says what to do."""
-        path = path or socket_path()
+        """Say hello to the service at `path` (default `socket_path()`), starting the user's if
+        none answers. LaunchFailed if it speaks another protocol, ConfigError if the quota in
+        force differs from `quota` (a system service's quota, its config's, is taken as it is:
+        `service.system`, `service.quota`); each says what to do."""
+        if path is None:
+            path = await asyncio.to_thread(socket_path)
         greeted = await _greet(path, quota, version)
-        if greeted is None:  # none there, or it was exiting: start one (or find the winner's)
+        if greeted is None and path != system_socket():
+            # None there, or it was exiting: start one (or find the winner's). The system
+            # service is systemd's to start.
             await asyncio.to_thread(start_service, path)
             greeted = await _greet(path, quota, version)
         if greeted is None:
@@ -133,18 +196,29 @@ class MachineClient:
                 f"the machine's kernel-queue service on {path} hung up at hello; see "
                 f"{path.with_name('queue.log')}"
             )
-        reader, writer, welcome = greeted
-        if not isinstance(welcome, protocol.Welcome):
-            writer.close()
-            raise errors.LaunchFailed(f"the service on {path} answered {welcome!r} to hello")
-        if welcome.protocol != protocol.PROTOCOL:
-            writer.close()
-            raise errors.LaunchFailed(protocol.mismatch(welcome, version))
-        differences = [] if welcome.quota is None else quota.differences(welcome.quota)
+        reader, writer, answer = greeted
+        welcome = _welcome(path, version, reader, writer, answer)
+        differences = (
+            [] if welcome.quota is None or welcome.system else quota.differences(welcome.quota)
+        )
         if differences:
             writer.close()
             raise errors.ConfigError(protocol.quota_differs(differences, welcome.pid))
         return cls(reader, writer, welcome)
+
+    @classmethod
+    async def watch(
+        cls, path: Path | None = None, *, version: str = __version__
+    ) -> MachineClient | None:
+        """A listing-only connection (no quota, no groups) to the service at `path` (default
+        `socket_path()`); None when none answers there. It never starts a service."""
+        if path is None:
+            path = await asyncio.to_thread(socket_path)
+        greeted = await _greet(path, None, version)
+        if greeted is None:
+            return None
+        reader, writer, answer = greeted
+        return cls(reader, writer, _welcome(path, version, reader, writer, answer))
 
     async def _read(self) -> None:
         try:
@@ -153,6 +227,8 @@ class MachineClient:
                 if isinstance(message, protocol.Listing):
                     self._listings.put_nowait(message)
                     continue
+                if isinstance(message, protocol.Refused) and not message.group:
+                    self.refusal = message.message
                 queue = self._groups.get(getattr(message, "group", ""))
                 if queue is not None:
                     queue.put_nowait(message)
@@ -166,6 +242,7 @@ class MachineClient:
             for name, queue in self._groups.items():
                 queue.put_nowait(protocol.Refused(gone.message, name))
                 queue.put_nowait(None)
+            self._listings.put_nowait(None)
             self.closed.set()
 
     async def _send(self, message: protocol.Message) -> None:
@@ -201,10 +278,18 @@ class MachineClient:
         await self._send(protocol.Requeue(group))
 
     async def listing(self) -> protocol.Listing:
-        """Every group on the machine, as the service sees it now."""
+        """Every group on the machine this user may see, as the service sees it now;
+        LaunchFailed if the service hung up instead."""
         async with self._list_lock:
             await self._send(protocol.List())
-            return await self._listings.get()
+            listing = await self._listings.get()
+        if listing is None:
+            self._listings.put_nowait(None)  # for the next caller too
+            raise errors.LaunchFailed(
+                self.refusal
+                or f"the machine's kernel-queue service (pid {self.service.pid}) hung up"
+            )
+        return listing
 
     async def aclose(self) -> None:
         """End the connection: the service releases every group of this client at once."""
@@ -212,3 +297,21 @@ class MachineClient:
         with contextlib.suppress(ConnectionError):
             await self._writer.wait_closed()
         await self._task
+
+
+def _welcome(
+    path: Path,
+    version: str,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    welcome: protocol.Message,
+) -> protocol.Welcome:
+    """The service's welcome, if it speaks this protocol; else LaunchFailed saying what to do
+    (and the connection closed)."""
+    if not isinstance(welcome, protocol.Welcome):
+        writer.close()
+        raise errors.LaunchFailed(f"the service on {path} answered {welcome!r} to hello")
+    if welcome.protocol != protocol.PROTOCOL:
+        writer.close()
+        raise errors.LaunchFailed(protocol.mismatch(welcome, version))
+    return welcome

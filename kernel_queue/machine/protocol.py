@@ -3,8 +3,10 @@
 Pure: dataclasses, their encoding and decoding, and the sentences both sides show. A client
 says `hello` first; the service answers `welcome` (its version, pid and protocol, a shape that
 never changes, so any client can read it) and then `refused` if the protocol differs or the
-quota differs from the one in force. Groups are named by the client (the local backend's group
-name) and unique on the machine.
+quota differs from the one in force (a system service, whose quota is its config's, refuses
+no quota). Groups are named by the client (the local backend's group name) and unique on the
+machine. Fields added since protocol 1 have defaults and a peer ignores fields it does not know,
+so those additions need no new protocol.
 """
 
 from __future__ import annotations
@@ -93,7 +95,10 @@ class Hello(Message):
     protocol: int
     version: str
     pid: int
-    quota: Quota | None  # None only from a peer of another protocol whose quota did not parse
+    quota: (
+        Quota | None
+    )  # None from a watcher, or a peer of another protocol whose quota did not parse
+    watch: bool = False  # list only: no quota, no groups (`jupyter kernel-queue status --machine`)
 
 
 @dataclass(frozen=True)
@@ -140,17 +145,20 @@ class Welcome(Message):
     pid: int
     protocol: int
     quota: Quota | None = None  # None before any client said hello, or from another protocol
+    system: bool = False  # the machine's system service: its quota is its config's, for everyone
 
 
 @dataclass(frozen=True)
 class Position(Message):
-    """1-based place in the group's queue, as the local backend's QueuePlace."""
+    """1-based place in the group's queue, as the local backend's QueuePlace; `reason` says why
+    it waits when the machine's rules hold it back (its user's GPU limit), else it is empty."""
 
     TYPE: ClassVar[str] = "position"
     group: str
     queue: str
     position: int
     length: int
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -183,7 +191,8 @@ class Refused(Message):
 
 @dataclass(frozen=True)
 class Entry:
-    """One group in a listing; `uid` and `pid` are its client's (SO_PEERCRED)."""
+    """One group in a listing; `uid`, `user` and `pid` are its client's (SO_PEERCRED), `gpus`
+    how many it asks for. Another user's group comes without `group`, `kernel_id` and `pid`."""
 
     group: str
     kernel_id: str
@@ -194,12 +203,20 @@ class Entry:
     position: int = 0
     uid: int = -1
     pid: int = 0
+    user: str = ""
+    gpus: int = 0
 
 
 @dataclass(frozen=True)
 class Listing(Message):
+    """The groups the asker may see; `hidden` counts the others' by state (a system service
+    whose privacy is "counts"); `gpus` the machine's, `gpus_in_use` those admitted groups hold."""
+
     TYPE: ClassVar[str] = "listing"
     groups: tuple[Entry, ...] = field(default=())
+    hidden: Mapping[str, int] = field(default_factory=dict)
+    gpus: int = 0
+    gpus_in_use: int = 0
 
 
 MESSAGES: dict[str, type[Message]] = {

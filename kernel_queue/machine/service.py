@@ -6,8 +6,10 @@ service runs `admission.schedule` over all of them on every change, as `LocalBac
 does inside one server, and tells each client its groups' positions, admissions and
 preemptions. An admitted group is a lease held by its client's connection: when the
 connection ends (EOF, a SIGKILLed client) its groups are gone at once. A preempted group's GPUs
-come back after its grace seconds whether or not its client answered. The service exits
-`IDLE_EXIT_SECONDS` after the last client left. Stdlib and `admission` only: it must stay small.
+come back after its grace seconds whether or not its client answered. A user's service exits
+`IDLE_EXIT_SECONDS` after the last client left; the system service (`system` given: one socket
+for every user, its quota and per-user rules from its config, `rules.py`) never does. Stdlib
+and `admission` only: it must stay small.
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ import itertools
 import logging
 import os
 import signal
-import socket
-import struct
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kernel_queue import admission
-from kernel_queue.machine import protocol
+from kernel_queue.machine import config, protocol, rules, sockets
 
 IDLE_EXIT_SECONDS = 3.0
 """How long the service outlives its last client (a server restarting finds it still there)."""
@@ -31,16 +33,17 @@ IDLE_EXIT_SECONDS = 3.0
 log = logging.getLogger("kernel_queue.machine")
 
 
-class AlreadyRunning(RuntimeError):
-    """Another service answers on the socket: this one has nothing to do."""
+AlreadyRunning = sockets.AlreadyRunning
 
 
 @dataclass(eq=False)
 class _Client:
     writer: asyncio.StreamWriter
-    pid: int  # the peer's, from SO_PEERCRED: the seam for the multi-user mode
-    uid: int
+    pid: int  # the peer's, from SO_PEERCRED, as `who`
+    who: config.Identity
+    rule: config.Rule = field(default_factory=config.Rule)
     greeted: bool = False
+    watch: bool = False  # a listing-only connection: no quota, no groups
     groups: set[str] = field(default_factory=set)
 
     def send(self, message: protocol.Message) -> None:
@@ -59,48 +62,29 @@ class _Group:
     reclaim: asyncio.TimerHandle | None = None
     shown: protocol.Position | None = None  # the last place told, so only changes are sent
 
-
-def bind(path: Path) -> socket.socket:
-    """The service's listening socket at `path`, in a 0700 directory, itself 0600; a stale
-    socket file (no service answers) is replaced, a live one raises AlreadyRunning."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
-    if path.is_socket() or path.is_symlink():
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-            try:
-                probe.connect(str(path))
-            except (ConnectionRefusedError, FileNotFoundError):
-                log.info("replacing the stale socket %s", path)
-                path.unlink(missing_ok=True)
-            else:
-                raise AlreadyRunning(f"a kernel-queue service already answers on {path}")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    umask = os.umask(0o177)
-    try:
-        listener.bind(str(path))
-    finally:
-        os.umask(umask)
-    os.chmod(path, 0o600)
-    listener.listen(128)
-    return listener
-
-
-def peer(writer: asyncio.StreamWriter) -> tuple[int, int]:
-    """The connected client's pid and uid, as the kernel reports them (SO_PEERCRED)."""
-    sock = writer.get_extra_info("socket")
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, _gid = struct.unpack("3i", creds)
-    return pid, uid
+    def holding(self) -> rules.Holding:
+        gpus = self.request.resources.get("gpu", 0)
+        return rules.Holding(
+            self.request.name, self.client.who.uid, gpus, self.client.rule.max_gpus
+        )
 
 
 class Service:
-    """The queue of one machine and user, served on `path` until idle."""
+    """The queue of one machine and user, served on `path` until idle; or, given `system`, the
+    queue of every user of the machine, served until SIGTERM."""
 
-    def __init__(self, path: Path, version: str, idle_exit: float = IDLE_EXIT_SECONDS) -> None:
+    def __init__(
+        self,
+        path: Path,
+        version: str,
+        idle_exit: float = IDLE_EXIT_SECONDS,
+        system: config.SystemConfig | None = None,
+    ) -> None:
         self.path = path
         self.version = version
         self.idle_exit = idle_exit
-        self.quota: protocol.Quota | None = None
+        self.system = system
+        self.quota: protocol.Quota | None = None if system is None else system.quota
         self._clients: set[_Client] = set()
         self._groups: dict[str, _Group] = {}
         self._arrivals = itertools.count()
@@ -111,7 +95,7 @@ class Service:
     async def serve(self) -> None:
         """Bind, serve clients, return once no client came for `idle_exit` seconds or on
         SIGTERM; the socket file is removed if it is still this service's."""
-        listener = bind(self.path)
+        listener = sockets.bind(self.path, shared=self.system is not None)
         inode = os.stat(self.path).st_ino
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._done.set)
@@ -135,11 +119,13 @@ class Service:
         if self._idle is not None:
             self._idle.cancel()
         self._idle = None
-        if not self._clients:
+        if not self._clients and self.system is None:
             self._idle = asyncio.get_running_loop().call_later(self.idle_exit, self._done.set)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        client = _Client(writer, *peer(writer))
+        pid, uid, gid = sockets.peer(writer.get_extra_info("socket"))
+        who = await asyncio.to_thread(config.identify, uid, gid)  # NSS may ask a directory
+        client = _Client(writer, pid, who)
         self._clients.add(client)
         self._arm_idle()
         try:
@@ -169,12 +155,12 @@ class Service:
         if isinstance(message, protocol.Submit):
             self._submit(client, message)
         elif isinstance(message, protocol.Release):
-            group = self._own(client, message.group)
+            group = self._own(client, message.group, "release")
             if group is not None:
                 self._remove(group)
                 self._schedule()
         elif isinstance(message, protocol.Requeue):
-            group = self._own(client, message.group)
+            group = self._own(client, message.group, "requeue")
             if group is not None and group.admitted is not None:
                 self._requeue(group)
                 self._schedule()
@@ -182,55 +168,65 @@ class Service:
             if self._pass is not None:  # what came before the list is decided in it
                 self._pass.cancel()
                 self._run_pass()
-            client.send(self.listing())
+            client.send(self.listing(client.who.uid))
         else:
             client.send(protocol.Refused(f"a client does not send {message.TYPE!r}"))
         return True
 
     def _greet(self, client: _Client, hello: protocol.Hello) -> bool:
-        if hello.protocol != protocol.PROTOCOL or hello.quota is None:
-            welcome = protocol.Welcome(self.version, os.getpid(), protocol.PROTOCOL, self.quota)
-            client.send(welcome)
-            client.send(protocol.Refused(protocol.mismatch(welcome, hello.version, hello.protocol)))
-            return False
-        if not any(c.greeted for c in self._clients):
+        known = hello.protocol == protocol.PROTOCOL and (hello.quota is not None or hello.watch)
+        client.watch = hello.watch
+        if self.system is not None:
+            client.rule = self.system.rule_for(client.who)
+        elif (
+            known and not client.watch and not any(c.greeted and not c.watch for c in self._clients)
+        ):
             self.quota = hello.quota  # the first client's settings hold while any client does
-        assert self.quota is not None
-        client.send(protocol.Welcome(self.version, os.getpid(), protocol.PROTOCOL, self.quota))
-        differences = hello.quota.differences(self.quota)
-        if differences:
-            client.send(protocol.Refused(protocol.quota_differs(differences, os.getpid())))
+        pid = os.getpid()
+        client.send(
+            protocol.Welcome(self.version, pid, protocol.PROTOCOL, self.quota, bool(self.system))
+        )
+        if not known:
+            welcome = protocol.Welcome(self.version, pid, protocol.PROTOCOL)
+            refusal = protocol.mismatch(welcome, hello.version, hello.protocol)
+        elif self.system is None and hello.quota is not None and self.quota is not None:
+            differences = hello.quota.differences(self.quota)
+            refusal = protocol.quota_differs(differences, pid) if differences else ""
+        else:
+            refusal = ""
+        if refusal:
+            client.send(protocol.Refused(refusal))
             return False
         client.greeted = True
-        log.info("client pid %d (uid %d, version %s) joined", client.pid, client.uid, hello.version)
+        log.info(
+            "client pid %d (%s, uid %d, version %s%s) joined",
+            *(client.pid, client.who.user, client.who.uid, hello.version),
+            ", watching" if client.watch else "",
+        )
         return True
 
-    def _own(self, client: _Client, name: str) -> _Group | None:
+    def _own(self, client: _Client, name: str, verb: str) -> _Group | None:
+        """The client's group `name`; None (and, if it is another's, a Refused) otherwise."""
         group = self._groups.get(name)
-        return group if group is not None and group.client is client else None
+        if group is None or group.client is client:
+            return group
+        holder = group.client
+        same = holder.who.uid == client.who.uid
+        client.send(
+            protocol.Refused(rules.not_yours(name, verb, holder.who.user, holder.pid, same), name)
+        )
+        return None
 
     def _submit(self, client: _Client, submit: protocol.Submit) -> None:
-        assert self.quota is not None
         existing = self._groups.get(submit.group)
-        if existing is not None:
-            if existing.client is not client:
-                client.send(
-                    protocol.Refused(
-                        f"group {submit.group} is already queued by another client "
-                        f"(pid {existing.client.pid})",
-                        submit.group,
-                    )
-                )
+        if existing is not None and existing.client is client:
+            return  # said twice
+        checked = self._checked(client, submit)
+        if isinstance(checked, str):
+            client.send(protocol.Refused(checked, submit.group))
             return
-        if submit.queue not in self.quota.queues:
-            known = ", ".join(self.quota.queues)
-            client.send(
-                protocol.Refused(
-                    f"queue {submit.queue!r} does not exist on this machine; known queues: {known}",
-                    submit.group,
-                )
-            )
-            return
+        submit = checked
+        assert self.quota is not None
         request = admission.Request(
             name=submit.group,
             queue=submit.queue,
@@ -245,6 +241,22 @@ class Service:
         self._groups[submit.group] = _Group(submit, client, request)
         client.groups.add(submit.group)
         self._schedule()
+
+    def _checked(self, client: _Client, submit: protocol.Submit) -> protocol.Submit | str:
+        """`submit` as this machine takes it (a system service sets its priority), or the
+        sentence refusing it."""
+        existing = self._groups.get(submit.group)
+        if client.watch or self.quota is None:
+            return rules.WATCHING
+        if existing is not None:
+            same = existing.client.who.uid == client.who.uid
+            return rules.already_queued(submit.group, existing.client.pid, same)
+        if submit.queue not in self.quota.queues:
+            known = ", ".join(self.quota.queues)
+            return f"queue {submit.queue!r} does not exist on this machine; known queues: {known}"
+        if self.system is not None:
+            return rules.check_submit(self.system, client.who, submit)
+        return submit
 
     def _remove(self, group: _Group) -> None:
         if group.reclaim is not None:
@@ -281,22 +293,52 @@ class Service:
         self._pass = None
         if self.quota is None or not self._groups:
             return
-        groups = self._groups
-        pending = [g.request for g in groups.values() if g.admitted is None]
+        groups, cq = self._groups, self.quota.cluster_queue()
+        held = self._held()
         admitted = [replace(g.admitted, evicting=g.evicting) for g in groups.values() if g.admitted]
-        decision = admission.schedule(self.quota.cluster_queue(), pending, admitted)
+        # A group whose user is at their max_gpus waits outside the engine; so does one the pass
+        # would admit past it (two of the user's admitted at once), and the pass runs again.
+        queued = [name for name, g in groups.items() if not g.admitted]
+        limited = rules.past_limits(self._limits(queued), held, each=True)
+        while True:
+            pending = [
+                g.request
+                for g in groups.values()
+                if not g.admitted and g.request.name not in limited
+            ]
+            decision = admission.schedule(cq, pending, admitted)
+            past = rules.past_limits(self._limits(g.name for g in decision.admit), held)
+            if not past:  # at most one more pass per group held back
+                break
+            limited |= past
         for preemption in decision.preempt:
             self._evict(groups[preemption.victim], groups[preemption.preemptor])
         for grant in decision.admit:
             self._admit(groups[grant.name], grant)
-        for name, position in decision.positions.items():
+        held = self._held()
+        waiting = [g.request for g in groups.values() if not g.admitted]
+        for name, (in_queue, length) in rules.places(waiting).items():
             group = groups[name]
-            place = protocol.Position(
-                name, group.request.queue, position.in_queue + 1, position.queue_length
-            )
+            reason = ""
+            if name in limited:
+                limit = group.client.rule.max_gpus or 0
+                reason = rules.limit_reason(group.client.who, held[group.client.who.uid], limit)
+            place = protocol.Position(name, group.request.queue, in_queue, length, reason)
             if place != group.shown:
                 group.shown = place
                 group.client.send(place)
+
+    def _held(self) -> Counter[int]:
+        """GPUs held by each uid's admitted (or evicting) groups."""
+        held: Counter[int] = Counter()
+        for group in self._groups.values():
+            if group.admitted is not None:
+                held[group.client.who.uid] += group.request.resources.get("gpu", 0)
+        return held
+
+    def _limits(self, names: Iterable[str]) -> list[rules.Holding]:
+        """The groups `names` as max_gpus sees them; none without a config (no limits)."""
+        return [] if self.system is None else [self._groups[n].holding() for n in names]
 
     def _admit(self, group: _Group, grant: admission.Admission) -> None:
         assert self.quota is not None
@@ -311,11 +353,7 @@ class Service:
 
     def _evict(self, victim: _Group, preemptor: _Group) -> None:
         """Ask the holder to stop; reclaim its GPUs after its grace whatever it does."""
-        klass = preemptor.submit.priority_class
-        by = f"kernel {_short(preemptor.submit.kernel_id)}" + (
-            f" (priority {klass!r})" if klass else ""
-        )
-        message = f"preempted by higher-priority {by}, which needs {preemptor.submit.needs}"
+        message = rules.preempted_by(preemptor.submit)
         victim.evicting = True
         grace = victim.submit.grace
         victim.client.send(
@@ -330,14 +368,11 @@ class Service:
             self._requeue(group)
             self._schedule()
 
-    def listing(self) -> protocol.Listing:
-        """Every group on the machine, admitted ones first, then the queue in order."""
+    def listing(self, uid: int) -> protocol.Listing:
+        """Every group on the machine as the user `uid` may see it (`rules.for_viewer`),
+        admitted ones first, then the queue in order, and the GPUs in use."""
         entries = []
-        waiting = {g.request.name: g for g in self._groups.values() if g.admitted is None}
-        places = {
-            r.name: i + 1
-            for i, r in enumerate(admission.order(g.request for g in waiting.values()))
-        }
+        places = rules.places([g.request for g in self._groups.values() if not g.admitted])
         for name, group in self._groups.items():
             state = "evicting" if group.evicting else "admitted" if group.admitted else "queued"
             entries.append(
@@ -348,14 +383,16 @@ class Service:
                     priority=group.request.priority,
                     state=state,
                     devices=group.devices,
-                    position=places.get(name, 0),
-                    uid=group.client.uid,
+                    position=places.get(name, (0, 0))[0],
+                    uid=group.client.who.uid,
                     pid=group.client.pid,
+                    user=group.client.who.user,
+                    gpus=group.request.resources.get("gpu", 0),
                 )
             )
         entries.sort(key=lambda e: (e.position, e.group))
-        return protocol.Listing(tuple(entries))
-
-
-def _short(kernel_id: str) -> str:
-    return kernel_id.replace("-", "")[:8].lower()  # as model.short_id
+        privacy = "names" if self.system is None else self.system.privacy
+        shown, hidden = rules.for_viewer(entries, uid, privacy)
+        gpus = 0 if self.quota is None else len(self.quota.gpus)
+        in_use = sum(len(g.devices) for g in self._groups.values() if g.admitted is not None)
+        return protocol.Listing(shown, hidden, gpus, in_use)
