@@ -1,12 +1,15 @@
-"""The local backend: Kueue's queue semantics on one workstation.
+"""The local backend: Kueue's queue semantics on one workstation, shared by the whole machine.
 
 GPUs (detected from the NVIDIA driver, or configured), CPU and memory are one ClusterQueue with
-one flavor; `admission.py` decides who runs, who waits and who is preempted. Each admitted kernel
-is the launcher run as a subprocess with `CUDA_VISIBLE_DEVICES` set to its GPUs, on loopback
-ports chosen and held at submit (`ports.py`), so a requeued kernel comes back at the same address.
-Groups are keyed by the whole kernel id; `local_groups` holds each one and what its launcher's
-life means for it, `local_settings` the traits and where files go, `records.py` what each kernel
-left on disk. Every run and timer is a task this backend owns until `aclose` (`tasks`).
+one flavor. Who runs, who waits and who is preempted is decided for every local backend of this
+user on this machine (any Jupyter server, nbconvert or papermill run) by the machine's queue
+service (`kernel_queue.machine`, running `admission.py`), reached through `machine_link`. Each
+admitted kernel is the launcher run as a subprocess with `CUDA_VISIBLE_DEVICES` set to the GPUs
+the service granted, on loopback ports chosen and held at submit (`ports.py`), so a requeued
+kernel comes back at the same address. Groups are keyed by the whole kernel id; `local_groups`
+holds each one and what its launcher's life means for it, `local_settings` the traits, the
+inventory and where files go, `records.py` what each kernel left on disk. Every run and timer
+is a task this backend owns until `aclose` (`tasks`).
 """
 
 from __future__ import annotations
@@ -22,17 +25,19 @@ from typing import Any
 
 from jupyter_core.paths import jupyter_runtime_dir
 
-from kernel_queue import admission, errors, ids, quantities, wait_estimate
+from kernel_queue import admission, errors, ids, wait_estimate
 from kernel_queue.backends import (
     feed,
     local_groups,
     local_process,
     local_settings,
+    machine_link,
     quota,
     records,
     tasks,
 )
 from kernel_queue.launcher import contract
+from kernel_queue.machine import protocol
 from kernel_queue.model import (
     GroupPhase,
     GroupRef,
@@ -40,7 +45,6 @@ from kernel_queue.model import (
     GroupStatus,
     QueuePlace,
     StopCause,
-    Waiting,
     group_name,
     short_id,
 )
@@ -58,47 +62,15 @@ class LocalBackend(local_settings.LocalSettings):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._groups: dict[str, local_groups.Group] = {}
-        self._inventory: tuple[str, ...] | None = None
-        self._pretend = False
-        self._inventory_lock = asyncio.Lock()
         self._arrivals = itertools.count()
         self._admissions = wait_estimate.Admissions()  # per queue: the estimate of a wait
         # kernel id -> its checkpoint store and the root it lies in, deleted at release
         self._checkpoints: dict[str, tuple[Path, Path]] = {}
         self._closed = False
         self._tasks = tasks.Tasks(self.log)  # each admitted kernel's run, its kill after grace
+        self._machine = machine_link.MachineLink(self, self._tasks, self.log)
         self._ledger = records.Ledger(
             Path(jupyter_runtime_dir()) / "kernel-queue" / "kernels", self.log
-        )
-
-    # -- inventory ---------------------------------------------------------------------------
-
-    async def inventory(self) -> tuple[str, ...]:
-        """The GPU ids kernels can be given; detected once, off the event loop."""
-        async with self._inventory_lock:
-            if self._inventory is None:
-                self._inventory, self._pretend = await self.find_gpus()
-                kind = "pretend " if self._pretend else ""
-                self.log.info(
-                    "kernel-queue local backend: %d %sGPU(s) %s, %s CPU, %s memory",
-                    len(self._inventory),
-                    kind,
-                    list(self._inventory),
-                    self.cpu,
-                    quantities.format_bytes(quantities.bytes_(self.memory)),
-                )
-        return self._inventory
-
-    def _quota(self) -> quota.LocalQuota:
-        return quota.LocalQuota(
-            gpus=len(self._inventory or ()),
-            cpu=self.cpu,
-            memory=self.memory,
-            queues=tuple(self.queues),
-            priority_classes=dict(self.priority_classes),
-            strategy=self.queueing_strategy,
-            preemption=self.preemption,
-            pretend=self._pretend,
         )
 
     # -- ClusterBackend --------------------------------------------------------------------
@@ -118,9 +90,10 @@ class LocalBackend(local_settings.LocalSettings):
         self._check_open(who)
         spec = replace(spec, name=group_name(kernel_id))
         await self.inventory()
-        limits = self._quota()
+        limits = self.local_quota()
         request = limits.request(spec, created=float(next(self._arrivals)))
         limits.check_fits(spec, request)
+        await self._machine.connect(self.machine_quota())  # refused here, nothing is held yet
         checkpoints = self.checkpoint_dir(spec)
         if checkpoints is not None and not spec.checkpoint.path:
             await self.check_checkpoint_root(who)
@@ -155,7 +128,11 @@ class LocalBackend(local_settings.LocalSettings):
         if owned is not None:
             self._checkpoints[kernel_id] = (owned, self.checkpoint_root_of(spec))
         self.log.info("%s queued in %r needing %s", who, spec.queue, spec.needs())
-        self._schedule()
+        try:
+            await self._machine.submit(group.submission(), self.machine_quota())
+        except BaseException:
+            await self.release(ref)
+            raise
         return ref
 
     async def watch(self, ref: GroupRef) -> AsyncIterator[GroupStatus]:
@@ -212,8 +189,7 @@ class LocalBackend(local_settings.LocalSettings):
             group.resume_asked = True
         elif group.parked:
             self.log.info("%s woken: back in %r", group.who, group.spec.queue)
-            group.requeue(created=float(next(self._arrivals)))
-            self._schedule()
+            self._wake(group)
 
     async def send_signal(self, ref: GroupRef, signum: int) -> None:
         """Send `signum` to the launcher, which forwards it to the kernel."""
@@ -251,6 +227,7 @@ class LocalBackend(local_settings.LocalSettings):
         self._closed = True
         await asyncio.gather(*(self.release(g.ref) for g in list(self._groups.values())))
         await self._tasks.aclose()
+        await self._machine.aclose()
         await self._ledger.aclose()
 
     def _find(self, ref: GroupRef) -> local_groups.Group | None:
@@ -262,52 +239,45 @@ class LocalBackend(local_settings.LocalSettings):
         if self._closed:
             raise errors.LaunchFailed(f"{who}: the server is shutting down; start it again later")
 
-    # -- scheduling ------------------------------------------------------------------------
+    # -- the machine queue ------------------------------------------------------------------
 
-    def _schedule(self) -> None:
-        """Run the admission engine over every group and carry out its decision."""
-        if self._closed:
-            return  # closing: nothing new starts while the groups are released
-        pending = [g.request for g in self._groups.values() if self._is_waiting(g)]
-        admitted = [
-            replace(g.admitted, evicting=g.leaving)
-            for g in self._groups.values()
-            if g.admitted is not None
-        ]
-        decision = admission.schedule(self._quota().cluster_queue(), pending, admitted)
-        for preemption in decision.preempt:
-            self._evict(self._groups[preemption.victim], self._groups[preemption.preemptor])
-        for grant in decision.admit:
-            self._admit(self._groups[grant.name], grant)
-        for name, position in decision.positions.items():
-            group = self._groups[name]
-            if self._is_waiting(group):
-                place = QueuePlace(group.spec.queue, position.in_queue + 1, position.queue_length)
-                wait = self._admissions.estimate(
-                    group.spec.queue, now=time.time(), position=place.position
-                )
-                status = GroupStatus(
-                    GroupPhase.QUEUED,
-                    place=place,
-                    message=group.saved,
-                    waiting=None if wait is None else Waiting(estimate=wait),
-                )
-                feed.publish(group, status)
+    def _named(self, name: str) -> local_groups.Group | None:
+        return next((g for g in self._groups.values() if g.spec.name == name), None)
 
-    @staticmethod
-    def _is_waiting(group: local_groups.Group) -> bool:
-        return (
-            group.admitted is None and not group.parked and group.status.phase not in feed.TERMINAL
-        )
+    def _wake(self, group: local_groups.Group) -> None:
+        """A parked group back at the end of its queue."""
+        group.requeue(created=float(next(self._arrivals)))
+        self._machine.resubmit(group.submission(), self.machine_quota())
 
-    def _busy_devices(self) -> set[str]:
-        return {d for g in self._groups.values() if g.admitted for d in g.status.devices}
+    def placed(self, name: str, place: protocol.Position) -> None:
+        """The service's word on a waiting group's place; for an admitted one, that its lease
+        was reclaimed (its launcher outlived the grace of its preemption): it is killed."""
+        group = self._named(name)
+        if group is None:
+            return
+        group.place = QueuePlace(place.queue, place.position, place.length)
+        if group.admitted is not None:
+            if group.process is not None:
+                self.log.warning("%s: its GPUs were reclaimed after its grace; killed", group.who)
+                group.evicting = group.evicting or "its GPUs were reclaimed"
+                group.signal(signal.SIGKILL)
+            return
+        self._show_place(group)
 
-    def _admit(self, group: local_groups.Group, grant: admission.Admission) -> None:
-        busy = self._busy_devices()
-        free = [d for d in self._inventory or () if d not in busy]
-        devices = tuple(free[: group.spec.gpus])
-        group.admitted = admission.Admitted(group.request, grant.flavors, time.monotonic())
+    def _show_place(self, group: local_groups.Group) -> None:
+        place = group.place
+        if group.waiting and place is not None:
+            wait = self._admissions.estimate(place.queue, now=time.time(), position=place.position)
+            feed.publish(group, group.queued_status(wait))
+
+    def admitted(self, name: str, devices: tuple[str, ...]) -> None:
+        """The service admitted the group on `devices`: start its launcher."""
+        group = self._named(name)
+        if group is None or not group.waiting or self._closed:
+            return
+        flavors = {resource: quota.FLAVOR for resource in group.request.resources}
+        group.admitted = admission.Admitted(group.request, flavors, time.monotonic())
+        group.place = None
         self._admissions.observe(
             group.spec.queue, (group.spec.name, group.admitted.admitted_at), time.time()
         )
@@ -315,18 +285,37 @@ class LocalBackend(local_settings.LocalSettings):
         self.log.info("kernel %s admitted with GPUs %s", short_id(group.spec.kernel_id), devices)
         group.task = self._tasks.spawn(self._run(group), f"run {group.spec.name}")
 
-    def _evict(self, victim: local_groups.Group, preemptor: local_groups.Group) -> None:
-        needs = preemptor.spec.needs()
-        klass = preemptor.spec.priority_class
-        by = f"kernel {short_id(preemptor.spec.kernel_id)}" + (
-            f" (priority {klass!r})" if klass else ""
-        )
-        victim.evicting = f"preempted by higher-priority {by}, which needs {needs}"
-        self.log.info("kernel %s %s", short_id(victim.spec.kernel_id), victim.evicting)
-        feed.publish(
-            victim, victim.status.evolve(phase=GroupPhase.EVICTED, message=victim.evicting)
-        )
-        victim.signal(signal.SIGTERM)
+    def preempted(self, name: str, message: str) -> None:
+        """The service asks the group to give back its GPUs: SIGTERM (the kernel saves)."""
+        group = self._named(name)
+        if group is None or group.admitted is None or group.leaving:
+            return  # a parking kernel is already saving and giving its GPUs back
+        group.evicting = message
+        self.log.info("%s %s", group.who, message)
+        feed.publish(group, group.status.evolve(phase=GroupPhase.EVICTED, message=message))
+        if group.process is None:
+            self._requeue(group)  # admitted, not started yet
+            return
+        group.signal(signal.SIGTERM)
+
+    def lost(self, name: str, message: str) -> None:
+        """The service refused the group, or its lease ended with the connection: it ends."""
+        group = self._named(name)
+        if group is None:
+            return
+        self.log.error("%s: %s", group.who, message)
+        if group.process is None:
+            self._finish(group, None, message, failed=True)
+            return
+        group.lost = message
+        group.stopping = group.stopping or StopCause.KILL
+        group.signal(signal.SIGKILL)
+
+    def _requeue(self, group: local_groups.Group) -> None:
+        """The preempted group's launcher is gone: its GPUs back, at the end of its queue."""
+        group.requeue(created=float(next(self._arrivals)))
+        self._machine.requeue(group.spec.name)
+        self._show_place(group)
 
     # -- processes -------------------------------------------------------------------------
 
@@ -338,6 +327,9 @@ class LocalBackend(local_settings.LocalSettings):
             # Stopped or released between its admission and this task's start.
             if self._groups.get(spec.kernel_id) is group:
                 self._finish(group, 0, "stopped before it started")
+            return
+        if group.evicting:  # preempted before its launcher started
+            self._requeue(group)
             return
         if planted is not None:
             verb = "resume" if group.launches else "start"
@@ -368,17 +360,19 @@ class LocalBackend(local_settings.LocalSettings):
         self._on_exit(group, code)
 
     def _on_exit(self, group: local_groups.Group, code: int) -> None:
+        if group.lost:
+            self._finish(group, code, group.lost, failed=True)
+            return
         if group.parking and group.stopping is None:
             self.log.info("%s parked: %s", group.who, group.saved or "nothing saved")
             group.park()
+            self._machine.release(group.spec.name)  # its GPUs go to the next in line
             if group.resume_asked:
-                group.requeue(created=float(next(self._arrivals)))
-            self._schedule()  # its GPUs go to the next in line
+                self._wake(group)
             return
         if group.evicting and group.stopping is None:
             self.log.info("%s stopped after preemption; requeued", group.who)
-            group.requeue(created=float(next(self._arrivals)))
-            self._schedule()  # it publishes the kernel's place
+            self._requeue(group)
             return
         message, failed = group.exit_message(code)
         self._finish(group, code, message, failed=failed)
@@ -393,4 +387,4 @@ class LocalBackend(local_settings.LocalSettings):
         group.admitted = None
         group.ports.close()
         feed.publish(group, GroupStatus(phase, message=message, exit_code=code))
-        self._schedule()
+        self._machine.release(group.spec.name)  # its place or GPUs go to the next in line

@@ -22,7 +22,17 @@ from kernel_queue import admission
 from kernel_queue.backends import feed, local_process
 from kernel_queue.backends import ports as held_ports
 from kernel_queue.launcher import contract
-from kernel_queue.model import GroupPhase, GroupRef, GroupSpec, GroupStatus, StopCause, short_id
+from kernel_queue.machine import protocol
+from kernel_queue.model import (
+    GroupPhase,
+    GroupRef,
+    GroupSpec,
+    GroupStatus,
+    QueuePlace,
+    StopCause,
+    Waiting,
+    short_id,
+)
 
 
 @dataclass(eq=False)
@@ -46,6 +56,8 @@ class Group:
     parking: bool = False  # stopping to park: its launcher saves and exits
     parked: bool = False  # parked: no launcher, no admission, not in the queue
     resume_asked: bool = False  # a resume came while parking: requeue once parked
+    place: QueuePlace | None = None  # its place in line, as the machine's queue last said
+    lost: str = ""  # why the machine's queue ended its lease (its launcher is being killed)
 
     @property
     def leaving(self) -> bool:
@@ -53,9 +65,38 @@ class Group:
         return bool(self.evicting) or self.parking
 
     @property
+    def waiting(self) -> bool:
+        """In the queue: not admitted, not parked, not ended."""
+        return self.admitted is None and not self.parked and self.status.phase not in feed.TERMINAL
+
+    @property
     def who(self) -> str:
         """ "kernel 1a2b3c4d", as sentences name it."""
         return f"kernel {short_id(self.spec.kernel_id)}"
+
+    def submission(self) -> protocol.Submit:
+        """What the machine's queue needs of the group; its GPUs are reclaimed at the same
+        deadline the backend kills an unanswering launcher by."""
+        spec = self.spec
+        return protocol.Submit(
+            group=spec.name,
+            kernel_id=spec.kernel_id,
+            queue=spec.queue,
+            priority=self.request.priority,
+            resources=dict(self.request.resources),
+            grace=spec.grace_seconds + contract.LOCAL_KILL_MARGIN_SECONDS,
+            priority_class=spec.priority_class,
+            needs=spec.needs(),
+        )
+
+    def queued_status(self, wait: float | None) -> GroupStatus:
+        """Waiting at `place`, an estimate of the wait if there is one, what it saved."""
+        return GroupStatus(
+            GroupPhase.QUEUED,
+            place=self.place,
+            message=self.saved,
+            waiting=None if wait is None else Waiting(estimate=wait),
+        )
 
     def signal(self, signum: int) -> None:
         """Send `signum` to the launcher, if one runs."""

@@ -19,8 +19,10 @@ from jupyter_core.paths import jupyter_data_dir, jupyter_runtime_dir
 from traitlets import Dict, Float, Int, List, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
-from kernel_queue import admission, errors
+from kernel_queue import admission, errors, quantities
 from kernel_queue.backends import gpus as gpu_detection
+from kernel_queue.backends import quota
+from kernel_queue.machine import protocol
 from kernel_queue.model import GroupSpec
 
 
@@ -122,6 +124,45 @@ class LocalSettings(LoggingConfigurable):
     @validate("preemption")
     def _check_preemption(self, proposal: Any) -> str:
         return str(admission.PreemptionPolicy(proposal["value"]))
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._inventory: tuple[str, ...] | None = None
+        self._pretend = False
+        self._inventory_lock = asyncio.Lock()
+
+    async def inventory(self) -> tuple[str, ...]:
+        """The GPU ids kernels can be given; detected once, off the event loop."""
+        async with self._inventory_lock:
+            if self._inventory is None:
+                self._inventory, self._pretend = await self.find_gpus()
+                kind = "pretend " if self._pretend else ""
+                self.log.info(
+                    "kernel-queue local backend: %d %sGPU(s) %s, %s CPU, %s memory",
+                    len(self._inventory),
+                    kind,
+                    list(self._inventory),
+                    self.cpu,
+                    quantities.format_bytes(quantities.bytes_(self.memory)),
+                )
+        return self._inventory
+
+    def local_quota(self) -> quota.LocalQuota:
+        """The quota these settings and the detected GPUs make (none before `inventory`)."""
+        return quota.LocalQuota(
+            gpus=len(self._inventory or ()),
+            cpu=self.cpu,
+            memory=self.memory,
+            queues=tuple(self.queues),
+            priority_classes=dict(self.priority_classes),
+            strategy=self.queueing_strategy,
+            preemption=self.preemption,
+            pretend=self._pretend,
+        )
+
+    def machine_quota(self) -> protocol.Quota:
+        """The same quota as the machine's queue service enforces it."""
+        return self.local_quota().machine(self._inventory or ())
 
     async def find_gpus(self) -> tuple[tuple[str, ...], bool]:
         """The GPU ids kernels may be given, and whether they are pretend ones: `gpus`, else

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kernel_queue import admission, errors, quantities
+from kernel_queue.machine import protocol
 from kernel_queue.model import GroupSpec, short_id
 
 FLAVOR = "local"
@@ -42,6 +43,19 @@ class LocalQuota:
             ),
             strategy=admission.QueueingStrategy(self.strategy),
             preemption=admission.PreemptionPolicy(self.preemption),
+        )
+
+    def machine(self, devices: tuple[str, ...]) -> protocol.Quota:
+        """This quota as the machine's queue service enforces it (`devices` are the GPU ids)."""
+        return protocol.Quota(
+            gpus=devices,
+            cpu=quantities.millicores(self.cpu),
+            memory=quantities.bytes_(self.memory),
+            queues=self.queues,
+            priority_classes=dict(self.priority_classes),
+            strategy=self.strategy,
+            preemption=self.preemption,
+            pretend=self.pretend,
         )
 
     def request(self, spec: GroupSpec, created: float) -> admission.Request:

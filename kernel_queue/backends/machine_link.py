@@ -1,0 +1,139 @@
+"""The local backend's line to the machine's queue service: one connection, one follower a group.
+
+The service (`kernel_queue.machine`) decides for every local backend of this user on this
+machine who runs, who waits and who is preempted. `MachineLink` connects on first use (starting
+the service if none answers), submits a group, and turns what the service then says of it into
+calls on the backend's `Handler`: a place in line, an admission with its GPUs, a preemption, or
+the end of its lease. Releases and requeues are sent in the order asked, from tasks the backend
+owns, so a synchronous path (a launcher's exit) can send them too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
+
+from kernel_queue import errors
+from kernel_queue.backends import tasks
+from kernel_queue.machine import client, protocol
+
+Log = logging.Logger | logging.LoggerAdapter[Any]
+
+
+class Handler(Protocol):
+    """What the backend does with the service's word about group `name`."""
+
+    def placed(self, name: str, place: protocol.Position) -> None: ...
+
+    def admitted(self, name: str, devices: tuple[str, ...]) -> None: ...
+
+    def preempted(self, name: str, message: str) -> None: ...
+
+    def lost(self, name: str, message: str) -> None: ...
+
+
+class MachineLink:
+    """The backend's connection to the machine queue, (re)made when a submit needs it."""
+
+    def __init__(self, handler: Handler, owned: tasks.Tasks, log: Log) -> None:
+        self._handler = handler
+        self._tasks = owned
+        self.log = log
+        self._client: client.MachineClient | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def service(self) -> protocol.Welcome | None:
+        """The running service's welcome (version, pid, quota in force), once connected."""
+        return None if self._client is None else self._client.service
+
+    async def connect(self, quota: protocol.Quota) -> client.MachineClient:
+        """The live connection, made (and the service started) if there is none; LaunchFailed
+        or ConfigError saying what to do when the service refuses this server."""
+        async with self._lock:
+            machine = self._client
+            if machine is None or machine.closed.is_set():
+                machine = await client.MachineClient.connect(quota)
+                self._client = machine
+                self.log.info(
+                    "kernel-queue: queueing through the machine's service (pid %d, version %s)",
+                    machine.service.pid,
+                    machine.service.version,
+                )
+            return machine
+
+    async def submit(self, submit: protocol.Submit, quota: protocol.Quota) -> None:
+        """Queue the group and carry out the service's first word on it (its place, or its
+        admission) before returning, as a queue inside this process would; then follow the
+        rest until it is released."""
+        machine = await self.connect(quota)
+        await machine.submit(submit)
+        messages = machine.messages(submit.group)
+        try:
+            async with asyncio.timeout(client.START_WITHIN):
+                first = await anext(messages, None)
+        except TimeoutError:
+            raise errors.LaunchFailed(
+                f"the machine's kernel-queue service (pid {machine.service.pid}) did not answer "
+                f"within {client.START_WITHIN:.0f} s; see "
+                f"{client.socket_path().with_name('queue.log')}"
+            ) from None
+        if first is not None:
+            self._carry_out(submit.group, first)
+        self._tasks.spawn(self._follow(submit.group, messages), f"queue {submit.group}")
+
+    def resubmit(self, submit: protocol.Submit, quota: protocol.Quota) -> None:
+        """Queue a group again (woken from parked), after whatever was sent before; a service
+        that cannot be reached ends the group through `Handler.lost`."""
+
+        async def again() -> None:
+            try:
+                await self.submit(submit, quota)
+            except (errors.KernelQueueError, OSError) as exc:
+                self._handler.lost(submit.group, str(exc))
+
+        self._tasks.spawn(again(), f"requeue {submit.group}")
+
+    async def _follow(self, name: str, messages: AsyncIterator[protocol.Message]) -> None:
+        async for message in messages:
+            self._carry_out(name, message)
+
+    def _carry_out(self, name: str, message: protocol.Message) -> None:
+        handler = self._handler
+        if isinstance(message, protocol.Position):
+            handler.placed(name, message)
+        elif isinstance(message, protocol.Admit):
+            handler.admitted(name, message.devices)
+        elif isinstance(message, protocol.Preempt):
+            handler.preempted(name, message.message)
+        elif isinstance(message, protocol.Refused):
+            handler.lost(name, message.message)
+
+    def release(self, name: str) -> None:
+        """Leave the queue or give back the GPUs (sent now, in order)."""
+        self._tell(lambda machine: machine.release(name), f"release {name}")
+
+    def requeue(self, name: str) -> None:
+        """The preempted kernel stopped: its GPUs back, the group at the end of its queue."""
+        self._tell(lambda machine: machine.requeue(name), f"requeue {name}")
+
+    def _tell(self, send: Callable[[client.MachineClient], Awaitable[None]], what: str) -> None:
+        machine = self._client
+        if machine is None or machine.closed.is_set():
+            return  # no service, no lease: nothing to give back
+
+        async def told() -> None:
+            try:
+                await send(machine)
+            except (errors.LaunchFailed, ConnectionError) as exc:
+                self.log.debug("kernel-queue: %s not sent: %s", what, exc)
+
+        self._tasks.spawn(told(), what)
+
+    async def aclose(self) -> None:
+        """End the connection (the service releases whatever this backend still held)."""
+        machine, self._client = self._client, None
+        if machine is not None:
+            await machine.aclose()
