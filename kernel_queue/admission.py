@@ -216,11 +216,12 @@ def schedule(
     blocked = False
     for request in queue:
         shape = tuple(request.resources.items())
-        misfit = None if shape in could_fit else check_fits_ever(cq, request)
-        if misfit is not None:
-            unfit.append(misfit)
-            continue
-        could_fit.add(shape)
+        if shape not in could_fit:
+            misfit = check_fits_ever(cq, request)
+            if misfit is not None:
+                unfit.append(misfit)
+                continue
+            could_fit.add(shape)
         if blocked or shape in state.hopeless:
             continue
         flavors = state.fitting_flavors(request)
