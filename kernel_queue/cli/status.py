@@ -2,11 +2,14 @@
 
 Reads the server's REST API (`/api/kernel-queue/kernels`, or plain `/api/kernels` when the
 server lacks the kernel-queue extension). Finds the server from Jupyter's runtime files unless
-`--url` and `--token` are given.
+`--url` and `--token` are given. `--machine` lists the machine queue instead (every server's
+kernels, other users' as the system service's privacy shows them), read from the queue service
+with a listing-only hello: it never starts a service.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import urllib.error
@@ -17,10 +20,16 @@ from jupyter_core.application import JupyterApp
 from traitlets import Bool, Unicode
 
 from kernel_queue.errors import KernelQueueError
+from kernel_queue.machine import client, protocol
 
 KERNELS = "api/kernel-queue/kernels"
 _TIMEOUT = 60  # s: a park answers once the kernel shows it is parking
 COLUMNS = ("KERNEL", "KERNELSPEC", "STATE", "QUEUE", "POSITION", "GPUS", "MESSAGE")
+MACHINE_COLUMNS = ("KERNEL", "USER", "QUEUE", "STATE", "POSITION", "GPUS", "SERVER PID")
+NO_SERVICE = (
+    "no kernel-queue service runs on this machine; it starts with the first queued kernel of "
+    "the local backend"
+)
 
 
 class StatusError(KernelQueueError):
@@ -109,15 +118,56 @@ def rows(listing: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     return table
 
 
-def render(table: list[tuple[str, ...]]) -> str:
-    """Aligned columns, the message last and unpadded."""
-    lines = [COLUMNS, *table]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(COLUMNS) - 1)]
+def render(table: list[tuple[str, ...]], columns: tuple[str, ...] = COLUMNS) -> str:
+    """Aligned columns, the last one unpadded."""
+    lines = [columns, *table]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(columns) - 1)]
     out = []
     for line in lines:
         cells = [cell.ljust(width) for cell, width in zip(line, widths, strict=False)]
         out.append("  ".join([*cells, line[-1]]).rstrip())
     return "\n".join(out)
+
+
+async def machine_listing() -> protocol.Listing | None:
+    """The machine queue as the service shows it to this user; None when no service answers
+    (on the system socket, or this user's)."""
+    watcher = await client.MachineClient.watch()
+    if watcher is None:
+        return None
+    try:
+        return await watcher.listing()
+    finally:
+        await watcher.aclose()
+
+
+def machine_rows(listing: protocol.Listing) -> list[tuple[str, ...]]:
+    """One table row per group the listing shows; another user's has no kernel id or pid."""
+    table: list[tuple[str, ...]] = []
+    for entry in listing.groups:
+        held = entry.state != "queued"
+        table.append(
+            (
+                entry.kernel_id[:8] or "-",
+                entry.user or str(entry.uid),
+                entry.queue,
+                entry.state,
+                str(entry.position) if entry.position else "",
+                ",".join(entry.devices) if held else f"needs {entry.gpus}",
+                str(entry.pid) if entry.pid else "-",
+            )
+        )
+    return table
+
+
+def capacity(listing: protocol.Listing) -> str:
+    """ "GPUs: 1 of 2 in use; 3 waiting", with the other users' kernels it does not show."""
+    waiting = sum(e.state == "queued" for e in listing.groups) + listing.hidden.get("queued", 0)
+    line = f"GPUs: {listing.gpus_in_use} of {listing.gpus} in use; {waiting} waiting"
+    if listing.hidden:
+        counts = ", ".join(f"{n} {state}" for state, n in sorted(listing.hidden.items()))
+        line += f"\nOther users' kernels: {counts}"
+    return line
 
 
 class StatusApp(JupyterApp):
@@ -133,10 +183,23 @@ class StatusApp(JupyterApp):
     )
     token = Unicode("", config=True, help="The server's token.")
     as_json = Bool(False, config=True, help="Print the raw listing as JSON.")
+    machine = Bool(
+        False,
+        config=True,
+        help="""List the machine's queue (every server's kernels, and other users' on a
+        system service) instead of one server's kernels.""",
+    )
     aliases = {**JupyterApp.aliases, "url": "StatusApp.url", "token": "StatusApp.token"}
-    flags = {**JupyterApp.flags, "json": ({"StatusApp": {"as_json": True}}, "Print JSON.")}
+    flags = {
+        **JupyterApp.flags,
+        "json": ({"StatusApp": {"as_json": True}}, "Print JSON."),
+        "machine": ({"StatusApp": {"machine": True}}, "List the machine's queue."),
+    }
 
     def start(self) -> None:
+        if self.machine:
+            self.start_machine()
+            return
         try:
             url, token = (self.url, self.token) if self.url else running_server()
             try:
@@ -154,3 +217,21 @@ class StatusApp(JupyterApp):
             print("No kernels.")
         else:
             print(render(rows(listing)))
+
+    def start_machine(self) -> None:
+        """`--machine`: the machine queue's table and its capacity line."""
+        try:
+            listing = asyncio.run(machine_listing())
+        except KernelQueueError as exc:
+            print(f"jupyter kernel-queue status: {exc}", file=sys.stderr)
+            self.exit(1)
+        if listing is None:
+            print(NO_SERVICE)
+        elif self.as_json:
+            print(json.dumps(json.loads(protocol.encode(listing)), indent=2))
+        else:
+            if listing.groups:
+                print(render(machine_rows(listing), MACHINE_COLUMNS))
+            else:
+                print("No kernels in the machine's queue.")
+            print(capacity(listing))
