@@ -666,3 +666,35 @@ async def test_a_client_with_a_long_runtime_dir_starts_its_service_on_the_stand_
                 os.kill(mine.service.pid, signal.SIGTERM)
         finally:
             shutil.rmtree(path.parent, ignore_errors=True)
+
+
+async def test_max_gpus_holds_when_two_of_a_users_kernels_arrive_in_one_pass(
+    machine: Machine,
+) -> None:
+    async with machine:
+        await machine.start(gpus=["0", "1"], users={"root": {"max_gpus": 1}})
+        reader, writer = await asyncio.open_unix_connection(str(machine.socket))
+        quota = protocol.Quota((), 0, 0, ("default",), {})
+        lines = [
+            protocol.Hello(protocol.PROTOCOL, "0.1.0", os.getpid(), quota),
+            protocol.Submit("kq-a", "a", "default", 0, {"gpu": 1}, 1),
+            protocol.Submit("kq-b", "b", "default", 0, {"gpu": 1}, 1),
+        ]
+        writer.write(b"".join(protocol.encode(m) for m in lines))  # read in one turn
+        try:
+            answers = [protocol.decode(await reader.readline()) for _ in range(3)]
+        finally:
+            writer.close()
+            await writer.wait_closed()
+        assert isinstance(answers[0], protocol.Welcome) and answers[0].system
+        assert answers[1:] == [
+            protocol.Admit("kq-a", ("0",)),
+            protocol.Position(
+                "kq-b",
+                "default",
+                1,
+                1,
+                "waiting: root already holds 1 of the 1 GPU allowed at once; it starts when "
+                "one of root's kernels stops",
+            ),
+        ]

@@ -1,4 +1,5 @@
-"""The machine's queue service: one process per machine and user owning the local queue.
+"""The machine's queue service: the process owning the local queue, one per machine and user
+(or, run as the system service, one per machine for every user).
 
 Every client (a local backend in any Jupyter server, nbconvert or papermill process) connects
 to one Unix socket, says `hello` with the quota it would use and submits its groups; the
@@ -9,7 +10,7 @@ connection ends (EOF, a SIGKILLed client) its groups are gone at once. A preempt
 come back after its grace seconds whether or not its client answered. A user's service exits
 `IDLE_EXIT_SECONDS` after the last client left; the system service (`system` given: one socket
 for every user, its quota and per-user rules from its config, `rules.py`) never does. Stdlib
-and `admission` only: it must stay small.
+and, of ours, `admission`, `quantities` and `errors` only: it must stay small.
 """
 
 from __future__ import annotations
