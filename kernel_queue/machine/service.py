@@ -302,11 +302,7 @@ class Service:
         queued = [name for name, g in groups.items() if not g.admitted]
         limited = rules.past_limits(self._limits(queued), held, each=True)
         while True:
-            pending = [
-                g.request
-                for g in groups.values()
-                if not g.admitted and g.request.name not in limited
-            ]
+            pending = [groups[name].request for name in queued if name not in limited]
             decision = admission.schedule(cq, pending, admitted)
             past = rules.past_limits(self._limits(g.name for g in decision.admit), held)
             if not past:  # at most one more pass per group held back
@@ -316,9 +312,12 @@ class Service:
             self._evict(groups[preemption.victim], groups[preemption.preemptor])
         for grant in decision.admit:
             self._admit(groups[grant.name], grant)
-        held = self._held()
-        waiting = [g.request for g in groups.values() if not g.admitted]
-        for name, (in_queue, length) in rules.places(waiting).items():
+        if limited:  # places among every waiting group, those held back too
+            held = self._held()
+            places = rules.places([g.request for g in groups.values() if not g.admitted])
+        else:
+            places = {n: (p.in_queue + 1, p.queue_length) for n, p in decision.positions.items()}
+        for name, (in_queue, length) in places.items():
             group = groups[name]
             reason = ""
             if name in limited:
@@ -330,9 +329,9 @@ class Service:
                 group.client.send(place)
 
     def _held(self) -> Counter[int]:
-        """GPUs held by each uid's admitted (or evicting) groups."""
+        """GPUs held by each uid's admitted (or evicting) groups; none counted without limits."""
         held: Counter[int] = Counter()
-        for group in self._groups.values():
+        for group in self._groups.values() if self.system is not None else ():
             if group.admitted is not None:
                 held[group.client.who.uid] += group.request.resources.get("gpu", 0)
         return held
