@@ -54,7 +54,11 @@ class MachineLink:
         or ConfigError saying what to do when the service refuses this server."""
         async with self._lock:
             machine = self._client
-            if machine is None or machine.closed.is_set():
+            if machine is not None and machine.closed.is_set():
+                self._client = None
+                await machine.aclose()  # the service went away: its socket closes here
+                machine = None
+            if machine is None:
                 machine = await client.MachineClient.connect(quota)
                 self._client = machine
                 self.log.info(
