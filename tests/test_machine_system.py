@@ -541,6 +541,14 @@ async def test_status_machine_lists_every_users_kernels_and_the_capacity(
             ["-", "nobody", "default", "queued", "1", "needs", "1", "-"],
             ["GPUs:", "1", "of", "1", "in", "use;", "1", "waiting"],
         ]
+        args = ("kernel-queue", "status", "--machine", "--json")
+        code, out, err = await jupyter(dict(os.environ), *args)
+        assert code == 0, err
+        listing = json.loads(out)
+        assert [(e["user"], e["kernel_id"]) for e in listing["groups"]] == [
+            ("root", "kq-root-kernel-id"),
+            ("nobody", ""),
+        ]
 
 
 async def test_status_machine_reads_the_users_own_service_when_no_system_one_answers(
