@@ -27,7 +27,7 @@ import pytest
 
 from kernel_queue import errors
 from kernel_queue.cli import status
-from kernel_queue.machine import client, config, protocol
+from kernel_queue.machine import client, config, protocol, rules
 from tests.polling import until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -706,3 +706,16 @@ async def test_max_gpus_holds_when_two_of_a_users_kernels_arrive_in_one_pass(
                 "one of root's kernels stops",
             ),
         ]
+
+
+def test_a_system_service_sets_priority_and_bounds_grace_whatever_the_client_says() -> None:
+    system = config.parse({**SETTINGS, "users": {"nobody": {"default_priority_class": "low"}}})
+    nobody = config.Identity(NOBODY, NOBODY, "nobody", frozenset({"nogroup"}))
+    asked = protocol.Submit("kq-n", "n", "default", 10**6, {"gpu": 1}, 10.0**9)
+    assert rules.check_submit(system, nobody, asked) == protocol.Submit(
+        "kq-n", "n", "default", -100, {"gpu": 1}, rules.MAX_GRACE_SECONDS, "low"
+    )
+    anyone = config.Identity(4242, 4242, "4242")
+    assert rules.check_submit(system, anyone, asked) == protocol.Submit(
+        "kq-n", "n", "default", 0, {"gpu": 1}, rules.MAX_GRACE_SECONDS, None
+    )

@@ -14,6 +14,10 @@ from dataclasses import dataclass, replace
 from kernel_queue import admission
 from kernel_queue.machine import config, protocol
 
+MAX_GRACE_SECONDS = 600.0
+"""The longest a system service lets a preempted kernel keep its GPUs: a client's own grace
+beyond it would let a user sit out every preemption."""
+
 WATCHING = (
     "this connection only watches the queue (its hello said watch); connect again with a "
     "quota to submit"
@@ -27,8 +31,9 @@ def _gpus(count: int) -> str:
 def check_submit(
     system: config.SystemConfig, who: config.Identity, submit: protocol.Submit
 ) -> protocol.Submit | str:
-    """`submit` with the priority class and priority the machine's config gives it (the
-    client's own numbers are not trusted), or the sentence refusing it."""
+    """`submit` with the priority class and priority the machine's config gives it and its
+    grace at most MAX_GRACE_SECONDS (the client's own numbers are not trusted), or the sentence
+    refusing it."""
     rule = system.rule_for(who)
     classes = system.quota.priority_classes
     klass = submit.priority_class or rule.default_priority_class
@@ -57,7 +62,8 @@ def check_submit(
             "machine's administrator to raise max_gpus"
         )
     priority = 0 if klass is None else classes[klass]
-    return replace(submit, priority_class=klass, priority=priority)
+    grace = min(submit.grace, MAX_GRACE_SECONDS)
+    return replace(submit, priority_class=klass, priority=priority, grace=grace)
 
 
 def limit_reason(who: config.Identity, held: int, limit: int) -> str:
