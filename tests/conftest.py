@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import tempfile
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -34,6 +35,11 @@ KUEUE_DATA = REPO.parent / "shared" / "data" / "kueue"
 KUEUE_CRDS = Path(os.environ.get(crd_files.ENVIRONMENT_VARIABLE) or KUEUE_DATA / "crds")
 """The CRDs the fake cluster reads in these tests: the variable's path, else the checkout's."""
 os.environ.setdefault(crd_files.ENVIRONMENT_VARIABLE, str(KUEUE_CRDS))
+# A machine's real system queue service (/run/kernel-queue) is never the tests': local-backend
+# tests start their own per-user one; the system-service tests point this at theirs.
+os.environ["KERNEL_QUEUE_SYSTEM_SOCKET"] = str(
+    Path(tempfile.gettempdir()) / f"kernel-queue-tests-{os.getpid()}" / "no-system-service.sock"
+)
 
 
 @pytest.hookimpl(wrapper=True)

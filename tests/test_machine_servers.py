@@ -145,3 +145,23 @@ async def _answer_as_protocol_0(reader: asyncio.StreamReader, writer: asyncio.St
     writer.write(json.dumps(welcome).encode() + b"\n")
     await writer.drain()
     writer.close()
+
+
+async def test_each_server_lists_the_whole_machine_queue_marking_its_own_kernels(
+    machine: Machine,
+) -> None:
+    first, second = await machine.server(), await machine.server()
+    assert (await first.request("GET", "api/kernel-queue/machine"))["service"] is None
+    holder = await first.start("low")
+    await running(first, holder)
+    waiting = await second.start("low")
+    await second.reason(waiting, "position 1 of 1")
+    for server, mine, theirs in ((first, holder, waiting), (second, waiting, holder)):
+        listing = await server.request("GET", "api/kernel-queue/machine")
+        assert listing["gpus"] == ["0"]
+        assert listing["service"]["pid"] == machine.service_pid()
+        kernels = {k["kernel_id"]: k for k in listing["kernels"]}
+        assert set(kernels) == {holder, waiting}
+        assert (kernels[mine]["here"], kernels[theirs]["here"]) == (True, False)
+        assert (kernels[holder]["state"], kernels[holder]["devices"]) == ("admitted", ["0"])
+        assert (kernels[waiting]["state"], kernels[waiting]["position"]) == ("queued", 1)

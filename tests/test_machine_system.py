@@ -303,7 +303,7 @@ async def test_max_gpus_keeps_a_users_next_kernel_waiting_while_a_gpu_is_free(
         assert (place["group"], place["position"], place["reason"]) == (
             "kq-second",
             1,
-            "waiting: nobody already holds 1 of the 1 GPU allowed at once; it starts when one of "
+            "nobody already holds 1 of the 1 GPU allowed at once; it starts when one of "
             "nobody's kernels stops",
         )
         await nobody.say("submit", "kq-big", "-", "2")
@@ -702,7 +702,7 @@ async def test_max_gpus_holds_when_two_of_a_users_kernels_arrive_in_one_pass(
                 "default",
                 1,
                 1,
-                "waiting: root already holds 1 of the 1 GPU allowed at once; it starts when "
+                "root already holds 1 of the 1 GPU allowed at once; it starts when "
                 "one of root's kernels stops",
             ),
         ]

@@ -79,6 +79,11 @@ def get_backend(name: str, *, owner: Any, config: Any, log: Any) -> ClusterBacke
     return backend
 
 
+def existing(name: str, *, owner: Any) -> ClusterBackend | None:
+    """The backend `name` of `owner` if one was created; never creates one."""
+    return _shared.get(owner, {}).get(name)
+
+
 async def aclose_all(owner: Any) -> None:
     """Close every backend `owner` created (its informers, processes and connections)."""
     for backend in _shared.pop(owner, {}).values():

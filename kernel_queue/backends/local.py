@@ -90,10 +90,10 @@ class LocalBackend(local_settings.LocalSettings):
         self._check_open(who)
         spec = replace(spec, name=group_name(kernel_id))
         await self.inventory()
-        limits = self.local_quota()
+        await self._machine.connect(self.machine_quota())  # refused here, nothing is held yet
+        limits = self._machine.enforced() or self.local_quota()
         request = limits.request(spec, created=float(next(self._arrivals)))
         limits.check_fits(spec, request)
-        await self._machine.connect(self.machine_quota())  # refused here, nothing is held yet
         checkpoints = self.checkpoint_dir(spec)
         if checkpoints is not None and not spec.checkpoint.path:
             await self.check_checkpoint_root(who)
@@ -230,6 +230,10 @@ class LocalBackend(local_settings.LocalSettings):
         await self._machine.aclose()
         await self._ledger.aclose()
 
+    async def machine_queue(self) -> dict[str, Any]:
+        """The machine's whole queue (`MachineLink.queue`), this server's kernels marked."""
+        return await self._machine.queue(here=set(self._groups))
+
     def _find(self, ref: GroupRef) -> local_groups.Group | None:
         """The group `ref` names: same kernel id, same launch (a later one has other ports)."""
         group = self._groups.get(ref.kernel_id)
@@ -256,6 +260,7 @@ class LocalBackend(local_settings.LocalSettings):
         if group is None:
             return
         group.place = QueuePlace(place.queue, place.position, place.length)
+        group.why = place.reason  # a system service's per-user limit holds it back
         if group.admitted is not None:
             if group.process is not None:
                 self.log.warning("%s: its GPUs were reclaimed after its grace; killed", group.who)

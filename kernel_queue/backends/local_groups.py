@@ -57,6 +57,7 @@ class Group:
     parked: bool = False  # parked: no launcher, no admission, not in the queue
     resume_asked: bool = False  # a resume came while parking: requeue once parked
     place: QueuePlace | None = None  # its place in line, as the machine's queue last said
+    why: str = ""  # why it waits though GPUs may be free, as the machine's queue said
     lost: str = ""  # why the machine's queue ended its lease (its launcher is being killed)
 
     @property
@@ -95,7 +96,7 @@ class Group:
             GroupPhase.QUEUED,
             place=self.place,
             message=self.saved,
-            waiting=None if wait is None else Waiting(estimate=wait),
+            waiting=Waiting(why=self.why, estimate=wait) if wait is not None or self.why else None,
         )
 
     def signal(self, signum: int) -> None:

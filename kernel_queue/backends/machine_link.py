@@ -11,12 +11,14 @@ owns, so a synchronous path (a launcher's exit) can send them too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from kernel_queue import errors
-from kernel_queue.backends import tasks
+from kernel_queue.backends import quota, tasks
 from kernel_queue.machine import client, protocol
 
 Log = logging.Logger | logging.LoggerAdapter[Any]
@@ -48,6 +50,14 @@ class MachineLink:
     def service(self) -> protocol.Welcome | None:
         """The running service's welcome (version, pid, quota in force), once connected."""
         return None if self._client is None else self._client.service
+
+    def enforced(self) -> quota.LocalQuota | None:
+        """The quota a system service enforces for everyone (its config's), once connected to
+        one; None for a user's own service (it enforces this server's settings)."""
+        service = self.service
+        if service is None or not service.system or service.quota is None:
+            return None
+        return quota.LocalQuota.enforced(service.quota)
 
     async def connect(self, quota: protocol.Quota) -> client.MachineClient:
         """The live connection, made (and the service started) if there is none; LaunchFailed
@@ -106,7 +116,7 @@ class MachineLink:
 
     def _carry_out(self, name: str, message: protocol.Message) -> None:
         handler = self._handler
-        if isinstance(message, protocol.Position):
+        if isinstance(message, protocol.Position):  # `reason`: why it waits, if not its place
             handler.placed(name, message)
         elif isinstance(message, protocol.Admit):
             handler.admitted(name, message.devices)
@@ -114,6 +124,28 @@ class MachineLink:
             handler.preempted(name, message.message)
         elif isinstance(message, protocol.Refused):
             handler.lost(name, message.message)
+
+    async def queue(self, *, here: set[str]) -> dict[str, Any]:
+        """The machine's whole queue as the service lists it (every server's and batch run's
+        kernels of this user), `here` marking the kernel ids of this server; no service and
+        no kernels when not connected (this server queued nothing yet, or the service went
+        away): a look never starts a service."""
+        machine = self._client
+        listing = None
+        if machine is not None and not machine.closed.is_set():
+            with contextlib.suppress(errors.LaunchFailed):
+                listing = await machine.listing()
+        if machine is None or listing is None:
+            return {"service": None, "gpus": [], "kernels": []}
+        service = machine.service
+        return {
+            "service": {"pid": service.pid, "version": service.version},
+            "gpus": [] if service.quota is None else list(service.quota.gpus),
+            "kernels": [
+                {**dataclasses.asdict(entry), "here": entry.kernel_id in here}
+                for entry in listing.groups
+            ],
+        }
 
     def release(self, name: str) -> None:
         """Leave the queue or give back the GPUs (sent now, in order)."""

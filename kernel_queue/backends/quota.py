@@ -28,6 +28,28 @@ class LocalQuota:
     strategy: str
     preemption: str
     pretend: bool = False  # the GPUs are pretend ones (no GPU found)
+    system: bool = False  # the machine's system service sets it (its config), not this server
+
+    @classmethod
+    def enforced(cls, machine: protocol.Quota) -> LocalQuota:
+        """The quota the machine's system service enforces, from its own config."""
+        return cls(
+            gpus=len(machine.gpus),
+            cpu=f"{machine.cpu}m",
+            memory=str(machine.memory),
+            queues=machine.queues,
+            priority_classes=dict(machine.priority_classes),
+            strategy=machine.strategy,
+            preemption=machine.preemption,
+            pretend=machine.pretend,
+            system=True,
+        )
+
+    def _setting(self, name: str) -> str:
+        """Where `name` is set: this server's config, or the system service's."""
+        if self.system:
+            return f"`{name}` in the machine's kernel-queue service config (its admin sets it)"
+        return f"c.LocalBackend.{name}"
 
     def cluster_queue(self) -> admission.ClusterQueue:
         """The one ClusterQueue every local queue shares."""
@@ -65,7 +87,7 @@ class LocalQuota:
             raise errors.QueueNotFound(
                 f"kernel {short_id(spec.kernel_id)}: queue {spec.queue!r} does not exist on the "
                 f"local backend; known queues: {', '.join(self.queues)}. Set `queue` in the "
-                "kernelspec to one of them, or add it to c.LocalBackend.queues."
+                f"kernelspec to one of them, or add it to {self._setting('queues')}."
             )
         priority = 0
         if spec.priority_class is not None:
@@ -74,7 +96,7 @@ class LocalQuota:
                 raise errors.PriorityClassNotFound(
                     f"kernel {short_id(spec.kernel_id)}: priority class {spec.priority_class!r} "
                     f"does not exist; known classes: {known}. Fix `priority_class` in the "
-                    "kernelspec or add it to c.LocalBackend.priority_classes."
+                    f"kernelspec or add it to {self._setting('priority_classes')}."
                 )
             priority = self.priority_classes[spec.priority_class]
         resources = {"gpu": spec.gpus}
@@ -101,15 +123,15 @@ class LocalQuota:
             raise errors.NeverFits(
                 f"{who} asks for {spec.gpus} GPU(s) but this machine has {have} in all, so it "
                 "could never start. Ask for fewer `gpus` in the kernelspec, or list more with "
-                "c.LocalBackend.gpus."
+                f"{self._setting('gpus')}."
             )
         if unfit.resource == "cpu":
             raise errors.NeverFits(
                 f"{who} asks for {spec.cpu} CPU but the local quota is {self.cpu}, so it could "
-                "never start. Lower `cpu` in the kernelspec or raise c.LocalBackend.cpu."
+                f"never start. Lower `cpu` in the kernelspec or raise {self._setting('cpu')}."
             )
         raise errors.NeverFits(
             f"{who} asks for {spec.memory} memory but the local quota is "
             f"{quantities.format_bytes(quantities.bytes_(self.memory))}, so it could never "
-            "start. Lower `memory` in the kernelspec or raise c.LocalBackend.memory."
+            f"start. Lower `memory` in the kernelspec or raise {self._setting('memory')}."
         )

@@ -70,7 +70,7 @@ def limit_reason(who: config.Identity, held: int, limit: int) -> str:
     """Why a group of `who` waits though GPUs may be free: its user holds its limit."""
     allowed = "GPU" if limit == 1 else "GPUs"
     return (
-        f"waiting: {who.user} already holds {held} of the {limit} {allowed} allowed at once; "
+        f"{who.user} already holds {held} of the {limit} {allowed} allowed at once; "
         f"it starts when one of {who.user}'s kernels stops"
     )
 

@@ -1,5 +1,6 @@
 """REST: `GET /api/kernel-queue/kernels` lists the server's kernels with their queue state;
-`POST …/kernels/<id>/park` and `…/resume` park a running kernel and wake a parked one.
+`POST …/kernels/<id>/park` and `…/resume` park a running kernel and wake a parked one;
+`GET /api/kernel-queue/machine` lists the machine's whole local queue.
 
 Authenticated and authorized like jupyter_server's own kernel API (resource "kernels"). Used by
 `jupyter kernel-queue status` and by the JupyterLab extension when a page (re)loads and must
@@ -17,10 +18,11 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from kernel_queue import errors
+from kernel_queue import backends, errors
 from kernel_queue.server import parking
 
 KERNELS_PATH = "api/kernel-queue/kernels"
+MACHINE_PATH = "api/kernel-queue/machine"
 ACTION_ROUTE = r"(?P<kernel_id>[\w-]+)/(?P<action>park|resume)"
 _SHOWN_EVERY = 0.05  # s between looks at whether the kernel shows its new state
 
@@ -37,6 +39,22 @@ class QueueStatusHandler(APIHandler):
         manager = self.kernel_manager
         listing = [entry(manager, model) for model in manager.list_kernels()]
         self.finish(json.dumps(listing))
+
+
+class MachineQueueHandler(APIHandler):
+    """`GET /api/kernel-queue/machine`: the machine's whole local queue, every Jupyter server's
+    and batch run's kernels of this user (`here` marks this server's), as the machine's queue
+    service lists them; `service` null while this server has queued nothing locally."""
+
+    auth_resource = "kernels"
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        local = backends.existing("local", owner=self.kernel_manager)
+        looks = getattr(local, "machine_queue", None)
+        body = await looks() if callable(looks) else {"service": None, "gpus": [], "kernels": []}
+        self.finish(json.dumps(body))
 
 
 class ParkHandler(APIHandler):
@@ -103,4 +121,8 @@ def register(serverapp: Any) -> None:
     """Add the handlers under the server's base URL."""
     route = url_path_join(serverapp.base_url, KERNELS_PATH)
     action = url_path_join(route, ACTION_ROUTE)
-    serverapp.web_app.add_handlers(".*$", [(route, QueueStatusHandler), (action, ParkHandler)])
+    machine = url_path_join(serverapp.base_url, MACHINE_PATH)
+    serverapp.web_app.add_handlers(
+        ".*$",
+        [(route, QueueStatusHandler), (action, ParkHandler), (machine, MachineQueueHandler)],
+    )
