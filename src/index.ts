@@ -28,11 +28,15 @@ import {
   QueueStatus,
   QueueStore
 } from './state';
+import { MachineQueue, MachineView, machineView } from './machine';
 
 const PLUGIN_ID = 'kernel-queue:plugin';
 /** The status-event schema (kernel_queue/events.py). */
 export const SCHEMA_ID = 'https://events.kernel-queue.dev/kernel-status/v1';
 const LISTING_PATH = 'api/kernel-queue/kernels';
+const MACHINE_PATH = 'api/kernel-queue/machine';
+/** While the panel is open, the machine's queue is fetched again this often (ms). */
+const MACHINE_EVERY_MS = 3_000;
 /** Default of the `longWaitSeconds` setting (schema/plugin.json). */
 const LONG_WAIT_SECONDS = 10;
 /**
@@ -59,6 +63,16 @@ async function fetchListing(settings: ServerConnection.ISettings): Promise<Listi
     throw new ServerConnection.ResponseError(response);
   }
   return (await response.json()) as ListingEntry[];
+}
+
+/** The machine's whole local queue: every server's and batch run's kernels of this user. */
+async function fetchMachine(settings: ServerConnection.ISettings): Promise<MachineQueue> {
+  const url = URLExt.join(settings.baseUrl, MACHINE_PATH);
+  const response = await ServerConnection.makeRequest(url, {}, settings);
+  if (!response.ok) {
+    throw new ServerConnection.ResponseError(response);
+  }
+  return (await response.json()) as MachineQueue;
 }
 
 /** What a park or resume request answers: the kernel's listing entry, or the refusal. */
@@ -123,7 +137,8 @@ class QueuePanel extends Widget {
     private readonly _store: QueueStore,
     private readonly _name: (kernelId: string) => string,
     private readonly _cancel: (kernelId: string) => Promise<void>,
-    private readonly _act: (kernelId: string, action: 'park' | 'resume') => Promise<void>
+    private readonly _act: (kernelId: string, action: 'park' | 'resume') => Promise<void>,
+    private readonly _look: () => Promise<MachineQueue>
   ) {
     super();
     this.addClass('jp-KernelQueue-panel');
@@ -140,10 +155,22 @@ class QueuePanel extends Widget {
     this.update();
     // The waits grow while the panel is open.
     this._timer = window.setInterval(() => this.update(), 1000);
+    void this._lookAtMachine();
+    this._machineTimer = window.setInterval(() => void this._lookAtMachine(), MACHINE_EVERY_MS);
   }
 
   protected onBeforeDetach(): void {
     window.clearInterval(this._timer);
+    window.clearInterval(this._machineTimer);
+  }
+
+  private async _lookAtMachine(): Promise<void> {
+    try {
+      this._machine = machineView(await this._look());
+    } catch {
+      this._machine = null; // an older server, or none: the section is left out
+    }
+    this.update();
   }
 
   protected onUpdateRequest(): void {
@@ -155,6 +182,9 @@ class QueuePanel extends Widget {
     const kernels = this._store.kernels();
     if (kernels.length > 0) {
       node.appendChild(this._kernels(kernels));
+    }
+    if (this._machine !== null) {
+      node.appendChild(this._machineSection(this._machine));
     }
     if (focused) {
       node.querySelector<HTMLElement>(`[data-focus-key="${focused}"]`)?.focus();
@@ -213,6 +243,33 @@ class QueuePanel extends Widget {
       tr.insertCell().appendChild(button);
     }
     section.appendChild(table);
+    return section;
+  }
+
+  private _machineSection(view: MachineView): HTMLElement {
+    const section = this._section('This machine', 'jp-KernelQueue-machine');
+    const capacity = document.createElement('p');
+    capacity.className = 'jp-KernelQueue-capacity';
+    capacity.textContent = view.capacity;
+    section.appendChild(capacity);
+    if (view.rows.length > 0) {
+      const table = this._table(['Elsewhere', 'State', 'GPUs']);
+      const body = table.createTBody();
+      for (const row of view.rows) {
+        const tr = body.insertRow();
+        tr.className = 'jp-KernelQueue-machineRow';
+        for (const text of [row.who, row.state, row.gpus]) {
+          tr.insertCell().textContent = text;
+        }
+      }
+      section.appendChild(table);
+    }
+    if (view.hidden) {
+      const hidden = document.createElement('p');
+      hidden.className = 'jp-KernelQueue-hidden';
+      hidden.textContent = view.hidden;
+      section.appendChild(hidden);
+    }
     return section;
   }
 
@@ -280,6 +337,8 @@ class QueuePanel extends Widget {
   }
 
   private _timer = 0;
+  private _machineTimer = 0;
+  private _machine: MachineView | null = null;
   private _unsubscribe: () => void;
 }
 
@@ -434,7 +493,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
         popup = null;
         return;
       }
-      const body = new QueuePanel(store, id => kernelName(app, id), cancel, act);
+      const look = () => fetchMachine(services.serverSettings);
+      const body = new QueuePanel(store, id => kernelName(app, id), cancel, act, look);
       popup = showPopup({ body, anchor: item, align: 'left', hasDynamicSize: true });
     };
     item.node.addEventListener('click', togglePanel);

@@ -24,6 +24,16 @@ from kernel_queue.machine import client, protocol
 Log = logging.Logger | logging.LoggerAdapter[Any]
 
 
+NOT_CONNECTED: dict[str, Any] = {
+    "service": None,
+    "gpus": [],
+    "gpus_in_use": 0,
+    "kernels": [],
+    "hidden": {},
+}
+"""The machine queue's listing where no service is connected (nothing queued here yet)."""
+
+
 class Handler(Protocol):
     """What the backend does with the service's word about group `name`."""
 
@@ -136,15 +146,20 @@ class MachineLink:
             with contextlib.suppress(errors.LaunchFailed):
                 listing = await machine.listing()
         if machine is None or listing is None:
-            return {"service": None, "gpus": [], "kernels": []}
+            return dict(NOT_CONNECTED)
         service = machine.service
         return {
-            "service": {"pid": service.pid, "version": service.version},
+            "service": {"pid": service.pid, "version": service.version, "system": service.system},
             "gpus": [] if service.quota is None else list(service.quota.gpus),
+            "gpus_in_use": listing.gpus_in_use,
             "kernels": [
-                {**dataclasses.asdict(entry), "here": entry.kernel_id in here}
+                {
+                    **dataclasses.asdict(entry),
+                    "here": bool(entry.kernel_id) and entry.kernel_id in here,
+                }
                 for entry in listing.groups
             ],
+            "hidden": dict(listing.hidden),  # other users' kernels by state, when only counted
         }
 
     def release(self, name: str) -> None:

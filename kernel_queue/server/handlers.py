@@ -19,6 +19,7 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from kernel_queue import backends, errors
+from kernel_queue.backends import machine_link
 from kernel_queue.server import parking
 
 KERNELS_PATH = "api/kernel-queue/kernels"
@@ -53,7 +54,7 @@ class MachineQueueHandler(APIHandler):
     async def get(self) -> None:
         local = backends.existing("local", owner=self.kernel_manager)
         looks = getattr(local, "machine_queue", None)
-        body = await looks() if callable(looks) else {"service": None, "gpus": [], "kernels": []}
+        body = await looks() if callable(looks) else dict(machine_link.NOT_CONNECTED)
         self.finish(json.dumps(body))
 
 

@@ -39,6 +39,8 @@ KERNEL_WAIT_MS = 90_000
 UI_WAIT_MS = 30_000
 
 pytestmark = pytest.mark.timeout(300)
+LAB_ENV: dict[str, dict[str, str]] = {}
+"""Each running lab's environment by its base URL (a batch run beside it uses the same)."""
 
 
 def _require_browser() -> Any:
@@ -193,6 +195,7 @@ def lab(tmp_path: Path, artifacts: Path, browser_api: Any) -> Iterator[str]:
         stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}/"
+    LAB_ENV[base] = env
     try:
 
         def answering() -> bool:
@@ -492,3 +495,58 @@ def test_an_open_notebook_left_idle_parks_and_its_next_cell_brings_it_back(
 
 # JupyterLab marks the notebook tab on show as the current one.
 CURRENT_TAB = re.compile(r"\blm-mod-current\b")
+
+
+def test_the_panel_shows_a_batch_run_holding_the_gpu_and_its_end_admits_the_notebook(
+    page: Any, browser_api: Any, lab: str, artifacts: Path, tmp_path: Path
+) -> None:
+    ui = Lab(page, browser_api.expect, lab, artifacts)
+    expect, status = ui.expect, ui.status
+    # A batch run on the same machine (same user) takes the only GPU first.
+    held = tmp_path / "held"
+    _notebook(
+        tmp_path / "hold.ipynb",
+        "python3-gpu-queued",
+        f"open({str(held)!r}, 'w').close()\nimport time\ntime.sleep(600)",
+    )
+    batch_log = (tmp_path / "batch.log").open("w")
+    batch = subprocess.Popen(
+        [
+            *(JUPYTER, "nbconvert", "--to", "notebook", "--execute", str(tmp_path / "hold.ipynb")),
+            "--ExecutePreprocessor.timeout=600",
+        ],
+        # The lab's settings (its --pretend-gpus 1), or the machine's queue refuses the run.
+        env={**LAB_ENV[lab], "KERNEL_QUEUE_PRETEND_GPUS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=batch_log,
+    )
+    try:
+        until_sync(
+            held.exists,
+            "the batch run's kernel running its cell",
+            within=90,
+            detail=lambda: (tmp_path / "batch.log").read_text()[-2000:],
+        )
+        ui.goto("lab/tree/first.ipynb")
+        expect(status).to_have_text("Queued · #1 in gpu", timeout=KERNEL_WAIT_MS)
+        status.click()
+        machine = page.locator(".jp-KernelQueue-machine")
+        expect(machine.locator(".jp-KernelQueue-capacity")).to_have_text(
+            "GPUs: 1 of 1 in use · 1 waiting"
+        )
+        row = machine.locator(".jp-KernelQueue-machineRow")
+        expect(row).to_have_count(1)
+        expect(row.locator("td").nth(0)).to_have_text(
+            re.compile(r"^kernel [0-9a-f]{8} \(another process, pid \d+\)$")
+        )
+        expect(row.locator("td").nth(1)).to_have_text("running")
+        expect(row.locator("td").nth(2)).to_have_text("GPU 0")
+        ui.shot("panel-shows-the-batch-run")
+        batch.send_signal(signal.SIGKILL)  # its lease ends with it: the notebook is next
+        expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+        expect(row).to_have_count(0, timeout=KERNEL_WAIT_MS)
+        ui.shot("batch-gone-notebook-running")
+    finally:
+        batch.kill()
+        batch.wait()
+        batch_log.close()
