@@ -1,6 +1,7 @@
 """REST: `GET /api/kernel-queue/kernels` lists the server's kernels with their queue state;
 `POST …/kernels/<id>/park` and `…/resume` park a running kernel and wake a parked one;
-`GET /api/kernel-queue/machine` lists the machine's whole local queue.
+`GET /api/kernel-queue/machine` lists the machine's whole local queue;
+`GET /api/kernel-queue/queues` says each queue's capacity, use, holders and waiting list.
 
 Authenticated and authorized like jupyter_server's own kernel API (resource "kernels"). Used by
 `jupyter kernel-queue status` and by the JupyterLab extension when a page (re)loads and must
@@ -20,10 +21,11 @@ from tornado import web
 
 from kernel_queue import backends, errors
 from kernel_queue.backends import machine_link
-from kernel_queue.server import parking
+from kernel_queue.server import parking, queues
 
 KERNELS_PATH = "api/kernel-queue/kernels"
 MACHINE_PATH = "api/kernel-queue/machine"
+QUEUES_PATH = "api/kernel-queue/queues"
 ACTION_ROUTE = r"(?P<kernel_id>[\w-]+)/(?P<action>park|resume)"
 _SHOWN_EVERY = 0.05  # s between looks at whether the kernel shows its new state
 
@@ -56,6 +58,19 @@ class MachineQueueHandler(APIHandler):
         looks = getattr(local, "machine_queue", None)
         body = await looks() if callable(looks) else dict(machine_link.NOT_CONNECTED)
         self.finish(json.dumps(body))
+
+
+class QueuesHandler(APIHandler):
+    """`GET /api/kernel-queue/queues`: per queue its capacity and use, the kernels holding it
+    (notebook, GPUs, idle since) and those waiting (`queues.listing` builds it)."""
+
+    auth_resource = "kernels"
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        body = await queues.listing(self.kernel_manager, self.session_manager)
+        self.finish(json.dumps(body, default=str))
 
 
 class ParkHandler(APIHandler):
@@ -123,7 +138,13 @@ def register(serverapp: Any) -> None:
     route = url_path_join(serverapp.base_url, KERNELS_PATH)
     action = url_path_join(route, ACTION_ROUTE)
     machine = url_path_join(serverapp.base_url, MACHINE_PATH)
+    listing = url_path_join(serverapp.base_url, QUEUES_PATH)
     serverapp.web_app.add_handlers(
         ".*$",
-        [(route, QueueStatusHandler), (action, ParkHandler), (machine, MachineQueueHandler)],
+        [
+            (route, QueueStatusHandler),
+            (action, ParkHandler),
+            (machine, MachineQueueHandler),
+            (listing, QueuesHandler),
+        ],
     )
