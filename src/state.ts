@@ -6,6 +6,8 @@
  * which notifications a change deserves. The plugin (`index.ts`) owns every side effect.
  */
 
+import { failedLabel, gpuCount, isParking, isWaking } from './look';
+
 /** The kernel-status schema's states (kernel_queue/schemas/kernel-status.yaml). */
 export type KernelState =
   | 'queued'
@@ -90,26 +92,17 @@ export interface KernelRow {
   gpus: number;
 }
 
+export { gpuCount };
+
 /** States in which a kernel waits for (re-)admission (lifecycle.WAITING on the server). */
 export const WAITING: ReadonlySet<KernelState> = new Set(['queued', 'preempted', 'requeued']);
 /** States after which nothing more happens to the kernel. */
 export const TERMINAL: ReadonlySet<KernelState> = new Set(['finished', 'failed', 'cancelled']);
+/** Terminal states the store forgets at once; a failed kernel is kept (its item says why)
+ * until the kernel is shut down or gone. */
+const FORGOTTEN: ReadonlySet<KernelState> = new Set(['finished', 'cancelled']);
 export const LIVE: ReadonlySet<KernelState> = new Set(['running', 'resumed']);
 
-/** The server's sentence while a kernel saves to park ("parking after 30 min idle: saving…"). */
-function isParking(status: QueueStatus): boolean {
-  return status.state === 'parked' && /^parking\b/.test(status.message);
-}
-
-/** A woken kernel back in its queue ("waking from parked: queued in 'gpu', position 1 …"). */
-function isWaking(status: QueueStatus): boolean {
-  return status.state === 'requeued' && /^waking from parked\b/.test(status.message);
-}
-
-/** "1 GPU", "2 GPUs". */
-export function gpuCount(gpus: number): string {
-  return `${gpus} ${gpus === 1 ? 'GPU' : 'GPUs'}`;
-}
 
 /** A wait as a person says it: "45 s", "3 min 05 s", "2 h 07 min". */
 export function formatWait(ms: number): string {
@@ -138,7 +131,8 @@ export function formatEstimate(seconds: number): string {
 /**
  * The status-bar text for one kernel's status: `Queued · #2 in gpu`, `Queued · #2 in gpu ·
  * ~4 min` (with the server's estimate), `Admitted · 1 GPU`, `Running`, `Preempted · saving…`,
- * `Requeued · #1`, `Parking · saving…`, `Parked · GPU released`, `Waking · #1`, `Failed`, ...
+ * `Requeued · #1`, `Parking · saving…`, `Parked · GPU released`, `Waking · #1`,
+ * `Failed · needs 3 GPUs, 2 exist` (look.ts's `failedLabel`), ...
  */
 export function statusLabel(status: QueueStatus): string {
   const position = status.position ? `#${status.position}` : null;
@@ -171,7 +165,7 @@ export function statusLabel(status: QueueStatus): string {
       }
       return status.gpus === 1 ? 'Parked · GPU released' : 'Parked · GPUs released';
     case 'failed':
-      return 'Failed';
+      return failedLabel(status.message);
     case 'cancelled':
       return 'Cancelled';
     case 'finished':
@@ -242,7 +236,7 @@ export class QueueStore {
   load(listing: ListingEntry[]): Notice[] {
     this._entries.clear();
     for (const kernel of listing) {
-      if (kernel.queue && !TERMINAL.has(kernel.queue.state)) {
+      if (kernel.queue && !FORGOTTEN.has(kernel.queue.state)) {
         const waiting = WAITING.has(kernel.queue.state);
         this._entries.set(kernel.id, {
           status: kernel.queue,
@@ -357,7 +351,7 @@ export class QueueStore {
 
   private _apply(status: QueueStatus, at: number): Notice[] {
     const previous = this._entries.get(status.kernel_id);
-    if (TERMINAL.has(status.state)) {
+    if (FORGOTTEN.has(status.state)) {
       this._entries.delete(status.kernel_id);
     } else {
       const waiting = WAITING.has(status.state);

@@ -365,7 +365,26 @@ describe('notices', () => {
     expect(store.apply(event('a', 'failed', { message: sentence }))).toEqual([
       { kernelId: 'a', kind: 'error', moment: 'failed', message: sentence }
     ]);
+    // The item keeps saying why, with the whole sentence as its tooltip, until shut down.
+    expect(store.label('a')).toBe('Failed · gave up waiting');
+    expect(store.sentence('a')).toBe(sentence);
+    expect(store.queued()).toEqual([]);
+    store.remove('a');
     expect(store.label('a')).toBeNull();
+  });
+
+  it('keeps a kernel the listing says failed before any event, and forgets a finished one', () => {
+    const store = new QueueStore({ longWaitMs: 0 });
+    const failed = event('a', 'failed', {
+      message: "kernel aaaa: queue 'nosuch' does not exist on the local backend; known queues: gpu."
+    });
+    const notices = store.load([
+      { id: 'a', queue: failed },
+      { id: 'b', queue: event('b', 'finished') }
+    ]);
+    expect(notices).toEqual([]); // a reload does not announce an old failure again
+    expect(store.label('a')).toBe("Failed · no queue 'nosuch'");
+    expect(store.label('b')).toBeNull();
   });
 
   it('repeats nothing for a repeated state', () => {
