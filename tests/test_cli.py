@@ -24,7 +24,7 @@ from tests.conftest import KernelspecFactory, Server
 from tests.polling import until_sync
 
 JUPYTER = str(Path(sys.executable).parent / "jupyter")
-KUBE = ["--backend", "kubernetes", "--image", "registry.example/kernel:1"]
+KUBE = ["--backend", "kubernetes", "--image", "registry.example/kernel:1", "--queue", "q"]
 
 
 @pytest.fixture
@@ -118,7 +118,9 @@ def test_install_refuses_to_overwrite_without_replace(user_env: dict[str, str]) 
         pytest.param(["--gpus", "-1"], "--gpus must be 0 or more, not -1", id="negative-gpus"),
         pytest.param(["--backend", "slurm"], "--backend must be one of", id="unknown-backend"),
         pytest.param(
-            ["--backend", "kubernetes"], "--image is required", id="kubernetes-without-image"
+            ["--backend", "kubernetes", "--queue", "q"],
+            "--image is required",
+            id="kubernetes-without-image",
         ),
         pytest.param(["--name", "My Kernel"], "is not a kernelspec name", id="bad-name"),
         pytest.param(["--memory", "lots"], "--memory: 'lots' is not a quantity", id="memory"),

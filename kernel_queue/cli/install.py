@@ -1,13 +1,17 @@
 """`jupyter kernel-queue install`: write a queued kernelspec from command-line options.
 
-Every option is checked before anything is written; the kernelspec is built in a temporary
-directory and installed with jupyter_client's KernelSpecManager (`--user`, `--sys-prefix`,
-`--prefix`), refusing to overwrite an existing one unless `--replace` is given.
+Every option is checked before anything is written: an unknown option (`arguments`), a bad
+value, and the queue and priority class against what the backend has (`install_checks`). The
+kernelspec is built in a temporary directory and installed with jupyter_client's
+KernelSpecManager (`--user`, `--sys-prefix`, `--prefix`), refusing to overwrite an existing one
+unless `--replace` is given. A local kernelspec runs the kernel with this interpreter
+(`sys.executable`), whatever the server's PATH finds. It prints one line.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sys
 import tempfile
@@ -19,11 +23,16 @@ from jupyter_core.application import JupyterApp
 from jupyter_core.paths import SYSTEM_JUPYTER_PATH, jupyter_data_dir
 from traitlets import Bool, Float, Int, Unicode
 
-from kernel_queue import backends, errors, quantities, spec
+from kernel_queue import backends, quantities, spec
 from kernel_queue import gateway as eg
+from kernel_queue.cli import arguments, install_checks
+from kernel_queue.cli.install_checks import InstallError
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 KERNEL_ARGV = ["python", "-m", "kernel_queue.launcher.kernel", "-f", "{connection_file}"]
+"""The kernel's command; `python` is the interpreter of wherever the kernel runs (a pod's)."""
+DEFAULT_QUEUES = {True: "gpu", False: "cpu"}
+"""The local queue of a kernel with GPUs and of one without: the shipped kernelspecs' queues."""
 GATEWAYS = ("enterprise-gateway",)
 CHECKPOINT_OPTIONS = {
     "checkpoint": "--checkpoint",
@@ -34,10 +43,6 @@ CHECKPOINT_OPTIONS = {
     "checkpoint.keep": "--keep-checkpoints",
 }
 """The option that sets each kernelspec `checkpoint` key (for `spec.checkpoint_settings`)."""
-
-
-class InstallError(errors.ConfigError):
-    """An option is invalid; nothing was written."""
 
 
 def kernel_json(
@@ -58,8 +63,10 @@ def kernel_json(
     checkpoint_claim: str = "",
     grace_seconds: float | None = None,
     keep_checkpoints: bool = False,
+    interpreter: str = "python",
 ) -> dict[str, Any]:
     """The kernel.json of a queued Python kernel; raises InstallError naming a bad option.
+    `interpreter` is argv[0].
 
     The checkpoint options follow the kernelspec's rules (`spec.checkpoint_settings`, the same
     code that checks a hand-written kernelspec), worded as options.
@@ -113,7 +120,7 @@ def kernel_json(
     if gateway == "enterprise-gateway":
         metadata["process_proxy"] = {"class_name": eg.CLASS_NAME}
     return {
-        "argv": KERNEL_ARGV,
+        "argv": [interpreter, *KERNEL_ARGV[1:]],
         "display_name": display_name,
         "language": "python",
         "interrupt_mode": "message",
@@ -145,7 +152,7 @@ def _checkpoint(
     return stanza
 
 
-class InstallApp(JupyterApp):
+class InstallApp(arguments.StrictOptions):
     """Write a queued kernelspec.
 
     Example: jupyter kernel-queue install --name gpu2 --gpus 2 --queue gpu --user
@@ -153,17 +160,28 @@ class InstallApp(JupyterApp):
 
     name = "jupyter-kernel-queue-install"
     description = __doc__
+    command = "jupyter kernel-queue install"
 
     kernel_name = Unicode("python3-queued", config=True, help="Kernelspec name (directory).")
     display_name = Unicode("", config=True, help="Name shown in JupyterLab's launcher.")
     backend = Unicode("local", config=True, help="'local' or 'kubernetes'.")
-    queue = Unicode("default", config=True, help="Queue (Kueue LocalQueue) to wait in.")
+    queue = Unicode(
+        "",
+        config=True,
+        help="""Queue to wait in: one of the local backend's queues (default 'gpu' with GPUs,
+        'cpu' without, as the shipped kernelspecs), or a Kueue LocalQueue (kubernetes: required).
+        Checked against the server's config, or the cluster.""",
+    )
     gpus = Int(1, config=True, help="GPUs each kernel asks for.")
     cpu = Unicode("", config=True, help="CPU each kernel asks for ('2', '500m').")
     memory = Unicode("", config=True, help="Memory each kernel asks for ('8Gi').")
     image = Unicode("", config=True, help="Kernel image (kubernetes backend).")
     namespace = Unicode("", config=True, help="Namespace (kubernetes backend).")
-    priority_class = Unicode("", config=True, help="Priority class name.")
+    priority_class = Unicode(
+        "",
+        config=True,
+        help="Priority class: the local backend's, or a Kueue WorkloadPriorityClass (checked).",
+    )
     admission_timeout = Float(0.0, config=True, help="Seconds to wait in the queue; 0 = forever.")
     gateway = Unicode(
         "", config=True, help="'enterprise-gateway': add Enterprise Gateway 3.x's process proxy."
@@ -222,14 +240,20 @@ class InstallApp(JupyterApp):
 
     def start(self) -> None:
         try:
-            path = self.install()
+            path, note = self.install()
         except InstallError as exc:
-            print(f"jupyter kernel-queue install: {exc}", file=sys.stderr)
+            print(f"{self.command}: {exc}", file=sys.stderr)
             self.exit(2)
-        print(f"Installed kernelspec {self.kernel_name} in {path}")
+        checked = ""
+        if note.startswith(install_checks.NOT_CHECKED):
+            print(f"{self.command}: {note}", file=sys.stderr)
+        elif note:
+            checked = f" ({note})"
+        print(f"Installed kernelspec {self.kernel_name} in {path}{checked}")
 
-    def install(self) -> str:
-        """Validate, then write the kernelspec; return where it went."""
+    def install(self) -> tuple[str, str]:
+        """Validate, then write the kernelspec; return where it went and, for the kubernetes
+        backend, what was found on the cluster (or `NOT_CHECKED` and why)."""
         if not _NAME.match(self.kernel_name):
             raise InstallError(
                 f"--name {self.kernel_name!r} is not a kernelspec name: use lower-case letters, "
@@ -237,12 +261,19 @@ class InstallApp(JupyterApp):
             )
         if sum(bool(x) for x in (self.user, self.sys_prefix, self.prefix)) > 1:
             raise InstallError("choose at most one of --user, --sys-prefix and --prefix")
+        local = self.backend == "local"
+        queue = self.queue or (DEFAULT_QUEUES[self.gpus > 0] if local else "")
         plural = "GPU" if self.gpus == 1 else "GPUs"
-        display = self.display_name or f"Python 3 ({self.gpus} {plural}, queued in {self.queue})"
+        display = self.display_name or f"Python 3 ({self.gpus} {plural}, queued in {queue})"
+        if self.backend == "kubernetes" and not queue:
+            raise InstallError(
+                "--queue is required for the kubernetes backend: name the LocalQueue the "
+                "kernel waits in (`kubectl get localqueues -n <namespace>` lists them)"
+            )
         spec = kernel_json(
             display_name=display,
             backend=self.backend,
-            queue=self.queue,
+            queue=queue,
             gpus=self.gpus,
             cpu=self.cpu,
             memory=self.memory,
@@ -256,8 +287,13 @@ class InstallApp(JupyterApp):
             checkpoint_claim=self.checkpoint_claim,
             grace_seconds=self.grace_seconds,
             keep_checkpoints=self.keep_checkpoints,
+            interpreter=sys.executable if local else "python",
         )
-        manager = KernelSpecManager(parent=self)
+        if local:
+            install_checks.check_local(queue, self.priority_class)
+            note = ""
+        else:
+            note = install_checks.cluster_check(queue, self.priority_class, self.namespace)
         prefix = sys.prefix if self.sys_prefix else (self.prefix or None)
         destination = _destination(self.kernel_name, user=self.user, prefix=prefix)
         if destination.exists() and not self.replace:
@@ -265,13 +301,16 @@ class InstallApp(JupyterApp):
                 f"a kernelspec named {self.kernel_name!r} already exists in {destination}; "
                 "pass --replace to overwrite it"
             )
+        # Its own logger, quiet: the one line printed says what was installed where.
+        quiet = logging.getLogger("kernel_queue.cli.install.kernelspecs")
+        quiet.setLevel(logging.WARNING)
+        manager = KernelSpecManager(parent=self, log=quiet)
         with tempfile.TemporaryDirectory() as folder:
             (Path(folder) / "kernel.json").write_text(json.dumps(spec, indent=2) + "\n")
-            return str(
-                manager.install_kernel_spec(
-                    folder, kernel_name=self.kernel_name, user=self.user, prefix=prefix
-                )
+            path = manager.install_kernel_spec(
+                folder, kernel_name=self.kernel_name, user=self.user, prefix=prefix
             )
+        return str(path), note
 
 
 def _destination(name: str, *, user: bool, prefix: str | None) -> Path:

@@ -1,0 +1,207 @@
+"""`jupyter kernel-queue install` as a user runs it: options it does not know, a queue or
+priority class the backend lacks (the server's config for the local backend, the fake cluster's
+LocalQueues and WorkloadPriorityClasses for the kubernetes one), and what it prints and writes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import KUEUE_DATA, skip_unless_ci
+
+JUPYTER = str(Path(sys.executable).parent / "jupyter")
+INSTALL = (JUPYTER, "kernel-queue", "install", "--user")
+KUBE = ("--backend", "kubernetes", "--image", "registry.example/kernel:1")
+
+
+@pytest.fixture
+def user_env(tmp_path: Path) -> dict[str, str]:
+    """Jupyter's user dirs and HOME private to the test; no kubeconfig."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "KUBE"))}
+    env.update(
+        HOME=str(tmp_path / "home"),
+        JUPYTER_DATA_DIR=str(tmp_path / "data"),
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+    )
+    (tmp_path / "home").mkdir()
+    (tmp_path / "config").mkdir()
+    return env
+
+
+def install(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*INSTALL, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def written(env: dict[str, str], name: str = "python3-queued") -> dict[str, Any]:
+    path = Path(env["JUPYTER_DATA_DIR"]) / "kernels" / name / "kernel.json"
+    spec: dict[str, Any] = json.loads(path.read_text())
+    return spec
+
+
+def nothing_written(env: dict[str, str]) -> bool:
+    return not (Path(env["JUPYTER_DATA_DIR"]) / "kernels").exists()
+
+
+def test_a_typo_of_an_option_is_refused_with_the_option_it_meant(
+    user_env: dict[str, str],
+) -> None:
+    done = install(user_env, "--gpu", "1")
+    assert done.returncode == 2
+    assert done.stderr == (
+        "jupyter kernel-queue install: unknown option --gpu; did you mean --gpus? "
+        "(`jupyter kernel-queue install --help` lists the options)\n"
+    )
+    assert done.stdout == ""
+    assert nothing_written(user_env)
+    stray = install(user_env, "gpu2")
+    assert stray.returncode == 2
+    assert "takes no arguments, only options, but was given 'gpu2'" in stray.stderr
+    assert nothing_written(user_env)
+
+
+def test_success_is_one_line_and_the_kernel_runs_with_this_interpreter(
+    user_env: dict[str, str],
+) -> None:
+    done = install(user_env, "--name", "gpu2", "--gpus", "2", "--priority-class", "high")
+    assert done.returncode == 0, done.stderr
+    where = Path(user_env["JUPYTER_DATA_DIR"]) / "kernels" / "gpu2"
+    assert done.stdout == f"Installed kernelspec gpu2 in {where}\n"
+    assert done.stderr == ""
+    spec = written(user_env, "gpu2")
+    assert spec["argv"][0] == sys.executable
+    assert Path(spec["argv"][0]).is_absolute()
+    assert spec["display_name"] == "Python 3 (2 GPUs, queued in gpu)"
+    again = install(user_env, "--name", "gpu2", "--gpus", "1", "--replace")
+    assert (again.stdout, again.stderr) == (f"Installed kernelspec gpu2 in {where}\n", "")
+
+
+def test_the_default_queue_is_the_shipped_kernelspecs_gpu_or_cpu(
+    user_env: dict[str, str],
+) -> None:
+    assert install(user_env, "--name", "g").returncode == 0
+    assert install(user_env, "--name", "c", "--gpus", "0").returncode == 0
+    repo = Path(__file__).resolve().parents[1] / "kernelspecs"
+    shipped_gpu = json.loads((repo / "python3-gpu-queued" / "kernel.json").read_text())
+    shipped_cpu = json.loads((repo / "python3-cpu-queued" / "kernel.json").read_text())
+    for name, shipped in (("g", shipped_gpu), ("c", shipped_cpu)):
+        config = written(user_env, name)["metadata"]["kernel_provisioner"]["config"]
+        assert config["queue"] == shipped["metadata"]["kernel_provisioner"]["config"]["queue"]
+    assert written(user_env, "g")["display_name"] == "Python 3 (1 GPU, queued in gpu)"
+
+
+def test_a_queue_or_class_the_local_backend_lacks_is_refused(user_env: dict[str, str]) -> None:
+    done = install(user_env, "--queue", "nosuch")
+    assert done.returncode == 2
+    assert done.stderr == (
+        "jupyter kernel-queue install: --queue 'nosuch' is not a queue of the local backend; "
+        "its queues are default, gpu, cpu (the default of c.LocalBackend.queues; no Jupyter "
+        "server config file sets it). Pass one of them, or add 'nosuch' to "
+        "c.LocalBackend.queues in jupyter_server_config.py\n"
+    )
+    done = install(user_env, "--priority-class", "urgent")
+    assert done.returncode == 2
+    assert done.stderr.startswith(
+        "jupyter kernel-queue install: --priority-class 'urgent' is not a priority class of "
+        "the local backend; its classes are high (100), low (-100), normal (0)"
+    )
+    assert nothing_written(user_env)
+
+
+def test_the_local_check_reads_the_servers_config_files(user_env: dict[str, str]) -> None:
+    config = Path(user_env["JUPYTER_CONFIG_DIR"])
+    (config / "jupyter_server_config.py").write_text('c.LocalBackend.queues = ["big", "small"]\n')
+    (config / "jupyter_server_config.json").write_text(
+        json.dumps({"LocalBackend": {"priority_classes": {"urgent": 500}}})
+    )
+    done = install(user_env, "--queue", "gpu")
+    assert done.returncode == 2
+    assert "its queues are big, small (c.LocalBackend.queues as set in " in done.stderr
+    assert str(config / "jupyter_server_config.py") in done.stderr
+    done = install(user_env, "--queue", "big", "--priority-class", "urgent")
+    assert done.returncode == 0, done.stderr
+    config_written = written(user_env)["metadata"]["kernel_provisioner"]["config"]
+    assert (config_written["queue"], config_written["priority_class"]) == ("big", "urgent")
+
+
+def test_kubernetes_without_a_cluster_says_it_did_not_check(user_env: dict[str, str]) -> None:
+    done = install(user_env, *KUBE, "--queue", "user-queue")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == (
+        "jupyter kernel-queue install: did not check --queue and --priority-class against a "
+        "cluster: no kubeconfig at ~/.kube/config; set KUBECONFIG to the cluster's, then "
+        "install again\n"
+    )
+    assert done.stdout.count("\n") == 1 and done.stdout.startswith("Installed kernelspec")
+    assert written(user_env)["argv"][0] == "python"  # the pod's interpreter
+    missing = install(user_env, *KUBE, "--replace")
+    assert missing.returncode == 2
+    assert "--queue is required for the kubernetes backend" in missing.stderr
+
+
+@contextlib.contextmanager
+def fake_cluster(directory: Path) -> Iterator[str]:
+    """`jupyter kernel-queue fake-cluster --sample-queues` serving; yields its kubeconfig."""
+    if not KUEUE_DATA.is_dir():
+        skip_unless_ci(f"Kueue's CRDs are not at {KUEUE_DATA} (../shared is absent)")
+    process = subprocess.Popen(
+        [JUPYTER, "kernel-queue", "fake-cluster", "--sample-queues", f"--dir={directory}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        kubeconfig = ""
+        for line in process.stdout:
+            if line.startswith("kubeconfig: "):
+                kubeconfig = line.split(": ", 1)[1].strip()
+            if "Press Ctrl-C to stop." in line:
+                break
+        assert kubeconfig, "the fake cluster printed no kubeconfig"
+        yield kubeconfig
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+
+
+def test_kubernetes_checks_the_clusters_local_queues_and_priority_classes(
+    user_env: dict[str, str], tmp_path: Path
+) -> None:
+    with fake_cluster(tmp_path / "cluster") as kubeconfig:
+        env = {**user_env, "KUBECONFIG": kubeconfig}
+        done = install(env, *KUBE, "--queue", "nosuch")
+        assert done.returncode == 2
+        assert done.stderr == (
+            "jupyter kernel-queue install: --queue 'nosuch': no LocalQueue 'nosuch' in "
+            f"namespace 'default' on the cluster of the kubeconfig {kubeconfig} ($KUBECONFIG) "
+            "(LocalQueues in namespace 'default': user-queue). Pass one of them, or create it "
+            "(see etc/kubernetes/queues.yaml)\n"
+        )
+        done = install(env, *KUBE, "--queue", "user-queue", "--priority-class", "urgent")
+        assert done.returncode == 2
+        assert "no WorkloadPriorityClass 'urgent'" in done.stderr
+        assert "(WorkloadPriorityClasses: high, low)" in done.stderr
+        assert nothing_written(env)
+        done = install(env, *KUBE, "--queue", "user-queue", "--priority-class", "high")
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == ""
+        assert done.stdout.endswith(
+            "(LocalQueue 'user-queue' in namespace 'default' and WorkloadPriorityClass 'high' "
+            f"found on the cluster of the kubeconfig {kubeconfig} ($KUBECONFIG))\n"
+        )
