@@ -51,6 +51,12 @@ TABLE = [
         '"welcome", "version": "0.1.0"}',
     ),
     (
+        protocol.Places(
+            (protocol.Position("kq-a", "gpu", 1, 2), protocol.Position("kq-b", "gpu", 2, 2, "r"))
+        ),
+        '{"places": [["kq-a", "gpu", 1, 2, ""], ["kq-b", "gpu", 2, 2, "r"]], "type": "places"}',
+    ),
+    (
         protocol.Position("kq-a", "gpu", 1, 2),
         '{"group": "kq-a", "length": 2, "position": 1, "queue": "gpu", "reason": "", "type": '
         '"position"}',
@@ -107,8 +113,8 @@ def test_a_line_that_is_no_message_is_a_protocol_error_quoting_it(line: bytes) -
 
 
 def test_a_hello_of_another_protocol_is_read_even_when_its_quota_is_not() -> None:
-    line = b'{"type": "hello", "protocol": 2, "version": "9.0", "pid": 5, "quota": {"x": 1}}'
-    assert protocol.decode(line) == protocol.Hello(2, "9.0", 5, None)
+    line = b'{"type": "hello", "protocol": 3, "version": "9.0", "pid": 5, "quota": {"x": 1}}'
+    assert protocol.decode(line) == protocol.Hello(3, "9.0", 5, None)
 
 
 def test_a_line_of_a_peer_without_the_newer_fields_or_with_more_reads_back() -> None:
@@ -120,10 +126,10 @@ def test_a_line_of_a_peer_without_the_newer_fields_or_with_more_reads_back() -> 
 
 
 def test_the_mismatch_sentence_names_the_service_and_both_fixes() -> None:
-    service = protocol.Welcome("0.3.0", 4242, 2, None)
+    service = protocol.Welcome("0.3.0", 4242, 3, None)
     assert protocol.mismatch(service, "0.1.0") == (
-        "the machine's kernel-queue service (pid 4242, version 0.3.0, protocol 2) speaks "
-        "another protocol than this server (version 0.1.0, protocol 1); stop it with "
+        "the machine's kernel-queue service (pid 4242, version 0.3.0, protocol 3) speaks "
+        "another protocol than this server (version 0.1.0, protocol 2); stop it with "
         "`kill 4242` (its kernels keep running until their servers stop them) or restart this "
         "server with version 0.3.0"
     )

@@ -250,7 +250,7 @@ async def test_a_client_of_another_protocol_gets_the_sentence_and_queues_nothing
         assert isinstance(welcome, protocol.Welcome)
         assert refused == protocol.Refused(
             f"the machine's kernel-queue service (pid {service}, version {welcome.version}, "
-            "protocol 1) speaks another protocol than this server (version 9.9, protocol 99); stop "
+            "protocol 2) speaks another protocol than this server (version 9.9, protocol 99); stop "
             f"it with `kill {service}` (its kernels keep running until their servers stop them) or "
             f"restart this server with version {welcome.version}"
         )
@@ -267,7 +267,7 @@ async def test_a_service_of_another_protocol_tells_this_client_how_to_fix_it(
 
     async def other_service(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readline()
-        writer.write(b'{"type": "welcome", "version": "2.0", "pid": 321, "protocol": 2}\n')
+        writer.write(b'{"type": "welcome", "version": "2.0", "pid": 321, "protocol": 3}\n')
         await writer.drain()
         await reader.read()  # the client hangs up
         writer.close()
@@ -280,8 +280,8 @@ async def test_a_service_of_another_protocol_tells_this_client_how_to_fix_it(
             await client.MachineClient.connect(QUOTA, path=path, version="0.1.0")
         await hung_up.wait()
     assert str(failed.value) == (
-        "the machine's kernel-queue service (pid 321, version 2.0, protocol 2) speaks another "
-        "protocol than this server (version 0.1.0, protocol 1); stop it with `kill 321` (its "
+        "the machine's kernel-queue service (pid 321, version 2.0, protocol 3) speaks another "
+        "protocol than this server (version 0.1.0, protocol 2); stop it with `kill 321` (its "
         "kernels keep running until their servers stop them) or restart this server with "
         "version 2.0"
     )
@@ -393,7 +393,7 @@ async def test_a_listing_shows_what_the_messages_before_it_decided(runtime: Path
         answers = [protocol.decode(await reader.readline()) for _ in range(3)]
         writer.close()
         await writer.wait_closed()
-        assert answers[0] == protocol.Welcome(answers[0].version, service, 1, QUOTA)  # type: ignore[attr-defined]
+        assert answers[0] == protocol.Welcome(answers[0].version, service, protocol.PROTOCOL, QUOTA)  # type: ignore[attr-defined]
         assert answers[1] == protocol.Admit("kq-raw", ("0",))
         assert isinstance(answers[2], protocol.Listing)
         assert [(g.group, g.state, g.devices) for g in answers[2].groups] == [

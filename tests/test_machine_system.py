@@ -697,13 +697,17 @@ async def test_max_gpus_holds_when_two_of_a_users_kernels_arrive_in_one_pass(
         assert isinstance(answers[0], protocol.Welcome) and answers[0].system
         assert answers[1:] == [
             protocol.Admit("kq-a", ("0",)),
-            protocol.Position(
-                "kq-b",
-                "default",
-                1,
-                1,
-                "root already holds 1 of the 1 GPU allowed at once; it starts when "
-                "one of root's kernels stops",
+            protocol.Places(
+                (
+                    protocol.Position(
+                        "kq-b",
+                        "default",
+                        1,
+                        1,
+                        "root already holds 1 of the 1 GPU allowed at once; it starts when "
+                        "one of root's kernels stops",
+                    ),
+                )
             ),
         ]
 

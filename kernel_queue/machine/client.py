@@ -227,6 +227,11 @@ class MachineClient:
                 if isinstance(message, protocol.Listing):
                     self._listings.put_nowait(message)
                     continue
+                if isinstance(message, protocol.Places):
+                    for place in message.places:
+                        if (queue := self._groups.get(place.group)) is not None:
+                            queue.put_nowait(place)
+                    continue
                 if isinstance(message, protocol.Refused) and not message.group:
                     self.refusal = message.message
                 queue = self._groups.get(getattr(message, "group", ""))

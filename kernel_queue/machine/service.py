@@ -3,9 +3,9 @@
 
 Every client (a local backend in any Jupyter server, nbconvert or papermill process) connects
 to one Unix socket, says `hello` with the quota it would use and submits its groups; the
-service runs `admission.schedule` over all of them on every change, as `LocalBackend._schedule`
-does inside one server, and tells each client its groups' positions, admissions and
-preemptions. An admitted group is a lease held by its client's connection: when the
+service runs `admission.schedule` over all of them on every change and tells each client its
+groups' positions, admissions and preemptions (`connections` holds what it keeps of each).
+An admitted group is a lease held by its client's connection: when the
 connection ends (EOF, a SIGKILLed client) its groups are gone at once. A preempted group's GPUs
 come back after its grace seconds whether or not its client answered. A user's service exits
 `IDLE_EXIT_SECONDS` after the last client left; the system service (`system` given: one socket
@@ -22,11 +22,11 @@ import os
 import signal
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from kernel_queue import admission
-from kernel_queue.machine import config, protocol, rules, sockets
+from kernel_queue.machine import config, connections, protocol, rules, sockets
 
 IDLE_EXIT_SECONDS = 3.0
 """How long the service outlives its last client (a server restarting finds it still there)."""
@@ -35,39 +35,6 @@ log = logging.getLogger("kernel_queue.machine")
 
 
 AlreadyRunning = sockets.AlreadyRunning
-
-
-@dataclass(eq=False)
-class _Client:
-    writer: asyncio.StreamWriter
-    pid: int  # the peer's, from SO_PEERCRED, as `who`
-    who: config.Identity
-    rule: config.Rule = field(default_factory=config.Rule)
-    greeted: bool = False
-    watch: bool = False  # a listing-only connection: no quota, no groups
-    groups: set[str] = field(default_factory=set)
-
-    def send(self, message: protocol.Message) -> None:
-        if not self.writer.is_closing():
-            self.writer.write(protocol.encode(message))
-
-
-@dataclass(eq=False)
-class _Group:
-    submit: protocol.Submit
-    client: _Client
-    request: admission.Request
-    admitted: admission.Admitted | None = None
-    devices: tuple[str, ...] = ()
-    evicting: bool = False
-    reclaim: asyncio.TimerHandle | None = None
-    shown: protocol.Position | None = None  # the last place told, so only changes are sent
-
-    def holding(self) -> rules.Holding:
-        gpus = self.request.resources.get("gpu", 0)
-        return rules.Holding(
-            self.request.name, self.client.who.uid, gpus, self.client.rule.max_gpus
-        )
 
 
 class Service:
@@ -86,8 +53,8 @@ class Service:
         self.idle_exit = idle_exit
         self.system = system
         self.quota: protocol.Quota | None = None if system is None else system.quota
-        self._clients: set[_Client] = set()
-        self._groups: dict[str, _Group] = {}
+        self._clients: set[connections.Client] = set()
+        self._groups: dict[str, connections.Group] = {}
         self._arrivals = itertools.count()
         self._done = asyncio.Event()
         self._idle: asyncio.TimerHandle | None = None
@@ -108,6 +75,7 @@ class Service:
         finally:
             server.close()
             for client in list(self._clients):
+                client.flush()
                 client.writer.close()
             try:
                 if os.stat(self.path).st_ino == inode:
@@ -126,7 +94,7 @@ class Service:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         pid, uid, gid = sockets.peer(writer.get_extra_info("socket"))
         who = await asyncio.to_thread(config.identify, uid, gid)  # NSS may ask a directory
-        client = _Client(writer, pid, who)
+        client = connections.Client(writer, pid, who)
         self._clients.add(client)
         self._arm_idle()
         try:
@@ -144,9 +112,10 @@ class Service:
             pass
         finally:
             self._drop(client)
+            client.flush()  # a refusal queued before the hang-up still goes out
             writer.close()
 
-    def _handle(self, client: _Client, message: protocol.Message) -> bool:
+    def _handle(self, client: connections.Client, message: protocol.Message) -> bool:
         """Carry out one message; False ends the connection."""
         if isinstance(message, protocol.Hello):
             return self._greet(client, message)
@@ -174,7 +143,7 @@ class Service:
             client.send(protocol.Refused(f"a client does not send {message.TYPE!r}"))
         return True
 
-    def _greet(self, client: _Client, hello: protocol.Hello) -> bool:
+    def _greet(self, client: connections.Client, hello: protocol.Hello) -> bool:
         known = hello.protocol == protocol.PROTOCOL and (hello.quota is not None or hello.watch)
         client.watch = hello.watch
         if self.system is not None:
@@ -206,7 +175,7 @@ class Service:
         )
         return True
 
-    def _own(self, client: _Client, name: str, verb: str) -> _Group | None:
+    def _own(self, client: connections.Client, name: str, verb: str) -> connections.Group | None:
         """The client's group `name`; None (and, if it is another's, a Refused) otherwise."""
         group = self._groups.get(name)
         if group is None or group.client is client:
@@ -218,7 +187,7 @@ class Service:
         )
         return None
 
-    def _submit(self, client: _Client, submit: protocol.Submit) -> None:
+    def _submit(self, client: connections.Client, submit: protocol.Submit) -> None:
         existing = self._groups.get(submit.group)
         if existing is not None and existing.client is client:
             return  # said twice
@@ -239,11 +208,13 @@ class Service:
         if unfit is not None:
             client.send(protocol.Refused(unfit.message, submit.group))
             return
-        self._groups[submit.group] = _Group(submit, client, request)
+        self._groups[submit.group] = connections.Group(submit, client, request)
         client.groups.add(submit.group)
         self._schedule()
 
-    def _checked(self, client: _Client, submit: protocol.Submit) -> protocol.Submit | str:
+    def _checked(
+        self, client: connections.Client, submit: protocol.Submit
+    ) -> protocol.Submit | str:
         """`submit` as this machine takes it (a system service sets its priority), or the
         sentence refusing it."""
         existing = self._groups.get(submit.group)
@@ -259,13 +230,13 @@ class Service:
             return rules.check_submit(self.system, client.who, submit)
         return submit
 
-    def _remove(self, group: _Group) -> None:
+    def _remove(self, group: connections.Group) -> None:
         if group.reclaim is not None:
             group.reclaim.cancel()
         self._groups.pop(group.submit.group, None)
         group.client.groups.discard(group.submit.group)
 
-    def _requeue(self, group: _Group) -> None:
+    def _requeue(self, group: connections.Group) -> None:
         """Give back the group's GPUs and put it at the back of its queue."""
         if group.reclaim is not None:
             group.reclaim.cancel()
@@ -273,7 +244,7 @@ class Service:
         group.admitted, group.devices, group.evicting, group.shown = None, (), False, None
         group.request = replace(group.request, created=float(next(self._arrivals)))
 
-    def _drop(self, client: _Client) -> None:
+    def _drop(self, client: connections.Client) -> None:
         """The connection ended: its leases end with it."""
         self._clients.discard(client)
         for name in list(client.groups):
@@ -317,6 +288,7 @@ class Service:
             places = rules.places([g.request for g in groups.values() if not g.admitted])
         else:
             places = {n: (p.in_queue + 1, p.queue_length) for n, p in decision.positions.items()}
+        told: dict[connections.Client, list[protocol.Position]] = {}
         for name, (in_queue, length) in places.items():
             group = groups[name]
             reason = ""
@@ -326,7 +298,9 @@ class Service:
             place = protocol.Position(name, group.request.queue, in_queue, length, reason)
             if place != group.shown:
                 group.shown = place
-                group.client.send(place)
+                told.setdefault(group.client, []).append(place)
+        for client, changed in told.items():
+            client.send(protocol.Places(tuple(changed)))
 
     def _held(self) -> Counter[int]:
         """GPUs held by each uid's admitted (or evicting) groups; none counted without limits."""
@@ -340,7 +314,7 @@ class Service:
         """The groups `names` as max_gpus sees them; none without a config (no limits)."""
         return [] if self.system is None else [self._groups[n].holding() for n in names]
 
-    def _admit(self, group: _Group, grant: admission.Admission) -> None:
+    def _admit(self, group: connections.Group, grant: admission.Admission) -> None:
         assert self.quota is not None
         busy = {d for g in self._groups.values() if g.admitted for d in g.devices}
         free = [d for d in self.quota.gpus if d not in busy]
@@ -351,7 +325,7 @@ class Service:
         group.shown = None
         group.client.send(protocol.Admit(group.submit.group, group.devices))
 
-    def _evict(self, victim: _Group, preemptor: _Group) -> None:
+    def _evict(self, victim: connections.Group, preemptor: connections.Group) -> None:
         """Ask the holder to stop; reclaim its GPUs after its grace whatever it does."""
         message = rules.preempted_by(preemptor.submit)
         victim.evicting = True
@@ -361,7 +335,7 @@ class Service:
         )
         victim.reclaim = asyncio.get_running_loop().call_later(grace, self._reclaim, victim)
 
-    def _reclaim(self, group: _Group) -> None:
+    def _reclaim(self, group: connections.Group) -> None:
         if self._groups.get(group.submit.group) is group and group.evicting:
             log.info("group %s did not stop within its grace: GPUs reclaimed", group.submit.group)
             group.reclaim = None
