@@ -1,4 +1,14 @@
-"""`QueuedWebsocketConnection`: jupyter_server's kernel websocket, aware of parked kernels.
+"""`QueuedWebsocketConnection`: jupyter_server's kernel websocket, aware of queued and parked
+kernels.
+
+A kernel that waits in its queue (its launch has not ended) gets its websocket at once:
+jupyter_server would hold the upgrade open until admission, and a browser lets only one
+websocket per host be CONNECTING (RFC 6455 §4.1), so every other notebook in the tab would hang.
+The connection tells the client the kernel is `starting` (a status without parent, as
+jupyter_server's own restarting/dead statuses) and holds the client's messages in order; once
+the kernel runs it connects as jupyter_server does (kernel info, nudge) and sends them on, so a
+cell typed while queued runs once after admission. A launch that fails (or is cancelled) sends
+the status `dead` and closes the websocket: JupyterLab then shows the kernel dead.
 
 Every client message counts as activity for idle parking (`parking.IdleParker`). While a kernel
 is parked its messages are held, and the first `execute_request` wakes it. A parked kernel has
@@ -19,6 +29,7 @@ no process to answer, so the server answers for it what a client needs to go on:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from typing import Any
@@ -31,20 +42,134 @@ from jupyter_server.services.kernels.connection.base import (
     serialize_msg_to_ws_v1,
 )
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
+from tornado.websocket import WebSocketClosedError
 
 from kernel_queue.server import parking
 
 V1 = "v1.kernel.websocket.jupyter.org"
+HELD_LIMIT = 1000
+"""Client messages held per connection to a waiting kernel at most; more are dropped (logged)."""
+QUEUED_PROVISIONER = "kernel-queue"
+"""The provisioner name of queued kernelspecs (the entry point of `QueuedKernelProvisioner`)."""
+
+
+def _future(km: Any) -> asyncio.Future[Any] | None:
+    """The kernel manager's `ready` as an asyncio future (None if it has none)."""
+    ready = getattr(km, "ready", None)
+    if ready is None:
+        return None
+    return ready if isinstance(ready, asyncio.Future) else asyncio.wrap_future(ready)
+
+
+def starting_queued(km: Any) -> bool:
+    """The kernel is a queued one whose launch has not ended (it waits in its queue, or is
+    admitted and starting, or restarts): its websocket must not wait for it."""
+    ready = getattr(km, "ready", None)
+    if ready is None or ready.done():
+        return False
+    provisioner = getattr(km, "provisioner", None)
+    if provisioner is not None:
+        return hasattr(provisioner, "cancel_launch")
+    # Before its provisioner exists (the first moments of a start): what its kernelspec names.
+    try:
+        metadata = km.kernel_spec.metadata or {}
+    except Exception:
+        return False
+    provisioner_name = metadata.get("kernel_provisioner", {}).get("provisioner_name")
+    return bool(provisioner_name == QUEUED_PROVISIONER)
 
 
 class QueuedWebsocketConnection(ZMQChannelsWebsocketConnection):
-    """Holds a parked kernel's messages until it is back; answers for it while it is parked."""
+    """Connects at once to a waiting kernel and holds its messages until it runs; holds a
+    parked kernel's messages until it is back and answers for it while it is parked."""
+
+    _early: list[Any] | None = None  # client messages held until the waiting kernel runs
+    _late: asyncio.Task[None] | None = None  # connects once the waiting kernel runs
+    _joined = False  # the late connection has joined jupyter_server's (channels, counts)
+
+    # -- a kernel that waits in its queue ------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Before the websocket upgrade: jupyter_server's, except that for a waiting kernel the
+        upgrade completes at once (the rest of jupyter_server's preparation runs once it runs)."""
+        if not starting_queued(self.kernel_manager):
+            await super().prepare()
+            return
+        await self._register_session()
+        self._early = []
+        self.log.debug("kernel %s waits in its queue: connecting at once", self.kernel_id)
+
+    def connect(self) -> asyncio.Future[None] | None:  # type: ignore[override]
+        if self._early is None:
+            return super().connect()
+        self._tell_status("starting")
+        self._late = asyncio.get_running_loop().create_task(self._connect_once_running())
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    async def _connect_once_running(self) -> None:
+        """Wait for the launch; then prepare and connect as jupyter_server does and send the
+        held messages on in order. A failed launch tells the client `dead` and closes."""
+        km = self.kernel_manager
+        ready = _future(km)
+        try:
+            if ready is not None:
+                await asyncio.shield(ready)
+            await self._await_alive()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.log.debug("kernel %s did not start: telling its client: %s", self.kernel_id, exc)
+            self._early = None
+            self._tell_status("dead")
+            self.websocket_handler.close(1000, "the kernel did not start")
+            return
+        self.session.key = km.session.key
+        info = self.request_kernel_info()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(info), self.kernel_info_timeout)
+        self._joined = True
+        connected = super().connect()
+        if connected is not None:
+            await connected
+        held, self._early = self._early or [], None
+        for message in held:
+            self.handle_incoming_message(message)
+
+    async def _await_alive(self) -> None:
+        """As jupyter_server's prepare, but once: a queued kernel's launch ends only once it
+        answers, so one that is not alive now has ended since."""
+        if not await self.kernel_manager.is_alive():
+            raise RuntimeError(f"kernel {self.kernel_id} ended as it started")
+
+    def disconnect(self) -> None:  # type: ignore[override]
+        late, self._late = self._late, None
+        if late is not None and not late.done():
+            late.cancel()
+        if self._joined or late is None:
+            super().disconnect()
+            return
+        # Never connected to the kernel: only the session registration is undone.
+        self._early = None
+        if self._open_sessions.get(self.session_key) is self.websocket_handler:
+            self._open_sessions.pop(self.session_key)
+        if not self._close_future.done():
+            self._close_future.set_result(None)
 
     def _parker(self) -> parking.IdleParker | None:
         parker = getattr(self.multi_kernel_manager, "parker", None)
         return parker if isinstance(parker, parking.IdleParker) else None
 
     def handle_incoming_message(self, incoming_msg: Any) -> None:
+        if self._early is not None:
+            if len(self._early) >= HELD_LIMIT:
+                self.log.warning(
+                    "kernel %s waits: dropped a client message (too many)", self.kernel_id
+                )
+            else:
+                self._early.append(incoming_msg)
+            return
         parker = self._parker()
         if parker is None or not self.channels:
             super().handle_incoming_message(incoming_msg)
@@ -122,12 +247,24 @@ class QueuedWebsocketConnection(ZMQChannelsWebsocketConnection):
             "help_links": [],
         }
 
-    def _answer_kernel_info(self, request_header: dict[str, Any]) -> None:
-        parent = {"header": request_header}
+    def _server_session(self) -> str:
+        """The session id of what the server says for a kernel that cannot (one per kernel)."""
         session_id = getattr(self.kernel_manager, "_kernel_queue_parked_session", None)
         if session_id is None:
             session_id = uuid.uuid4().hex
             self.kernel_manager._kernel_queue_parked_session = session_id
+        return str(session_id)
+
+    def _tell_status(self, state: str) -> None:
+        """Send the client an IOPub status without parent (as jupyter_server's own)."""
+        msg = self.session.msg("status", content={"execution_state": state})
+        msg["header"]["session"] = self._server_session()
+        with contextlib.suppress(WebSocketClosedError):
+            self._send("iopub", msg)
+
+    def _answer_kernel_info(self, request_header: dict[str, Any]) -> None:
+        parent = {"header": request_header}
+        session_id = self._server_session()
         # The status goes without a parent, as jupyter_server's own restarting/dead statuses do:
         # JupyterLab ignores statuses whose parent is a kernel_info_request
         # (`untracked_message_types`), and would show the kernel as Unknown.
