@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 from tests.conftest import KernelspecFactory, Server, launcher_pids
 
@@ -41,3 +42,36 @@ async def test_a_killed_service_ends_its_kernels_with_a_sentence_and_the_next_st
     assert (await server.execute(again, "2+2"))["data"] == "4"
     assert service_pid(server) != old
     await server.shutdown_and_wait(again)
+
+
+async def test_a_preempted_launcher_that_never_answers_loses_its_gpu_after_its_grace(
+    server: Server, kernelspec: KernelspecFactory
+) -> None:
+    checkpoint = {"enabled": True, "grace_seconds": 4}
+    low = await server.start(kernelspec("low", gpus=2, priority_class="low", checkpoint=checkpoint))
+    assert (await server.execute(low, "1"))["data"] == "1"
+    (stuck,) = launcher_pids((low,))
+    os.kill(stuck, signal.SIGSTOP)  # it can no longer save, exit or answer anything
+    try:
+        high = await server.start(kernelspec("high", gpus=1, priority_class="high"))
+        # Its 4 s of grace and the 1 s margin pass, the machine's queue takes the GPUs back,
+        # and this server kills the launcher that kept them.
+        assert (await server.execute(high, "2"))["data"] == "2"
+        assert not _alive(stuck)
+    finally:
+        if _alive(stuck):
+            os.kill(stuck, signal.SIGKILL)
+    model = await server.wait_reason(low, "requeued")
+    assert "preempted" in model["reason"] and "position 1 of 1" in model["reason"]
+    await server.shutdown(high)
+    back = await server.execute(low, "3")
+    assert back["data"] == "3"
+    await server.shutdown_and_wait(low)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
