@@ -157,12 +157,9 @@ async def listing(manager: Any, session_manager: Any) -> dict[str, Any]:
         usage: dict[str, capacity.Usage | None] = {}
         for name in sorted({s["queue"] for s, _ in mine.values()}):
             usage[name] = None
-            try:
+            try:  # unread, the rows still say what this server knows
                 usage[name] = await capacity.read(kube, name)
-            except (
-                errors.KernelQueueError,
-                ValueError,
-            ) as exc:  # the rows still say what this server knows
+            except (errors.KernelQueueError, ValueError) as exc:
                 log.debug("kernel-queue: LocalQueue %s not read: %s", name, exc)
         return kubernetes_view(mine, usage)
     local = backends.existing("local", owner=manager)

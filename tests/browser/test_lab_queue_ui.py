@@ -272,6 +272,34 @@ class Lab:
         self.page.locator(".lm-MenuBar-item", has_text="Kernel").click()
         self.page.locator(".lm-Menu-item", has_text="Shut Down Kernel").first.click()
 
+    def runs(self, within: float = KERNEL_WAIT_MS) -> None:
+        """The current notebook's kernel runs: JupyterLab's own status says so ("| Idle"),
+        the toolbar's indicator is gone and our item says nothing of it (hidden, or only
+        "Queue · N waiting" while other kernels wait)."""
+        self.expect(self.status).to_have_attribute("data-state", RUNS, timeout=within)
+        self.expect(self.indicator).to_be_hidden()
+        self.expect(self.status).not_to_have_text(re.compile("Running|Queued|Admitted"))
+        self.expect(self.page.locator("#jp-main-statusbar")).to_contain_text("| Idle")
+
+    @property
+    def indicator(self) -> Any:
+        """The current notebook's toolbar indicator."""
+        return self.page.locator(".jp-NotebookPanel:visible .jp-KernelQueue-indicator")
+
+    def open_queues(self) -> Any:
+        """The command palette's "Kernel Queue: Show queues"; returns the dialog."""
+        self.page.keyboard.press("Control+Shift+C")
+        search = self.page.locator(".lm-CommandPalette-input")
+        self.expect(search).to_be_focused()
+        search.fill("Kernel Queue: Show queues")
+        self.page.locator(".lm-CommandPalette-item", has_text="Kernel Queue: Show queues").click()
+        dialog = self.page.locator(".jp-Dialog", has_text="Kernel queues")
+        self.expect(dialog).to_be_visible()
+        return dialog
+
+    def queue_row(self, kernel_id: str) -> Any:
+        return self.page.locator(f'.jp-KernelQueue-queueRow[data-kernel-id="{kernel_id}"]')
+
     def toast(self, text: str) -> Any:
         return self.page.locator(".Toastify__toast", has_text=text)
 
@@ -299,21 +327,33 @@ def _scenario(lab: Lab) -> None:
     expect, status = lab.expect, lab.status
     lab.goto("lab/tree/first.ipynb")
     expect(lab.tab("first.ipynb")).to_have_class(CURRENT_TAB)
-    expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+    lab.runs()  # nothing of ours beside JupyterLab's "Idle"
+    expect(status).to_be_hidden()
     first_kernel = status.get_attribute("data-kernel-id")
     lab.shot("first-running")
 
-    # The second notebook's kernel waits for the only GPU, and says where.
+    # The second notebook's kernel waits for the only GPU, and says where: in the status bar
+    # (icon, colour, the sentence as tooltip) and in the notebook's toolbar.
     lab.open_notebook("second.ipynb")
     expect(status).to_have_text("Queued · #1 in gpu", timeout=KERNEL_WAIT_MS)
+    expect(status).to_have_class(re.compile(r"\bjp-KernelQueue-tone-queued\b"))
+    expect(status).to_have_attribute("title", re.compile(r"^queued in 'gpu', position 1 of 1"))
+    expect(status).to_have_attribute(
+        "aria-label", re.compile(r"^Kernel queue: Queued · #1 in gpu\. ")
+    )
+    expect(status.locator(".jp-KernelQueue-icon svg")).to_be_visible()
+    expect(lab.indicator).to_have_text("Waiting for 1 GPU · #1 in gpu")
+    expect(lab.indicator).to_have_attribute("role", "status")
+    expect(lab.indicator).to_have_attribute("title", re.compile(r"^queued in 'gpu', position 1"))
     second_kernel = status.get_attribute("data-kernel-id")
     assert second_kernel and second_kernel != first_kernel
     lab.shot("second-queued")
 
-    # Each notebook shows its own kernel: the first still reads Running.
+    # Each notebook shows its own kernel: the first runs, and others wait.
     lab.tab("first.ipynb").click()
-    expect(status).to_have_text("Running")
+    expect(status).to_have_text("Queue · 1 waiting")
     expect(status).to_have_attribute("data-kernel-id", first_kernel)
+    expect(lab.indicator).to_be_hidden()
     lab.tab("second.ipynb").click()
     expect(status).to_have_text("Queued · #1 in gpu")
 
@@ -325,36 +365,59 @@ def _scenario(lab: Lab) -> None:
 
     # Shut the first kernel down from its notebook; the second is admitted and runs.
     lab.open_notebook("first.ipynb")  # the reload opened only the second
-    expect(status).to_have_text("Running")
     expect(status).to_have_attribute("data-kernel-id", first_kernel)
+    lab.runs()
     lab.shut_down_kernel()
     lab.open_notebook("second.ipynb")
-    expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+    lab.runs()
     expect(lab.toast("second.ipynb: kernel admitted with 1 GPU after waiting")).to_be_visible()
     lab.gone(first_kernel)
     lab.shot("second-admitted")
 
-    # A third notebook queues behind the second; the panel lists it and cancels it.
+    # A third notebook queues behind the second; the panel shows the queue's capacity, who
+    # holds it and who waits, marks this notebook's row, closes on Escape, and the waiting
+    # kernel leaves the queue from it.
     lab.open_notebook("third.ipynb")
     expect(status).to_have_text("Queued · #1 in gpu", timeout=KERNEL_WAIT_MS)
     third_kernel = status.get_attribute("data-kernel-id")
     assert third_kernel in lab.kernels()
     status.click()
-    row = lab.page.locator(f'.jp-KernelQueue-row[data-kernel-id="{third_kernel}"]')
-    expect(row).to_be_visible()
+    panel = lab.page.locator(".jp-KernelQueue-panel")
+    expect(panel).to_be_focused()
+    expect(panel.locator(".jp-KernelQueue-capacity")).to_have_text(
+        "GPUs: 1 of 1 in use · 1 waiting"
+    )
+    holder = lab.queue_row(second_kernel)
+    expect(holder).to_have_attribute("data-role", "holder")
+    expect(holder.locator("td").nth(0)).to_have_text("second.ipynb")
+    expect(holder.locator("td").nth(1)).to_have_text(re.compile(r"^running · (busy|idle \d+ s)$"))
+    expect(holder.locator("td").nth(2)).to_have_text("GPU 0")
+    expect(
+        holder.get_by_role("button", name="Shut down the kernel of second.ipynb")
+    ).to_be_visible()
+    row = lab.queue_row(third_kernel)
+    expect(row).to_have_attribute("data-role", "waiting")
+    expect(row).to_have_attribute("aria-current", "true")
     cells = row.locator("td")
-    expect(cells.nth(0)).to_have_text("third.ipynb")
-    expect(cells.nth(1)).to_have_text("gpu")
-    expect(cells.nth(2)).to_have_text("#1 of 1")
-    expect(cells.nth(4)).to_have_text("1 GPU")
-    expect(lab.page.locator(".jp-KernelQueue-row")).to_have_count(1)  # not the running one
-    lab.shot("panel-lists-third")
-    row.locator(".jp-KernelQueue-cancel").click()
+    expect(cells.nth(0)).to_have_text("third.ipynbthis notebook")
+    expect(cells.nth(1)).to_have_text(re.compile(r"^#1 of 1 · waiting \d+ s$"))
+    expect(cells.nth(2)).to_have_text("1 GPU")
+    expect(holder).not_to_have_attribute("aria-current", "true")
+    lab.shot("panel-capacity-holder-and-current-row")
+    lab.page.keyboard.press("Escape")
+    expect(panel).to_have_count(0)
+    expect(status).to_be_focused()
+    lab.shot("panel-closed-by-escape")
+    lab.page.keyboard.press("Enter")  # the focused item opens it again
+    expect(panel).to_be_visible()
+    row.get_by_role(
+        "button", name="Leave the queue: shut down the waiting kernel of third.ipynb"
+    ).click()
     expect(row).to_have_count(0)
     # Nothing waits any more and the third notebook has no kernel: the item goes away.
     expect(status).to_be_hidden()
     expect(lab.page.locator(".jp-NotebookPanel:visible .jp-KernelName")).to_have_text("No Kernel")
-    lab.shot("third-cancelled")
+    lab.shot("third-left-the-queue")
     remaining = lab.gone(third_kernel)
     assert remaining[second_kernel]["queue"]["state"] == "running"
 
@@ -365,7 +428,7 @@ def test_preemption_requeue_resume_and_failure_are_told_with_their_reasons(
     ui = Lab(page, browser_api.expect, lab, artifacts)
     expect, status = ui.expect, ui.status
     ui.goto("lab/tree/low.ipynb")
-    expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+    ui.runs()
     low_kernel = status.get_attribute("data-kernel-id")
     page.locator(".jp-Cell").first.click()
     page.keyboard.press("Shift+Enter")  # x = 41
@@ -374,7 +437,7 @@ def test_preemption_requeue_resume_and_failure_are_told_with_their_reasons(
 
     # The high-priority notebook takes the only GPU: the low one is preempted, saves, waits.
     ui.open_notebook("high.ipynb")
-    expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+    ui.runs()
     high_kernel = status.get_attribute("data-kernel-id")
     assert high_kernel and high_kernel != low_kernel
     preempted = ui.toast("low.ipynb: preempted")
@@ -389,10 +452,12 @@ def test_preemption_requeue_resume_and_failure_are_told_with_their_reasons(
         within=KERNEL_WAIT_MS / 1000,
     )
     expect(ui.tab("high.ipynb")).to_have_class(CURRENT_TAB)
-    expect(status).to_have_text("Running")
+    expect(status).to_have_text("Queue · 1 waiting")
     expect(status).to_have_attribute("data-kernel-id", high_kernel)
     ui.tab("low.ipynb").click()
     expect(status).to_have_text("Requeued · #1", timeout=KERNEL_WAIT_MS)
+    expect(status).to_have_class(re.compile(r"\bjp-KernelQueue-tone-preempted\b"))
+    expect(ui.indicator).to_have_text("Requeued · #1")
     expect(status).to_have_attribute("data-kernel-id", low_kernel)
     ui.shot("low-requeued")
 
@@ -400,7 +465,7 @@ def test_preemption_requeue_resume_and_failure_are_told_with_their_reasons(
     ui.open_notebook("high.ipynb")
     ui.shut_down_kernel()
     ui.tab("low.ipynb").click()
-    expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+    ui.runs()
     expect(ui.toast("low.ipynb: resumed")).to_contain_text(
         "variables restored from the checkpoint", timeout=KERNEL_WAIT_MS
     )
@@ -413,6 +478,9 @@ def test_preemption_requeue_resume_and_failure_are_told_with_their_reasons(
     expect(failed).to_contain_text(
         "without being admitted (admission_timeout)", timeout=KERNEL_WAIT_MS
     )
+    expect(status).to_have_text("Failed · gave up waiting")
+    expect(status).to_have_class(re.compile(r"\bjp-KernelQueue-tone-failed\b"))
+    expect(status).to_have_attribute("title", re.compile(r"without being admitted"))
     ui.shot("impatient-failed")
 
 
@@ -422,28 +490,32 @@ def test_park_from_the_panel_then_the_next_cell_brings_the_kernel_back_and_print
     ui = Lab(page, browser_api.expect, lab, artifacts)
     expect, status = ui.expect, ui.status
     ui.goto("lab/tree/parks.ipynb")
-    expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+    ui.runs()
     kernel = status.get_attribute("data-kernel-id")
     cells = page.locator(".jp-NotebookPanel:visible .jp-Cell")
     cells.nth(0).click()
     page.keyboard.press("Shift+Enter")  # x = 41
     expect(page.locator(".jp-InputArea-prompt", has_text="[1]").first).to_be_visible()
 
-    # The panel offers "Park now" for the running kernel; parked, the item says so.
-    status.click()
-    row = page.locator(f'.jp-KernelQueue-kernelRow[data-kernel-id="{kernel}"]')
-    expect(row.locator("td").nth(0)).to_have_text("parks.ipynb")
-    expect(row.locator("td").nth(1)).to_have_text("Running")
+    # The queues (from the command palette: the item hides while the kernel runs) offer
+    # "Park now" for the running kernel; parked, the item says so.
+    dialog = ui.open_queues()
+    row = dialog.locator(f'.jp-KernelQueue-queueRow[data-kernel-id="{kernel}"]')
+    expect(row.locator("td").nth(0)).to_have_text("parks.ipynbthis notebook")
+    expect(row.locator("td").nth(1)).to_have_text(re.compile(r"^running"))
     ui.shot("panel-offers-park")
     row.get_by_role("button", name="Park the kernel of parks.ipynb").click()
     expect(status).to_have_text("Parked · GPU released", timeout=KERNEL_WAIT_MS)
+    expect(status).to_have_class(re.compile(r"\bjp-KernelQueue-tone-parked\b"))
     expect(status).to_have_attribute(
         "title", re.compile(r"^parked on request; GPU released; your next cell brings it back")
     )
-    expect(row.get_by_role("button", name="Resume the kernel of parks.ipynb")).to_be_visible()
+    resume = dialog.get_by_role("button", name="Resume the kernel of parks.ipynb")
+    expect(resume).to_be_visible()
     ui.shot("parked")
     assert ui.kernels()[kernel]["queue"]["state"] == "parked"
-    status.click()  # close the panel
+    page.keyboard.press("Escape")  # JupyterLab's dialog closes on Escape
+    expect(dialog).to_have_count(0)
 
     # A reload connects to the parked kernel at once (the server answers for it) and leaves
     # it parked: JupyterLab shows it idle, not connecting.
@@ -458,16 +530,16 @@ def test_park_from_the_panel_then_the_next_cell_brings_the_kernel_back_and_print
     page.keyboard.press("Shift+Enter")
     output = cells.nth(1).locator(".jp-OutputArea-output")
     expect(output.filter(has_text="back 42")).to_have_count(1, timeout=KERNEL_WAIT_MS)
-    expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+    ui.runs()
     expect(ui.toast("parks.ipynb: resumed")).to_be_visible(timeout=KERNEL_WAIT_MS)
     ui.shot("woken-by-a-cell")
 
     # Parked again, the panel's Resume wakes it without a cell.
-    status.click()
-    row.get_by_role("button", name="Park the kernel of parks.ipynb").click()
+    dialog = ui.open_queues()
+    dialog.get_by_role("button", name="Park the kernel of parks.ipynb").click()
     expect(status).to_have_text("Parked · GPU released", timeout=KERNEL_WAIT_MS)
-    row.get_by_role("button", name="Resume the kernel of parks.ipynb").click()
-    expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+    dialog.get_by_role("button", name="Resume the kernel of parks.ipynb").click()
+    ui.runs()
     ui.shot("resumed-from-the-panel")
     assert ui.kernels()[kernel]["queue"]["state"] == "resumed"
 
@@ -478,7 +550,7 @@ def test_an_open_notebook_left_idle_parks_and_its_next_cell_brings_it_back(
     ui = Lab(page, browser_api.expect, lab, artifacts)
     expect, status = ui.expect, ui.status
     ui.goto("lab/tree/idles.ipynb")
-    expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
+    ui.runs()
     cells = page.locator(".jp-NotebookPanel:visible .jp-Cell")
     cells.nth(0).click()
     page.keyboard.press("Shift+Enter")  # y = 6 * 7
@@ -495,6 +567,8 @@ def test_an_open_notebook_left_idle_parks_and_its_next_cell_brings_it_back(
 
 # JupyterLab marks the notebook tab on show as the current one.
 CURRENT_TAB = re.compile(r"\blm-mod-current\b")
+# The states of a kernel that runs (after a resume too).
+RUNS = re.compile(r"^(running|resumed)$")
 
 
 def test_the_panel_shows_a_batch_run_holding_the_gpu_and_its_end_admits_the_notebook(
@@ -530,21 +604,27 @@ def test_the_panel_shows_a_batch_run_holding_the_gpu_and_its_end_admits_the_note
         ui.goto("lab/tree/first.ipynb")
         expect(status).to_have_text("Queued · #1 in gpu", timeout=KERNEL_WAIT_MS)
         status.click()
-        machine = page.locator(".jp-KernelQueue-machine")
-        expect(machine.locator(".jp-KernelQueue-capacity")).to_have_text(
+        panel = page.locator(".jp-KernelQueue-panel")
+        expect(panel.locator(".jp-KernelQueue-capacity")).to_have_text(
             "GPUs: 1 of 1 in use · 1 waiting"
         )
-        row = machine.locator(".jp-KernelQueue-machineRow")
+        row = panel.locator(".jp-KernelQueue-queueRow", has_text="another process")
         expect(row).to_have_count(1)
+        expect(row).to_have_attribute("data-role", "holder")
         expect(row.locator("td").nth(0)).to_have_text(
             re.compile(r"^kernel [0-9a-f]{8} \(another process, pid \d+\)$")
         )
         expect(row.locator("td").nth(1)).to_have_text("running")
         expect(row.locator("td").nth(2)).to_have_text("GPU 0")
+        expect(row.get_by_role("button")).to_have_count(0)  # not this server's to shut down
+        mine = panel.locator('.jp-KernelQueue-queueRow[aria-current="true"]')
+        expect(mine).to_have_attribute("data-role", "waiting")
         ui.shot("panel-shows-the-batch-run")
         batch.send_signal(signal.SIGKILL)  # its lease ends with it: the notebook is next
-        expect(status).to_have_text("Running", timeout=KERNEL_WAIT_MS)
         expect(row).to_have_count(0, timeout=KERNEL_WAIT_MS)
+        expect(mine).to_have_attribute("data-role", "holder")
+        page.keyboard.press("Escape")
+        ui.runs()
         ui.shot("batch-gone-notebook-running")
     finally:
         batch.kill()

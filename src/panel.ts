@@ -1,0 +1,309 @@
+/**
+ * The queue panel: each queue's capacity, the kernels holding it (notebook, GPUs, idle time)
+ * and those waiting (place, wait), the current notebook's row marked; "Leave queue" for a
+ * waiting kernel of this server, "Shut down" and "Park now" for a holder; then the parked
+ * kernels with "Resume". Read from `GET /api/kernel-queue/queues` when shown, every few seconds
+ * and after each status event; the buttons' requests are the plugin's (`index.ts`).
+ */
+
+import { Widget } from '@lumino/widgets';
+
+import { QueuesListing, QueueRowView, queuesView } from './queues';
+import { gpuCount, QueueStore } from './state';
+
+/** While the panel is shown, the queues are read again this often (ms). */
+const LOOK_EVERY_MS = 3_000;
+/** A burst of status events makes one read, this long after the first (ms). */
+const SETTLE_MS = 150;
+
+/** What the panel asks of the plugin. */
+export interface PanelActions {
+  /** The queues, as the server lists them. */
+  look(): Promise<QueuesListing>;
+  /** The kernel of the notebook in view, if any. */
+  current(): string | null;
+  /** A kernel's name where the listing has no notebook for it. */
+  name(kernelId: string): string;
+  /** Shut a kernel down (which, for a waiting one, is leaving its queue). */
+  shutdown(kernelId: string): Promise<void>;
+  park(kernelId: string, action: 'park' | 'resume'): Promise<void>;
+}
+
+export class QueuePanel extends Widget {
+  constructor(
+    private readonly _store: QueueStore,
+    private readonly _actions: PanelActions
+  ) {
+    super();
+    this.addClass('jp-KernelQueue-panel');
+    this.node.tabIndex = -1; // focusable, so the keyboard lands in it when it opens
+    this.node.setAttribute('aria-label', 'Kernel queues');
+    this._unsubscribe = _store.subscribe(() => this._soon());
+  }
+
+  dispose(): void {
+    this._unsubscribe();
+    this._stop();
+    super.dispose();
+  }
+
+  protected onAfterAttach(): void {
+    this.update();
+    void this._look();
+    this._clock = window.setInterval(() => this.update(), 1000); // waits and idle times grow
+    this._poll = window.setInterval(() => void this._look(), LOOK_EVERY_MS);
+  }
+
+  protected onBeforeDetach(): void {
+    this._stop();
+  }
+
+  private _stop(): void {
+    window.clearInterval(this._clock);
+    window.clearInterval(this._poll);
+    window.clearTimeout(this._settle);
+  }
+
+  private _soon(): void {
+    if (!this.isAttached || this._settle) {
+      return;
+    }
+    this._settle = window.setTimeout(() => {
+      this._settle = 0;
+      void this._look();
+    }, SETTLE_MS);
+  }
+
+  private async _look(): Promise<void> {
+    try {
+      this._listing = await this._actions.look();
+      this._error = '';
+    } catch (reason) {
+      this._error = `Could not read the queues: ${reason instanceof Error ? reason.message : reason}`;
+    }
+    this.update();
+  }
+
+  protected onUpdateRequest(): void {
+    // A focused button keeps its focus across the redraw (keyboard users stay put).
+    const focused = (document.activeElement as HTMLElement | null)?.dataset?.focusKey;
+    const node = this.node;
+    node.replaceChildren();
+    node.appendChild(this._queues());
+    const parked = this._store.kernels().filter(row => row.action === 'resume');
+    if (parked.length > 0) {
+      const section = this._section('Parked kernels', 'jp-KernelQueue-parked');
+      const table = this._table(['Kernel', 'State', 'GPUs', 'Actions']);
+      for (const row of parked) {
+        const tr = table.tBodies[0].insertRow();
+        tr.className = 'jp-KernelQueue-parkedRow';
+        tr.dataset.kernelId = row.kernelId;
+        const name = this._actions.name(row.kernelId);
+        this._cells(tr, [name, 'parked', gpuCount(row.gpus)], row.message);
+        const cell = tr.insertCell();
+        cell.appendChild(this._resume(row.kernelId, name));
+        cell.appendChild(this._shutdown(row.kernelId, name, 'holder'));
+      }
+      section.appendChild(table);
+      node.appendChild(section);
+    }
+    if (focused) {
+      node.querySelector<HTMLElement>(`[data-focus-key="${focused}"]`)?.focus();
+    }
+  }
+
+  private _queues(): HTMLElement {
+    const section = this._section('Queues', 'jp-KernelQueue-queues');
+    const say = (text: string, className: string) => {
+      const p = document.createElement('p');
+      p.className = className;
+      p.textContent = text;
+      section.appendChild(p);
+    };
+    if (this._error) {
+      say(this._error, 'jp-KernelQueue-error');
+    }
+    if (this._listing === null) {
+      say(this._error ? '' : 'Reading the queues…', 'jp-KernelQueue-empty');
+      return section;
+    }
+    const view = queuesView(
+      this._listing,
+      this._actions.current(),
+      id => this._actions.name(id),
+      Date.now()
+    );
+    if (view.shared) {
+      say(view.shared, 'jp-KernelQueue-capacity');
+    }
+    if (view.queues.length === 0) {
+      say('No queue has kernels yet.', 'jp-KernelQueue-empty');
+    }
+    for (const queue of view.queues) {
+      const block = document.createElement('div');
+      block.className = 'jp-KernelQueue-queue';
+      block.dataset.queue = queue.name;
+      const heading = document.createElement('h4');
+      heading.textContent = queue.capacity ? `${queue.name}: ${queue.capacity}` : queue.name;
+      block.appendChild(heading);
+      if (queue.rows.length === 0) {
+        const empty = document.createElement('p');
+        empty.className = 'jp-KernelQueue-empty';
+        empty.textContent = 'Nobody holds or waits in this queue.';
+        block.appendChild(empty);
+      } else {
+        const table = this._table(['Kernel', 'State', 'GPUs', 'Actions']);
+        for (const row of queue.rows) {
+          table.tBodies[0].appendChild(this._row(row));
+        }
+        block.appendChild(table);
+      }
+      section.appendChild(block);
+    }
+    if (view.hidden) {
+      say(view.hidden, 'jp-KernelQueue-hidden');
+    }
+    return section;
+  }
+
+  private _row(row: QueueRowView): HTMLTableRowElement {
+    const tr = document.createElement('tr');
+    tr.className = 'jp-KernelQueue-queueRow';
+    tr.dataset.kernelId = row.kernelId;
+    tr.dataset.role = row.role;
+    if (row.current) {
+      tr.classList.add('jp-mod-current');
+      tr.setAttribute('aria-current', 'true');
+    }
+    this._cells(tr, [row.who, row.state, row.gpus], row.title);
+    if (row.current) {
+      const mark = document.createElement('span');
+      mark.className = 'jp-KernelQueue-thisNotebook';
+      mark.textContent = 'this notebook';
+      tr.cells[0].appendChild(mark);
+    }
+    const cell = tr.insertCell();
+    if (row.action === 'leave') {
+      cell.appendChild(this._shutdown(row.kernelId, row.who, 'waiting'));
+    } else if (row.action === 'shutdown') {
+      if (this._store.kernels().some(k => k.kernelId === row.kernelId && k.action === 'park')) {
+        cell.appendChild(this._park(row.kernelId, row.who));
+      }
+      cell.appendChild(this._shutdown(row.kernelId, row.who, 'holder'));
+    }
+    return tr;
+  }
+
+  private _cells(tr: HTMLTableRowElement, texts: string[], title: string): void {
+    for (const text of texts) {
+      tr.insertCell().textContent = text;
+    }
+    if (title) {
+      tr.cells[1].title = title;
+    }
+  }
+
+  private _button(key: string, text: string, label: string, hint: string, kind: string) {
+    const button = document.createElement('button');
+    button.type = 'button';
+    button.className = `jp-Button jp-mod-styled ${kind} jp-KernelQueue-action`;
+    button.textContent = text;
+    button.title = hint;
+    button.setAttribute('aria-label', label);
+    button.dataset.focusKey = key;
+    return button;
+  }
+
+  /** "Leave queue" for a waiting kernel, "Shut down" for a holder: both shut it down. */
+  private _shutdown(kernelId: string, name: string, role: 'waiting' | 'holder') {
+    const leaving = role === 'waiting';
+    const button = leaving
+      ? this._button(
+          `leave-${kernelId}`,
+          'Leave queue',
+          `Leave the queue: shut down the waiting kernel of ${name}`,
+          'Shut this waiting kernel down: it leaves the queue',
+          'jp-mod-warn'
+        )
+      : this._button(
+          `shutdown-${kernelId}`,
+          'Shut down',
+          `Shut down the kernel of ${name}`,
+          'Shut this kernel down: its GPUs go to the next in line, its variables are lost',
+          'jp-mod-reject'
+        );
+    button.addEventListener('click', () => {
+      button.disabled = true;
+      button.textContent = leaving ? 'Leaving…' : 'Shutting down…';
+      void this._actions.shutdown(kernelId).finally(() => void this._look());
+    });
+    return button;
+  }
+
+  private _park(kernelId: string, name: string) {
+    const button = this._button(
+      `park-${kernelId}`,
+      'Park now',
+      `Park the kernel of ${name}`,
+      'Park this kernel now: it saves its variables and gives its GPUs back',
+      'jp-mod-accept'
+    );
+    button.addEventListener('click', () => {
+      button.disabled = true;
+      button.textContent = 'Parking…';
+      void this._actions.park(kernelId, 'park').finally(() => this.update());
+    });
+    return button;
+  }
+
+  private _resume(kernelId: string, name: string) {
+    const button = this._button(
+      `resume-${kernelId}`,
+      'Resume',
+      `Resume the kernel of ${name}`,
+      'Wake this kernel: it waits in its queue, then comes back with its variables',
+      'jp-mod-accept'
+    );
+    button.addEventListener('click', () => {
+      button.disabled = true;
+      button.textContent = 'Resuming…';
+      void this._actions.park(kernelId, 'resume').finally(() => this.update());
+    });
+    return button;
+  }
+
+  private _section(title: string, className: string): HTMLElement {
+    const section = document.createElement('section');
+    section.className = className;
+    const heading = document.createElement('h3');
+    heading.textContent = title;
+    heading.id = `${className}-${++QueuePanel._ids}`;
+    section.setAttribute('aria-labelledby', heading.id);
+    section.appendChild(heading);
+    return section;
+  }
+
+  private _table(labels: string[]): HTMLTableElement {
+    const table = document.createElement('table');
+    const head = table.createTHead().insertRow();
+    for (const label of labels) {
+      const th = document.createElement('th');
+      th.scope = 'col';
+      th.textContent = label;
+      if (label === 'Actions') {
+        th.className = 'jp-KernelQueue-actionHeader'; // read by screen readers, not shown
+      }
+      head.appendChild(th);
+    }
+    table.createTBody();
+    return table;
+  }
+
+  private static _ids = 0;
+  private _listing: QueuesListing | null = null;
+  private _error = '';
+  private _clock = 0;
+  private _poll = 0;
+  private _settle = 0;
+  private _unsubscribe: () => void;
+}

@@ -1,0 +1,191 @@
+/**
+ * The queues as the panel shows them (`GET /api/kernel-queue/queues`): a capacity line per
+ * queue (once for the local machine, whose queues share its GPUs), then who holds the queue and
+ * who waits in it, each row with what its button does. This server's kernels are named by their
+ * notebook; another process's or user's kernel as the machine's queue lists it (`machine.ts`'s
+ * words). Pure: no DOM, no requests.
+ */
+
+import { formatWait, gpuCount } from './state';
+
+/** One kernel of a queue, as `kernel_queue/server/queues.py` lists it. */
+export interface QueueKernel {
+  kernel_id: string;
+  notebook: string | null;
+  state: string;
+  gpus: number;
+  devices: string[];
+  position: number | null;
+  waiting_since: string | null;
+  idle_since: string | null;
+  execution_state: string | null;
+  message: string;
+  here: boolean;
+  user?: string;
+  pid?: number;
+}
+
+export interface QueueInfo {
+  name: string;
+  capacity: { gpus: number } | null;
+  in_use: { gpus: number } | null;
+  /** True when every queue shares the capacity (the local machine's GPUs). */
+  shared?: boolean;
+  /** Kueue's LocalQueue counts (kubernetes backend). */
+  pending?: number;
+  admitted?: number;
+  holders: QueueKernel[];
+  waiting: QueueKernel[];
+}
+
+export interface QueuesListing {
+  backend: string | null;
+  queues: QueueInfo[];
+  hidden: Record<string, number>;
+}
+
+/** What a row's button does: leave the queue (a waiting kernel), shut a holder down. */
+export type RowAction = 'leave' | 'shutdown' | null;
+
+export interface QueueRowView {
+  kernelId: string;
+  /** The notebook's name, or who else holds or waits. */
+  who: string;
+  /** e.g. "running · idle 3 min 05 s", "busy", "#1 of 2 · waiting 45 s". */
+  state: string;
+  gpus: string;
+  action: RowAction;
+  /** Whether the kernel holds the queue's GPUs or waits for them. */
+  role: 'holder' | 'waiting';
+  /** The row of the notebook in view. */
+  current: boolean;
+  /** The server's sentence, as the row's tooltip. */
+  title: string;
+}
+
+export interface QueueView {
+  name: string;
+  /** "1 of 2 GPUs in use · 1 waiting"; empty where the queue's own line is left out. */
+  capacity: string;
+  rows: QueueRowView[];
+}
+
+export interface QueuesView {
+  /** The one capacity line of a machine whose queues share its GPUs, else empty. */
+  shared: string;
+  queues: QueueView[];
+  hidden: string;
+}
+
+function since(iso: string | null, now: number): number | null {
+  const ms = iso ? Date.parse(iso) : NaN;
+  return Number.isNaN(ms) ? null : Math.max(0, now - ms);
+}
+
+function basename(path: string): string {
+  return path.split('/').pop() || path;
+}
+
+/** Who a row is about: the notebook, else what the machine's queue says of the process. */
+export function who(kernel: QueueKernel, name: (kernelId: string) => string): string {
+  if (kernel.here) {
+    return kernel.notebook ? basename(kernel.notebook) : name(kernel.kernel_id);
+  }
+  if (!kernel.kernel_id) {
+    return `${kernel.user || 'another user'}'s kernel`;
+  }
+  return `kernel ${kernel.kernel_id.slice(0, 8)} (another process, pid ${kernel.pid ?? 0})`;
+}
+
+function holderState(kernel: QueueKernel, now: number): string {
+  if (kernel.state === 'preempted') {
+    return 'preempted · saving';
+  }
+  if (kernel.execution_state === 'busy') {
+    return 'running · busy';
+  }
+  const idle = since(kernel.idle_since, now);
+  return idle === null ? 'running' : `running · idle ${formatWait(idle)}`;
+}
+
+function waitingState(kernel: QueueKernel, length: number, now: number): string {
+  const place = kernel.position ? `#${kernel.position} of ${length}` : 'waiting';
+  const waited = since(kernel.waiting_since, now);
+  return waited === null ? place : `${place} · waiting ${formatWait(waited)}`;
+}
+
+function gpus(kernel: QueueKernel): string {
+  return kernel.devices.length ? `GPU ${kernel.devices.join(', ')}` : gpuCount(kernel.gpus);
+}
+
+function capacityLine(queue: QueueInfo, waiting: number): string {
+  const used = queue.in_use?.gpus;
+  const parts: string[] = [];
+  if (queue.capacity && used !== undefined) {
+    parts.push(`${used} of ${gpuCount(queue.capacity.gpus)} in use`);
+  } else if (used !== undefined) {
+    parts.push(`${gpuCount(used)} in use`);
+  }
+  if (queue.pending !== undefined) {
+    parts.push(`${queue.admitted ?? 0} admitted, ${queue.pending} pending in Kueue`);
+  } else if (waiting) {
+    parts.push(`${waiting} waiting`);
+  }
+  return parts.join(' · ');
+}
+
+/** The machine's line, as the lead's "This machine" section said it: "GPUs: 1 of 2 in use ·
+ * 1 waiting" (other users' waiting kernels counted too). */
+function sharedLine(queue: QueueInfo, waiting: number): string {
+  const total = queue.capacity ? ` of ${queue.capacity.gpus}` : '';
+  return `GPUs: ${queue.in_use?.gpus ?? 0}${total} in use` + (waiting ? ` · ${waiting} waiting` : '');
+}
+
+const HIDDEN_WORDS: Record<string, string> = {
+  queued: 'waiting',
+  admitted: 'running',
+  evicting: 'being preempted'
+};
+
+/**
+ * The panel's view of `listing`: `current` is the kernel of the notebook in view, `name`
+ * names a kernel without a notebook, `now` is the clock (ms). Queues with nobody in them are
+ * left out, unless none has anybody (then the first says the capacity).
+ */
+export function queuesView(
+  listing: QueuesListing,
+  current: string | null,
+  name: (kernelId: string) => string,
+  now: number
+): QueuesView {
+  const used = listing.queues.filter(q => q.holders.length + q.waiting.length > 0);
+  const shown = used.length ? used : listing.queues.slice(0, 1);
+  const sharing = listing.queues.find(q => q.shared);
+  const waitingAll =
+    listing.queues.reduce((n, q) => n + q.waiting.length, 0) + (listing.hidden['queued'] ?? 0);
+  const shared = sharing ? sharedLine(sharing, waitingAll) : '';
+  const queues = shown.map(queue => {
+    const row = (kernel: QueueKernel, holding: boolean): QueueRowView => ({
+      kernelId: kernel.kernel_id,
+      who: who(kernel, name),
+      state: holding
+        ? holderState(kernel, now)
+        : waitingState(kernel, queue.waiting.length, now),
+      gpus: gpus(kernel),
+      action: kernel.here ? (holding ? 'shutdown' : 'leave') : null,
+      role: holding ? 'holder' : 'waiting',
+      current: kernel.here && kernel.kernel_id === current,
+      title: kernel.message
+    });
+    return {
+      name: queue.name,
+      capacity: queue.shared ? '' : capacityLine(queue, queue.waiting.length),
+      rows: [...queue.holders.map(k => row(k, true)), ...queue.waiting.map(k => row(k, false))]
+    };
+  });
+  const counts = Object.entries(listing.hidden)
+    .filter(([, count]) => count > 0)
+    .map(([state, count]) => `${count} ${HIDDEN_WORDS[state] ?? state}`);
+  const hidden = counts.length ? `Other users' kernels: ${counts.join(', ')}` : '';
+  return { shared, queues, hidden };
+}
