@@ -2,19 +2,21 @@
 
 Park a running kernel now (it saves, gives its GPUs back and stays listed as parked) or wake a
 parked one (it goes back to its queue and comes back with its variables), through the server's
-REST API (`POST /api/kernel-queue/kernels/<id>/park|resume`). The server is found as `status`
-finds it; the id may be shortened to any unique prefix, as `status` prints it (8 characters).
+REST API (`POST /api/kernel-queue/kernels/<id>/park|resume`). The server (and the token) is
+found as `status` finds it; the id may be shortened to any unique prefix, as `status` prints it
+(8 characters). Errors are `status`'s sentences.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, ClassVar
 
 from jupyter_core.application import JupyterApp
-from traitlets import Unicode
+from traitlets import Unicode, default
 
-from kernel_queue.cli import status
+from kernel_queue.cli import arguments, status
 from kernel_queue.cli.status import StatusError
 
 
@@ -45,17 +47,22 @@ def said(action: str, code: int, entry: dict[str, Any]) -> str:
     return f"{who}: {queue.get('message') or state}"
 
 
-class KernelActionApp(JupyterApp):
+class KernelActionApp(arguments.StrictOptions):
     """Shared by `park` and `resume`: find the server and the kernel, post the action."""
 
     action: ClassVar[str] = ""
+    takes_arguments = True
     url = Unicode(
         "", config=True, help="Base URL of the Jupyter server (default: the running one)."
     )
-    token = Unicode("", config=True, help="The server's token.")
+    token = Unicode(config=True, help="The server's token (default: $JUPYTER_TOKEN).")
+
+    @default("token")
+    def _token_from_env(self) -> str:
+        return os.environ.get("JUPYTER_TOKEN", "")
 
     def start(self) -> None:
-        command = f"jupyter kernel-queue {self.action}"
+        command = self.command
         if len(self.extra_args) != 1:
             print(f"usage: {command} KERNEL_ID [--url URL --token TOKEN]", file=sys.stderr)
             self.exit(2)
@@ -88,6 +95,7 @@ class ParkApp(KernelActionApp):
 
     name = "jupyter-kernel-queue-park"
     description = __doc__
+    command = "jupyter kernel-queue park"
     action = "park"
     aliases = {**JupyterApp.aliases, "url": "ParkApp.url", "token": "ParkApp.token"}
 
@@ -100,5 +108,6 @@ class ResumeApp(KernelActionApp):
 
     name = "jupyter-kernel-queue-resume"
     description = __doc__
+    command = "jupyter kernel-queue resume"
     action = "resume"
     aliases = {**JupyterApp.aliases, "url": "ResumeApp.url", "token": "ResumeApp.token"}

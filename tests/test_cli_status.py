@@ -1,0 +1,131 @@
+"""`jupyter kernel-queue status` as a user runs it against a real server: each kernel's
+notebook, how long it has waited, the machine's capacity line, and the sentences for a wrong
+token and for no server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernel_queue.cli import status
+from tests.conftest import KernelspecFactory, Server
+
+JUPYTER = str(Path(sys.executable).parent / "jupyter")
+
+
+@pytest.fixture
+def user_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
+    env.update(
+        HOME=str(tmp_path / "home"),
+        JUPYTER_DATA_DIR=str(tmp_path / "data"),
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+    )
+    return env
+
+
+async def kernel_queue(env: dict[str, str], *args: str) -> tuple[int, str, str]:
+    """`jupyter kernel-queue ARGS` in a subprocess, without blocking the test server's loop."""
+    process = await asyncio.create_subprocess_exec(
+        JUPYTER,
+        "kernel-queue",
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def open_notebook(server: Server, path: str, kernel_id: str) -> None:
+    """A session for `path` on an existing kernel, as JupyterLab makes when it opens one."""
+    body = {"path": path, "name": Path(path).name, "type": "notebook", "kernel": {"id": kernel_id}}
+    await server.fetch("api", "sessions", method="POST", body=json.dumps(body))
+
+
+async def test_status_shows_each_kernels_notebook_its_wait_and_the_capacity(
+    server: Server,
+    kernelspec: KernelspecFactory,
+    jp_base_url: str,
+    jp_http_port: int,
+    jp_auth_header: dict[str, str],
+    user_env: dict[str, str],
+) -> None:
+    running = await server.start(kernelspec("one", gpus=1))
+    assert (await server.execute(running, "1"))["data"] == "1"
+    waiting = await server.start(kernelspec("two", gpus=2))
+    await server.wait_reason(waiting, "position 1 of 1")
+    await open_notebook(server, "work/analysis.ipynb", running)
+    await open_notebook(server, "work/train.ipynb", waiting)
+    api_only = await server.start(kernelspec("cpu", gpus=0, queue="cpu"))  # no notebook
+    assert (await server.execute(api_only, "2"))["data"] == "2"
+
+    token = jp_auth_header["Authorization"].split()[-1]
+    url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
+    env = {**user_env, "JUPYTER_TOKEN": token}  # the token from the environment
+    code, out, err = await kernel_queue(env, "status", "--url", url)
+    assert (code, err) == (0, ""), err
+    lines = out.splitlines()
+    assert lines[0].split() == list(status.TABLE)
+    starts = {name: lines[0].index(name) for name in status.TABLE}
+    table = {line[:8]: line for line in lines[1:-1]}
+    assert set(table) == {running[:8], waiting[:8], api_only[:8]}
+
+    def cell(kernel_id: str, column: str) -> str:
+        line = table[kernel_id[:8]]
+        after = status.TABLE.index(column) + 1
+        end = starts[status.TABLE[after]] if after < len(status.TABLE) else len(line)
+        return line[starts[column] : end].strip()
+
+    assert cell(running, "NOTEBOOK") == "work/analysis.ipynb"
+    assert cell(waiting, "NOTEBOOK") == "work/train.ipynb"
+    assert cell(api_only, "NOTEBOOK") == "-"
+    assert cell(running, "WAITING") == ""
+    assert re.fullmatch(r"\d+ s", cell(waiting, "WAITING")), cell(waiting, "WAITING")
+    assert cell(waiting, "STATE") == "queued"
+    assert cell(waiting, "POSITION") == "1 of 1"
+    assert lines[-1] == "GPUs: 1 of 2 in use; 1 waiting"
+    await server.shutdown_and_wait(api_only, waiting, running)
+
+
+async def test_status_says_the_token_was_rejected_or_no_server_answers(
+    server: Server,
+    jp_base_url: str,
+    jp_http_port: int,
+    user_env: dict[str, str],
+) -> None:
+    url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
+    code, out, err = await kernel_queue(user_env, "status", "--url", url, "--token", "wrong")
+    assert (code, out, err) == (
+        1,
+        "",
+        f"jupyter kernel-queue status: the server at {url} rejected the token; pass --token "
+        "(or set JUPYTER_TOKEN)\n",
+    )
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        gone = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    code, out, err = await kernel_queue(user_env, "status", "--url", gone)
+    assert (code, out, err) == (
+        1,
+        "",
+        f"jupyter kernel-queue status: no Jupyter server at {gone}; start one with "
+        "`jupyter lab` or pass --url\n",
+    )
+    elsewhere = {**user_env, "JUPYTER_RUNTIME_DIR": user_env["HOME"]}  # no server files there
+    code, out, err = await kernel_queue(elsewhere, "status")
+    assert (code, err) == (
+        1,
+        "jupyter kernel-queue status: no running Jupyter server found; start one with "
+        "`jupyter lab` or pass --url\n",
+    )
