@@ -15,17 +15,17 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.browser.test_lab_queue_ui import (  # noqa: F401 (fixtures used by name)
-    KERNEL_WAIT_MS,
-    TOKEN,
-    Lab,
-    _notebook,
-    artifacts,
-    browser_api,
-    lab,
-    page,
-)
+from tests.browser import test_lab_queue_ui as queue_ui
+from tests.browser.test_lab_queue_ui import KERNEL_WAIT_MS, TOKEN, Lab, _notebook
 from tests.polling import until_sync
+
+# The queue UI tests' fixtures, used here by name.
+artifacts, browser_api, lab, page = (
+    queue_ui.artifacts,
+    queue_ui.browser_api,
+    queue_ui.lab,
+    queue_ui.page,
+)
 
 PLAIN_RUNS_MS = 30_000
 """A plain ipykernel starts in a few seconds here; a blocked websocket never connects."""
