@@ -308,7 +308,7 @@ class LocalBackend(local_settings.LocalSettings):
         group = self._named(name)
         if group is None:
             return
-        self.log.error("%s: %s", group.who, message)
+        self.log.warning("%s: %s", group.who, message)  # its failure is logged where it ends
         if group.process is None:
             self._finish(group, None, message, failed=True)
             return
