@@ -347,14 +347,19 @@ def _serving(base: str, token: str) -> bool:
 def test_the_lab_banner_names_the_gpus_found_or_the_visible_ones() -> None:
     """What the lab test sees of the banner depends on the machine; every case, here."""
     found = [gpu_detection.Gpu("0", "NVIDIA H200"), gpu_detection.Gpu("1", "NVIDIA H200")]
+    after = (
+        ". A kernel waits in the queue while the GPUs it asks for are in use; one asking for "
+        "more than {} fails at once, saying so."
+    )
     assert inventory_message(found, None, 1) == (
-        "kernel-queue: 2 GPU(s) found: GPU 0 (NVIDIA H200), GPU 1 (NVIDIA H200)"
+        "kernel-queue: 2 GPUs found: GPU 0 (NVIDIA H200), GPU 1 (NVIDIA H200)" + after.format(2)
     )
     assert inventory_message(found, "1", 1) == (
-        "kernel-queue: CUDA_VISIBLE_DEVICES limits the queue to 1 GPU(s)"
+        "kernel-queue: CUDA_VISIBLE_DEVICES limits the queue to 1 GPU" + after.format(1)
     )
-    assert inventory_message([], None, 3).startswith(
-        "kernel-queue: no NVIDIA GPU found, so the local backend pretends to have 3 GPUs"
+    assert inventory_message([], None, 3) == (
+        "kernel-queue: no NVIDIA GPU found, so the local backend pretends to have 3 GPUs "
+        "(--pretend-gpus N to change this)" + after.format(3)
     )
 
 
@@ -366,6 +371,8 @@ def test_lab_starts_jupyterlab_with_queued_kernelspecs_and_cleans_up(
     gpus = gpu_detection.detect()
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = gpus[0].index  # a real GPU machine: queue on one of them
+    two = run(env, "kernel-queue", "install", "--name", "two-gpus", "--gpus", "2", "--user")
+    assert two.returncode == 0, two.stderr
     lab = subprocess.Popen(
         [
             JUPYTER,
@@ -396,11 +403,11 @@ def test_lab_starts_jupyterlab_with_queued_kernelspecs_and_cleans_up(
         banner = lines[0]
         if gpus:
             assert banner.startswith(
-                "kernel-queue: CUDA_VISIBLE_DEVICES limits the queue to 1 GPU(s)"
+                "kernel-queue: CUDA_VISIBLE_DEVICES limits the queue to 1 GPU."
             )
         else:
             assert banner.startswith(
-                "kernel-queue: no NVIDIA GPU found, so the local backend pretends to have 1 GPUs"
+                "kernel-queue: no NVIDIA GPU found, so the local backend pretends to have 1 GPU "
             )
         specs = _get(base + "api/kernelspecs", token)["kernelspecs"]
         assert {"python3-gpu-queued", "python3-cpu-queued"} <= set(specs)
@@ -421,6 +428,18 @@ def test_lab_starts_jupyterlab_with_queued_kernelspecs_and_cleans_up(
         # The running kernel's connection file exists now, so its absence below means clean-up.
         connection_file = runtime / f"kernel-{first}.json"
         until_sync(connection_file.exists, f"the running kernel's {connection_file.name}")
+
+        # As the banner says: a kernel asking for more GPUs than there are fails at once.
+        assert "one asking for more than 1 fails at once, saying so." in banner
+        big = _get(base + "api/kernels", token, "POST", {"name": "two-gpus"})["id"]
+
+        def failed() -> dict[str, Any] | None:
+            model = _get(base + f"api/kernels/{big}", token)
+            return model if model["execution_state"] == "dead" else None
+
+        model = until_sync(failed, "the 2-GPU kernel failed", within=15)
+        assert "asks for 2 GPU(s) but this machine has 1" in model["reason"]
+        assert "so it could never start" in model["reason"]
     finally:
         lab.send_signal(signal.SIGTERM)
         try:

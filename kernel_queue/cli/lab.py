@@ -23,28 +23,46 @@ QUEUED_KERNELSPECS = ("python3-gpu-queued", "python3-cpu-queued")
 
 
 def inventory_message(found: list[gpu_detection.Gpu], visible: str | None, pretend: int) -> str:
-    """What the local backend will offer, in one sentence for the terminal."""
+    """What the local backend will offer, in one sentence for the terminal: how many GPUs,
+    that a kernel waits while they are in use and that one asking for more fails at once."""
     if visible is not None:
-        devices = [d for d in visible.split(",") if d.strip()]
-        return f"kernel-queue: CUDA_VISIBLE_DEVICES limits the queue to {len(devices)} GPU(s)"
-    if found:
+        count = len([d for d in visible.split(",") if d.strip()])
+        have = f"CUDA_VISIBLE_DEVICES limits the queue to {_gpus(count)}"
+    elif found:
+        count = len(found)
         names = ", ".join(f"GPU {g.index} ({g.name})" for g in found)
-        return f"kernel-queue: {len(found)} GPU(s) found: {names}"
+        have = f"{_gpus(count)} found: {names}"
+    else:
+        count = pretend
+        have = (
+            f"no NVIDIA GPU found, so the local backend pretends to have {_gpus(count)} "
+            "(--pretend-gpus N to change this)"
+        )
     return (
-        f"kernel-queue: no NVIDIA GPU found, so the local backend pretends to have {pretend} "
-        "GPUs; kernels asking for more wait in the queue (set --pretend-gpus to change this)"
+        f"kernel-queue: {have}. A kernel waits in the queue while the GPUs it asks for are in "
+        f"use; one asking for more than {count} fails at once, saying so."
     )
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU" if count == 1 else f"{count} GPUs"
 
 
 USAGE = """\
 Usage: jupyter kernel-queue lab [--pretend-gpus N] [--fake-cluster [--kueue RELEASE]] [ARGS]
 
-Start JupyterLab with queued kernels.
-  --pretend-gpus N   GPUs the local backend pretends to have when it finds none (default 2)
+Start JupyterLab with queued kernels on the local backend. It first says which GPUs the queue
+has: those CUDA_VISIBLE_DEVICES lists, else those the NVIDIA driver reports, else pretend ones.
+A kernel waits while the GPUs it asks for are in use; one asking for more than there are fails
+at once with a sentence saying so.
+  --pretend-gpus N   GPUs the local backend pretends to have when it finds none (default 2;
+                     the same as --LocalBackend.pretend_gpus=N)
   --fake-cluster     use the kubernetes backend against a fake Kubernetes cluster with Kueue
                      on this machine (sample queues, 2 GPUs), stopped when JupyterLab ends
   --kueue RELEASE    with --fake-cluster: the Kueue release it is (0.14 needs its CRDs)
-Every other argument goes to `jupyter lab`, e.g. --no-browser --port 8899.
+  -h, --help         this help
+Every other argument goes to `jupyter lab`, e.g. --no-browser --port 8899 (run as root, it
+adds --allow-root and says so).
 """
 
 
@@ -67,7 +85,7 @@ class LabCommand(JupyterApp):
             if name in ("--pretend-gpus", "--kueue") and not has_value and args:
                 value, has_value = args.pop(0), "="
             if name == "--pretend-gpus" and has_value:
-                self.pretend_gpus = int(value)
+                self.pretend_gpus = _count(value)
             elif name == "--kueue" and has_value:
                 self.kueue = value
             elif arg == "--fake-cluster":
@@ -115,3 +133,15 @@ class LabCommand(JupyterApp):
             print("kernel-queue: running as root, so kernels run as root too (--allow-root)")
             return [*args, "--allow-root"]
         return args
+
+
+def _count(value: str) -> int:
+    """The value of --pretend-gpus, or exit 2 saying what it must be."""
+    if value.strip().isdigit():
+        return int(value)
+    print(
+        f"jupyter kernel-queue lab: --pretend-gpus must be a whole number of GPUs (0 or more), "
+        f"not {value!r}",
+        file=sys.stderr,
+    )
+    raise SystemExit(2)
