@@ -85,9 +85,11 @@ export class QueuePanel extends Widget {
   }
 
   protected onUpdateRequest(): void {
-    // A focused button keeps its focus across the redraw (keyboard users stay put).
+    // A focused button keeps its focus across the redraw (keyboard users stay put); focus on
+    // a button that is gone stays in the panel, so Escape still reaches its popup or dialog.
     const focused = (document.activeElement as HTMLElement | null)?.dataset?.focusKey;
     const node = this.node;
+    const inside = node.contains(document.activeElement);
     node.replaceChildren();
     node.appendChild(this._queues());
     const parked = this._store.kernels().filter(row => row.action === 'resume');
@@ -107,8 +109,11 @@ export class QueuePanel extends Widget {
       section.appendChild(table);
       node.appendChild(section);
     }
-    if (focused) {
-      node.querySelector<HTMLElement>(`[data-focus-key="${focused}"]`)?.focus();
+    const again = focused ? node.querySelector<HTMLElement>(`[data-focus-key="${focused}"]`) : null;
+    if (again) {
+      again.focus();
+    } else if (inside && !node.contains(document.activeElement)) {
+      node.focus();
     }
   }
 
@@ -137,7 +142,7 @@ export class QueuePanel extends Widget {
       say(view.shared, 'jp-KernelQueue-capacity');
     }
     if (view.queues.length === 0) {
-      say('No queue has kernels yet.', 'jp-KernelQueue-empty');
+      say('No kernel holds or waits in a queue.', 'jp-KernelQueue-empty');
     }
     for (const queue of view.queues) {
       const block = document.createElement('div');
@@ -211,6 +216,8 @@ export class QueuePanel extends Widget {
     button.title = hint;
     button.setAttribute('aria-label', label);
     button.dataset.focusKey = key;
+    // A pressed button is disabled (and so loses focus): the panel keeps it.
+    button.addEventListener('click', () => this.node.focus());
     return button;
   }
 

@@ -150,7 +150,7 @@ const HIDDEN_WORDS: Record<string, string> = {
 /**
  * The panel's view of `listing`: `current` is the kernel of the notebook in view, `name`
  * names a kernel without a notebook, `now` is the clock (ms). Queues with nobody in them are
- * left out, unless none has anybody (then the first says the capacity).
+ * left out (the machine's line still says its capacity).
  */
 export function queuesView(
   listing: QueuesListing,
@@ -158,8 +158,7 @@ export function queuesView(
   name: (kernelId: string) => string,
   now: number
 ): QueuesView {
-  const used = listing.queues.filter(q => q.holders.length + q.waiting.length > 0);
-  const shown = used.length ? used : listing.queues.slice(0, 1);
+  const shown = listing.queues.filter(q => q.holders.length + q.waiting.length > 0);
   const sharing = listing.queues.find(q => q.shared);
   const waitingAll =
     listing.queues.reduce((n, q) => n + q.waiting.length, 0) + (listing.hidden['queued'] ?? 0);

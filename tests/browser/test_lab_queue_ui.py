@@ -272,14 +272,16 @@ class Lab:
         self.page.locator(".lm-MenuBar-item", has_text="Kernel").click()
         self.page.locator(".lm-Menu-item", has_text="Shut Down Kernel").first.click()
 
-    def runs(self, within: float = KERNEL_WAIT_MS) -> None:
-        """The current notebook's kernel runs: JupyterLab's own status says so ("| Idle"),
-        the toolbar's indicator is gone and our item says nothing of it (hidden, or only
-        "Queue · N waiting" while other kernels wait)."""
+    def runs(self, within: float = KERNEL_WAIT_MS, idle: bool = True) -> None:
+        """The current notebook's kernel runs: JupyterLab's own status says so ("| Idle";
+        `idle` False skips that, see the resume below), the toolbar's indicator is gone and
+        our item says nothing of it (hidden, or only "Queue · N waiting" while others wait)."""
         self.expect(self.status).to_have_attribute("data-state", RUNS, timeout=within)
         self.expect(self.indicator).to_be_hidden()
         self.expect(self.status).not_to_have_text(re.compile("Running|Queued|Admitted"))
-        self.expect(self.page.locator("#jp-main-statusbar")).to_contain_text("| Idle")
+        if idle:
+            statusbar = self.page.locator("#jp-main-statusbar")
+            self.expect(statusbar).to_contain_text("| Idle", timeout=within)
 
     @property
     def indicator(self) -> Any:
@@ -465,12 +467,22 @@ def test_preemption_requeue_resume_and_failure_are_told_with_their_reasons(
     ui.open_notebook("high.ipynb")
     ui.shut_down_kernel()
     ui.tab("low.ipynb").click()
-    ui.runs()
     expect(ui.toast("low.ipynb: resumed")).to_contain_text(
         "variables restored from the checkpoint", timeout=KERNEL_WAIT_MS
     )
+    # JupyterLab's own status reads "Starting" after a resume until the kernel next answers
+    # (the replaced kernel process said "starting", nothing asked it anything since); the
+    # next cell has x back and brings "Idle".
+    ui.runs(idle=False)
     ui.shot("low-resumed")
     assert ui.kernels()[low_kernel]["queue"]["state"] == "resumed"
+    page.locator(".jp-NotebookPanel:visible .jp-Cell").nth(1).click()
+    page.keyboard.type("x + 1")
+    page.keyboard.press("Shift+Enter")
+    expect(
+        page.locator(".jp-NotebookPanel:visible .jp-OutputArea-output", has_text="42")
+    ).to_be_visible(timeout=KERNEL_WAIT_MS)
+    ui.runs()
 
     # A kernel that cannot wait fails, and the notification gives the error's sentence.
     ui.open_notebook("impatient.ipynb")
