@@ -150,7 +150,7 @@ const HIDDEN_WORDS: Record<string, string> = {
 /**
  * The panel's view of `listing`: `current` is the kernel of the notebook in view, `name`
  * names a kernel without a notebook, `now` is the clock (ms). Queues with nobody in them are
- * left out (the machine's line still says its capacity).
+ * left out where the machine's line says their shared capacity.
  */
 export function queuesView(
   listing: QueuesListing,
@@ -158,7 +158,8 @@ export function queuesView(
   name: (kernelId: string) => string,
   now: number
 ): QueuesView {
-  const shown = listing.queues.filter(q => q.holders.length + q.waiting.length > 0);
+  // A LocalQueue's own counts are worth a line even without this server's kernels in it.
+  const shown = listing.queues.filter(q => q.holders.length + q.waiting.length > 0 || !q.shared);
   const sharing = listing.queues.find(q => q.shared);
   const waitingAll =
     listing.queues.reduce((n, q) => n + q.waiting.length, 0) + (listing.hidden['queued'] ?? 0);
