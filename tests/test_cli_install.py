@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -205,3 +206,32 @@ def test_kubernetes_checks_the_clusters_local_queues_and_priority_classes(
             "(LocalQueue 'user-queue' in namespace 'default' and WorkloadPriorityClass 'high' "
             f"found on the cluster of the kubeconfig {kubeconfig} ($KUBECONFIG))\n"
         )
+
+
+def test_kubernetes_with_an_unreachable_cluster_says_it_did_not_check(
+    user_env: dict[str, str], tmp_path: Path
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    done = install({**user_env, "KUBECONFIG": str(kubeconfig)}, *KUBE, "--queue", "q")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith(
+        "jupyter kernel-queue install: did not check --queue and --priority-class against the "
+        f"cluster of the kubeconfig {kubeconfig} ($KUBECONFIG): it did not answer (get /apis: "
+    ), done.stderr
+    assert done.stderr.count("\n") == 1
+    assert done.stdout.startswith("Installed kernelspec python3-queued in ")
