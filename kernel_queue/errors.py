@@ -22,7 +22,7 @@ Starting Kernel" dialog and in a kernel's `reason`.
     │   └── ClusterUnavailable (ConnectionError) 5xx, timeouts, refused connections
     ├── ConfigError's kin, defined beside the code that checks them:
     │   ├── launcher.contract.SettingsError (ConfigError)  a launch variable is missing or bad
-    │   └── cli.install.InstallError (ConfigError)         an install option is bad; nothing written
+    │   └── cli.install_checks.InstallError (ConfigError)  an install option is bad; nothing written
     ├── cli.status.StatusError                no running server found, or its API refused us
     └── checkpoint.CheckpointError (RuntimeError)  a checkpoint could not be written or read
         ├── FormatMismatch (ValueError)      written by a format this version cannot read
