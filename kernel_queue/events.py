@@ -3,21 +3,42 @@
 The server extension registers `SCHEMA_PATH` at server start (never lazily: listeners attach
 only to schemas registered when they subscribe); the provisioner emits `SCHEMA_ID` events. The
 schema grows by optional fields only, its `version` bumped each time (2 added
-`estimated_wait_seconds`, 3 the state `parked` with `parks` and `parked_since`), under the same
-`$id`, so consumers of an earlier version keep working.
+`estimated_wait_seconds`, 3 the state `parked` with `parks` and `parked_since`, 4 `failure`:
+what kind of failure a `failed` kernel met), under the same `$id`, so consumers of an earlier
+version keep working.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+from kernel_queue import errors
 from kernel_queue import lifecycle as lifecycles
 from kernel_queue.lifecycle import KernelState, Lifecycle
-from kernel_queue.model import GroupSpec, GroupStatus
+from kernel_queue.model import GroupPhase, GroupSpec, GroupStatus
 
 SCHEMA_ID = "https://events.kernel-queue.dev/kernel-status/v1"
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "kernel-status.yaml"
+
+FAILURES: tuple[tuple[type[errors.KernelQueueError], str], ...] = (
+    (errors.NeverFits, "never_fits"),
+    (errors.QueueNotFound, "queue_not_found"),
+    (errors.PriorityClassNotFound, "priority_class_not_found"),
+    (errors.ConfigError, "config"),
+    (errors.AdmissionTimeout, "admission_timeout"),
+    (errors.StartupTimeout, "startup_timeout"),
+    (errors.LaunchCancelled, "cancelled"),
+)
+"""The schema's `failure` kinds by error class (the first that matches); any other: "launch"."""
+
+
+def failure_kind(error: BaseException | None) -> str | None:
+    """The schema's `failure` for `error` (None for no error)."""
+    if error is None:
+        return None
+    return next((kind for cls, kind in FAILURES if isinstance(error, cls)), "launch")
 
 
 def status_payload(
@@ -28,9 +49,10 @@ def status_payload(
     message: str,
     *,
     parked_since: str | None = None,
+    failure: str | None = None,
 ) -> dict[str, Any]:
     """The event data (and the REST listing entry) for one kernel's current state;
-    `parked_since` (ISO 8601) while it is parked."""
+    `parked_since` (ISO 8601) while it is parked; `failure` (`failure_kind`) once it failed."""
     waiting = lifecycle.state in (KernelState.QUEUED, KernelState.REQUEUED)
     place = status.place if waiting else None
     estimate = status.waiting.estimate if waiting and status.waiting else None
@@ -47,5 +69,26 @@ def status_payload(
         "preemptions": lifecycle.preemptions,
         "parks": lifecycle.parks,
         "parked_since": parked_since if lifecycle.state is KernelState.PARKED else None,
+        "failure": failure if lifecycle.state is KernelState.FAILED else None,
         "message": message,
     }
+
+
+def failed_payload(
+    spec: GroupSpec,
+    backend: str,
+    error: BaseException,
+    seen: tuple[Lifecycle, GroupStatus] | None = None,
+) -> dict[str, Any]:
+    """The payload of a kernel whose launch failed outside its lifecycle (the backend refused
+    the submission, say): state `failed`, the error's sentence and its `failure` kind; `seen`:
+    its last lifecycle and status, if it was followed."""
+    lifecycle, status = seen or (Lifecycle(), GroupStatus(GroupPhase.FAILED))
+    return status_payload(
+        spec,
+        backend,
+        dataclasses.replace(lifecycle, state=KernelState.FAILED),
+        status,
+        str(error),
+        failure=failure_kind(error),
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 from typing import Any, cast
 
 from jupyter_client.connect import KernelConnectionInfo
@@ -265,7 +266,14 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
     def _tell(self, state: KernelState, message: str) -> None:
         """A new sentence: logged, the `reason` while not live, and a status event."""
         km = self.parent
-        self.log.info("kernel %s: %s", short_id(self.kernel_id or ""), message)
+        # A launch that fails is logged once at ERROR by the kernel manager (its OnceFilter);
+        # a kernel that fails later, here.
+        ready = getattr(km, "_ready", None)
+        failed = state is KernelState.FAILED
+        launching = ready is not None and not ready.done()
+        if message:
+            level = (logging.DEBUG if launching else logging.ERROR) if failed else logging.INFO
+            self.log.log(level, "kernel %s: %s", short_id(self.kernel_id or ""), message)
         if km is None:
             return
         if hasattr(km, "reason"):

@@ -39,6 +39,7 @@ class BackendLease:
     manager (`server.kernelmanager.QueuedMappingKernelManager.shutdown_all`)."""
 
     def __init__(self, name: str, *, owner: Any, config: Any, log: Any, counted: bool = False):
+        self.name = name
         self.backend = backends.get_backend(name, owner=owner, config=config, log=log)
         self._owner: Any = owner if counted else None
         if counted:
@@ -86,6 +87,7 @@ class KernelSession:
         self._old_gone = False  # and the old kernel stopped answering its heartbeat
         self._parked_why = ""  # "after 30 min idle", "on request": the latest park's reason
         self._parked_since: datetime.datetime | None = None
+        self._ended: dict[str, Any] | None = None  # the failed launch's last queue status
 
     @property
     def backend(self) -> backends.ClusterBackend:
@@ -138,6 +140,7 @@ class KernelSession:
                 await tracker.wait_back(within=startup_timeout)
         try:
             if tracker is None or tracker.lifecycle.state in TERMINAL:
+                self._ended = None
                 group = group or self.spec
                 if group is None:  # adopted after a restart, then ended: nothing to submit
                     raise errors.LaunchFailed(f"kernel {short_id(self.kernel_id)} has ended")
@@ -145,7 +148,9 @@ class KernelSession:
             await tracker.wait_live(
                 admission_timeout=admission_timeout, startup_timeout=startup_timeout
             )
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                self._launch_failed(exc)
             try:
                 await self.release()
             except Exception as exc:  # the launch's own failure is the one the user reads
@@ -153,6 +158,18 @@ class KernelSession:
             raise
         self._restart = False
         return tracker
+
+    def _launch_failed(self, error: Exception) -> None:
+        """Keep the failed launch's last queue status (listed until the kernel is shut down);
+        where the lifecycle did not tell it (the backend refused the submission), tell it."""
+        tracker = self.tracker
+        if tracker is not None and tracker.lifecycle.state in TERMINAL:
+            self._ended = self.queue_status()  # told already, as it happened
+        elif self.spec is not None:
+            seen = (tracker.lifecycle, tracker.status) if tracker else None
+            self._ended = events.failed_payload(self.spec, self.lease.name, error, seen)
+            self._told = str(error)
+            self.tell(KernelState.FAILED, self._told)
 
     def connection(self) -> dict[str, Any]:
         """The running kernel's connection info, at the address it is reached at now."""
@@ -209,9 +226,8 @@ class KernelSession:
     # -- state, answered from memory -----------------------------------------------------------
 
     def poll(self) -> int | None:
-        """None while the kernel runs or waits (also through preemption); else its exit code.
-        0 once a kernel asked to restart stopped (or waits in its queue: it starts afresh once
-        admitted). Refreshes `last_activity` while the kernel waits to come back."""
+        """None while the kernel runs or waits (also preempted); else its exit code; 0 once a
+        kernel asked to restart stopped or waits (refreshing `last_activity` while it waits)."""
         tracker = self.tracker
         if tracker is None:
             return 0
@@ -317,10 +333,11 @@ class KernelSession:
         )
 
     def queue_status(self) -> dict[str, Any] | None:
-        """The kernel's queue state, as in status events; None before the first launch."""
+        """The kernel's queue state, as in status events; after a failed launch its last one
+        (`failed`, with the sentence); None before the first launch."""
         tracker = self.tracker
         if tracker is None or self.spec is None:
-            return None
+            return self._ended
         since = self._parked_since.isoformat() if self._parked_since is not None else None
         return events.status_payload(
             self.spec,
@@ -329,6 +346,7 @@ class KernelSession:
             tracker.status,
             self.message(),
             parked_since=since,
+            failure=events.failure_kind(tracker.failure),
         )
 
     def _changed(self, state: Lifecycle, status: GroupStatus) -> None:

@@ -1,5 +1,5 @@
 """The status event's payload against its schema: the wait estimate is a new optional field of
-version 2, the parked state and its fields came in version 3, and the $id old consumers filter
+version 2, the parked state and its fields came in version 3, `failure` in version 4, and the $id old consumers filter
 on is unchanged."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from jupyter_events.schema import EventSchema
 
-from kernel_queue import events
+from kernel_queue import errors, events
 from kernel_queue.lifecycle import KernelState, Lifecycle
 from kernel_queue.model import (
     ConnectionInfo,
@@ -66,9 +66,29 @@ def test_a_parked_kernel_says_since_when_and_how_often_and_others_say_null() -> 
     assert (running["parks"], running["parked_since"]) == (2, None)
 
 
-def test_the_schema_is_version_3_under_the_same_id_and_version_1_payloads_still_validate() -> None:
+def test_the_schema_is_version_4_under_the_same_id_and_version_1_payloads_still_validate() -> None:
     raw = yaml.safe_load(events.SCHEMA_PATH.read_text())
-    assert (raw["$id"], raw["version"]) == (events.SCHEMA_ID, "3")
+    assert (raw["$id"], raw["version"]) == (events.SCHEMA_ID, "4")
     assert raw["$id"].endswith("/kernel-status/v1")  # what consumers of version 1 listen for
     old = {"kernel_id": "k-1", "state": "queued", "message": "queued in 'user-queue'"}
     SCHEMA.validate({**old, "position": 1, "queue_length": 1, "gpus": 1})
+
+
+def test_a_failed_kernel_says_what_kind_of_failure_and_others_say_null() -> None:
+    error = errors.NeverFits("kernel 1 asks for 3 GPU(s) but this machine has 2 GPU(s) in all")
+    failed = events.status_payload(
+        SPEC,
+        "local",
+        Lifecycle(KernelState.FAILED),
+        GroupStatus(GroupPhase.FAILED),
+        str(error),
+        failure=events.failure_kind(error),
+    )
+    SCHEMA.validate(failed)
+    assert (failed["state"], failed["failure"]) == ("failed", "never_fits")
+    queued = events.status_payload(
+        SPEC, "local", Lifecycle(), GroupStatus(GroupPhase.QUEUED), "queued", failure="launch"
+    )
+    assert queued["failure"] is None
+    assert events.failure_kind(RuntimeError("boom")) == "launch"
+    assert events.failure_kind(errors.QueueNotFound("x")) == "queue_not_found"

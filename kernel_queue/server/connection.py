@@ -61,11 +61,12 @@ def _future(km: Any) -> asyncio.Future[Any] | None:
     return ready if isinstance(ready, asyncio.Future) else asyncio.wrap_future(ready)
 
 
-def starting_queued(km: Any) -> bool:
+def not_running_queued(km: Any) -> bool:
     """The kernel is a queued one whose launch has not ended (it waits in its queue, or is
-    admitted and starting, or restarts): its websocket must not wait for it."""
+    admitted and starting, or restarts) or failed: its websocket must not wait for it, nor fail
+    the upgrade (jupyter_server answers a failed launch with a 500 the browser cannot read)."""
     ready = getattr(km, "ready", None)
-    if ready is None or ready.done():
+    if ready is None or (ready.done() and not ready.cancelled() and ready.exception() is None):
         return False
     provisioner = getattr(km, "provisioner", None)
     if provisioner is not None:
@@ -90,9 +91,9 @@ class QueuedWebsocketConnection(ZMQChannelsWebsocketConnection):
     # -- a kernel that waits in its queue ------------------------------------------------------
 
     async def prepare(self) -> None:
-        """Before the websocket upgrade: jupyter_server's, except that for a waiting kernel the
-        upgrade completes at once (the rest of jupyter_server's preparation runs once it runs)."""
-        if not starting_queued(self.kernel_manager):
+        """Before the websocket upgrade: jupyter_server's, except that for a waiting (or failed)
+        kernel the upgrade completes at once (the rest of the preparation runs once it runs)."""
+        if not not_running_queued(self.kernel_manager):
             await super().prepare()
             return
         await self._register_session()
@@ -113,14 +114,12 @@ class QueuedWebsocketConnection(ZMQChannelsWebsocketConnection):
         held messages on in order. A failed launch tells the client `dead` and closes."""
         km = self.kernel_manager
         ready = _future(km)
-        try:
-            if ready is not None:
-                await asyncio.shield(ready)
-            await self._await_alive()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self.log.debug("kernel %s did not start: telling its client: %s", self.kernel_id, exc)
+        if ready is not None:
+            await asyncio.wait({ready})  # its outcome is read below, never raised here
+        failed = ready is not None and (ready.cancelled() or ready.exception() is not None)
+        # A queued kernel's launch ends only once it answers: one not alive now has ended.
+        if failed or not await km.is_alive():
+            self.log.debug("kernel %s did not start: telling its client", self.kernel_id)
             self._early = None
             self._tell_status("dead")
             self.websocket_handler.close(1000, "the kernel did not start")
@@ -136,12 +135,6 @@ class QueuedWebsocketConnection(ZMQChannelsWebsocketConnection):
         held, self._early = self._early or [], None
         for message in held:
             self.handle_incoming_message(message)
-
-    async def _await_alive(self) -> None:
-        """As jupyter_server's prepare, but once: a queued kernel's launch ends only once it
-        answers, so one that is not alive now has ended since."""
-        if not await self.kernel_manager.is_alive():
-            raise RuntimeError(f"kernel {self.kernel_id} ended as it started")
 
     def disconnect(self) -> None:  # type: ignore[override]
         late, self._late = self._late, None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import datetime
+import functools
 import logging
 from typing import Any
 
@@ -29,11 +30,16 @@ _CANCEL_WAIT_SECONDS = 5.0
 _SHUTDOWN_ALL_WAIT_SECONDS = 30.0
 
 
+_TRACEBACK = "kernel_queue_traceback"
+"""Marks the DEBUG record that carries a failed start's traceback (`OnceFilter` lets it pass)."""
+
+
 class OnceFilter(logging.Filter):
     """jupyter_client and jupyter_server log a failed start three times, each with a traceback.
     For our own errors (already a sentence) the first record is kept, without the traceback:
-    INFO for a cancelled launch (an ordinary shutdown of a queued kernel), else ERROR; the
-    others are dropped. Records of any other error pass unchanged."""
+    INFO for a cancelled launch (an ordinary shutdown of a queued kernel), else ERROR, with the
+    traceback in a DEBUG record after it; the others are dropped. Records of any other error
+    pass unchanged."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -41,7 +47,7 @@ class OnceFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        if not isinstance(error, errors.KernelQueueError):
+        if not isinstance(error, errors.KernelQueueError) or getattr(record, _TRACEBACK, False):
             return True
         if any(error is seen for seen in self._seen):
             return False
@@ -50,7 +56,19 @@ class OnceFilter(logging.Filter):
         record.levelno = logging.INFO if cancelled else logging.ERROR
         record.levelname = logging.getLevelName(record.levelno)
         record.msg, record.args = ("%s" if cancelled else "kernel start failed: %s"), (error,)
-        record.exc_info, record.exc_text = None, None
+        exc_info, record.exc_info, record.exc_text = record.exc_info, None, None
+        logger = logging.getLogger(record.name)
+        if not cancelled and logger.isEnabledFor(logging.DEBUG):
+            debug = functools.partial(
+                logger.debug,
+                "the failed start's traceback",
+                exc_info=exc_info,
+                extra={_TRACEBACK: True},
+            )
+            try:  # after the ERROR line: a filter runs before its own record is handled
+                asyncio.get_running_loop().call_soon(debug)
+            except RuntimeError:
+                debug()
         return True
 
 
