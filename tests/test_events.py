@@ -1,6 +1,6 @@
 """The status event's payload against its schema: the wait estimate is a new optional field of
-version 2, the parked state and its fields came in version 3, `failure` in version 4, and the $id old consumers filter
-on is unchanged."""
+version 2, the parked state and its fields came in version 3, `failure` in version 4, and the
+$id old consumers filter on is unchanged."""
 
 from __future__ import annotations
 
