@@ -118,7 +118,9 @@ def _kernelspec(data: Path, name: str, **config: Any) -> None:
 @pytest.fixture
 def artifacts(request: pytest.FixtureRequest) -> Path:
     """This test's screenshot folder under test-artifacts/browser/, emptied first."""
-    folder = ARTIFACTS / request.node.name.removeprefix("test_")[:60]
+    name, _, param = request.node.name.removeprefix("test_").partition("[")
+    param = param.rstrip("]")  # each parameter its own folder, however long the test's name
+    folder = ARTIFACTS / (f"{name[: 59 - len(param)]}-{param}" if param else name[:60])
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     return folder
@@ -152,6 +154,11 @@ def lab(tmp_path: Path, artifacts: Path, browser_api: Any) -> Iterator[str]:
     # Idle parking with the notebook open: JupyterLab's own traffic does not keep it awake.
     _kernelspec(data, "idles", checkpoint=checkpoint, park_after=3)
     _notebook(root / "idles.ipynb", "idles", "y = 6 * 7", "print('awake', y)")
+    # Kernels that can never start: more GPUs than the machine has, and a queue that is not.
+    _kernelspec(data, "toobig", gpus=3)
+    _notebook(root / "toobig.ipynb", "toobig")
+    _kernelspec(data, "nosuch", queue="nosuch")
+    _notebook(root / "nosuch.ipynb", "nosuch")
     settings = tmp_path / "lab-settings"
     # Every admission after a wait notifies (the default waits 10 s): the test needs no sleep.
     (settings / "kernel-queue").mkdir(parents=True)
@@ -642,3 +649,41 @@ def test_the_panel_shows_a_batch_run_holding_the_gpu_and_its_end_admits_the_note
         batch.kill()
         batch.wait()
         batch_log.close()
+
+
+@pytest.mark.parametrize(
+    ("notebook", "label", "sentence"),
+    [
+        pytest.param(
+            "toobig.ipynb",
+            "Failed · needs 3 GPUs, 1 exists",
+            r"asks for 3 GPU\(s\) but this machine has 1 pretend GPU\(s\) in all",
+            id="more-gpus-than-exist",
+        ),
+        pytest.param(
+            "nosuch.ipynb",
+            "Failed · no queue 'nosuch'",
+            r"queue 'nosuch' does not exist on the local backend",
+            id="unknown-queue",
+        ),
+    ],
+)
+def test_a_kernel_that_can_never_start_says_why_in_a_notification_and_its_label(
+    page: Any, browser_api: Any, lab: str, artifacts: Path, notebook: str, label: str, sentence: str
+) -> None:
+    ui = Lab(page, browser_api.expect, lab, artifacts)
+    expect, status = ui.expect, ui.status
+    ui.goto(f"lab/tree/{notebook}")
+    toast = ui.toast(f"{notebook}: ")
+    expect(toast).to_contain_text(re.compile(sentence), timeout=KERNEL_WAIT_MS)
+    expect(status).to_have_text(label)
+    expect(status).to_have_class(re.compile(r"\bjp-KernelQueue-tone-failed\b"))
+    expect(status).to_have_attribute("title", re.compile(sentence))
+    expect(ui.indicator).to_have_text(label)
+    expect(ui.indicator).to_have_attribute("title", re.compile(sentence))
+    ui.shot("failed")
+    # A reload rebuilds it from the listing, which keeps the failed kernel with its queue.
+    page.reload()
+    expect(status).to_have_text(label, timeout=KERNEL_WAIT_MS)
+    expect(status).to_have_attribute("title", re.compile(sentence))
+    ui.shot("failed-after-reload")
