@@ -54,6 +54,11 @@ const REASONS: [RegExp, (m: RegExpMatchArray) => string][] = [
     /asks for (\d+) GPU\(s\) but this machine has (\d+) (?:pretend )?GPU\(s\)/,
     m => `needs ${gpuCount(Number(m[1]))}, ${m[2]} ${m[2] === '1' ? 'exists' : 'exist'}`
   ],
+  // kube: "asks for 3 nvidia.com/gpu but ClusterQueue 'cq' can never give more than 1"
+  [
+    /asks for (\d+) \S*gpu\S* but ClusterQueue '[^']+' can never give more than (\d+)/,
+    m => `needs ${gpuCount(Number(m[1]))}, queue has ${m[2]}`
+  ],
   [/asks for (\S+) CPU but the local quota is (\S+?),/, m => `needs ${m[1]} CPU, ${m[2]} exist`],
   [/asks for (\S+) memory but the local quota is (\S+?),/, m => `needs ${m[1]} memory, ${m[2]} exist`],
   [/LocalQueue '([^']+)' does not exist/, m => `no queue '${m[1]}'`],
@@ -63,19 +68,30 @@ const REASONS: [RegExp, (m: RegExpMatchArray) => string][] = [
   [/needs? (\d+) GPUs?\b.*\b(\d+) exists?/, m => `needs ${gpuCount(Number(m[1]))}, ${m[2]} exist`]
 ];
 
+/** What the event's `failure` kind (schema version 4) says where the sentence is not known. */
+const KINDS: Record<string, string> = {
+  never_fits: 'can never fit its queue',
+  queue_not_found: 'no such queue',
+  priority_class_not_found: 'no such priority class',
+  config: 'kernelspec error',
+  admission_timeout: 'gave up waiting',
+  startup_timeout: 'did not start in time'
+};
+
 /**
  * A failure's label, short enough for the status bar: `Failed · needs 3 GPUs, 2 exist`,
- * `Failed · no queue 'nosuch'`, `Failed · gave up waiting`; plain `Failed` for a sentence it
- * does not know (the tooltip has the whole sentence either way).
+ * `Failed · no queue 'nosuch'`, `Failed · gave up waiting`; else what the `failure` kind says;
+ * plain `Failed` for anything else (the tooltip has the whole sentence either way).
  */
-export function failedLabel(message: string): string {
+export function failedLabel(message: string, failure?: string | null): string {
   for (const [pattern, say] of REASONS) {
     const match = message.match(pattern);
     if (match) {
       return `Failed · ${say(match)}`;
     }
   }
-  return 'Failed';
+  const kind = failure ? KINDS[failure] : undefined;
+  return kind ? `Failed · ${kind}` : 'Failed';
 }
 
 /** What the in-notebook indicator says while the kernel cannot run cells, or null. */

@@ -39,6 +39,8 @@ export interface QueueStatus {
   parks?: number;
   /** While parked: when it was parked (ISO 8601), else null (v3). */
   parked_since?: string | null;
+  /** For a failed kernel: the kind of failure, e.g. `never_fits` (v4). */
+  failure?: string | null;
 }
 
 /** One entry of `GET /api/kernel-queue/kernels`: a Jupyter kernel model plus its queue state. */
@@ -165,7 +167,7 @@ export function statusLabel(status: QueueStatus): string {
       }
       return status.gpus === 1 ? 'Parked · GPU released' : 'Parked · GPUs released';
     case 'failed':
-      return failedLabel(status.message);
+      return failedLabel(status.message, status.failure);
     case 'cancelled':
       return 'Cancelled';
     case 'finished':

@@ -39,10 +39,31 @@ describe('failedLabel', () => {
       'kernel 1a2b3c4d asks for 64 CPU but the local quota is 16, so it could never start.',
       'Failed · needs 64 CPU, 16 exist'
     ],
+    [
+      "kernel 1a2b3c4d asks for 3 nvidia.com/gpu but ClusterQueue 'cluster-queue' can never " +
+        'give more than 1, so it could never start.',
+      'Failed · needs 3 GPUs, queue has 1'
+    ],
     ['the launcher exited with code 1', 'Failed']
   ])('%s → %s', (message, label) => {
     expect(failedLabel(message)).toBe(label);
     expect(statusLabel(status('failed', { message }))).toBe(label);
+  });
+});
+
+describe('failedLabel with the failure kind', () => {
+  it('says the kind where the sentence is not one it knows', () => {
+    expect(failedLabel('the kernel took 120 s to start', 'startup_timeout')).toBe(
+      'Failed · did not start in time'
+    );
+    expect(failedLabel('something else', 'launch')).toBe('Failed');
+    const status: QueueStatus = {
+      kernel_id: 'k',
+      state: 'failed',
+      message: 'bad image',
+      failure: 'config'
+    };
+    expect(statusLabel(status)).toBe('Failed · kernelspec error');
   });
 });
 
