@@ -217,12 +217,18 @@ def lab(tmp_path: Path, artifacts: Path, browser_api: Any) -> Iterator[str]:
         yield base
     finally:
         process.send_signal(signal.SIGTERM)
+        stuck = False
         try:
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:
+            stuck = True
             process.kill()
+            process.wait()
         log.close()
         shutil.copy(log_path, artifacts / "lab.log")
+    if stuck:  # a user's Ctrl-C would hang the same way
+        last = log_path.read_text().strip().splitlines()[-1:]
+        pytest.fail(f"the lab did not stop within 60 s of SIGTERM; its log ends: {last}")
 
 
 @pytest.fixture
