@@ -679,7 +679,12 @@ def test_a_kernel_that_can_never_start_says_why_in_a_notification_and_its_label(
 ) -> None:
     ui = Lab(page, browser_api.expect, lab, artifacts)
     expect, status = ui.expect, ui.status
-    ui.goto(f"lab/tree/{notebook}")
+    # JupyterLab asks /api/nbconvert on each page load, answered from an AnyIO worker thread
+    # in seconds; a server stopped while that request is pending never exits (the worker
+    # outlives the stopped loop: jupyter_server and AnyIO, not ours). This test is over within
+    # seconds of its last load, so it waits for that answer each time.
+    with page.expect_response(lambda r: "/api/nbconvert" in r.url, timeout=KERNEL_WAIT_MS):
+        ui.goto(f"lab/tree/{notebook}")
     toast = ui.toast(f"{notebook}: ")
     expect(toast).to_contain_text(re.compile(sentence), timeout=KERNEL_WAIT_MS)
     expect(status).to_have_text(label)
@@ -689,7 +694,8 @@ def test_a_kernel_that_can_never_start_says_why_in_a_notification_and_its_label(
     expect(ui.indicator).to_have_attribute("title", re.compile(sentence))
     ui.shot("failed")
     # A reload rebuilds it from the listing, which keeps the failed kernel with its queue.
-    page.reload()
+    with page.expect_response(lambda r: "/api/nbconvert" in r.url, timeout=KERNEL_WAIT_MS):
+        page.reload()
     expect(status).to_have_text(label, timeout=KERNEL_WAIT_MS)
     expect(status).to_have_attribute("title", re.compile(sentence))
     ui.shot("failed-after-reload")
