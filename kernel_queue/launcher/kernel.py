@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -55,16 +56,41 @@ class RestartAwareKernel(IPythonKernel):
     preset_module: ClassVar[ModuleType | None] = None
     preemption: Preemption | None = None
 
+    _shell_busy = False  # a shell request has begun in this process
+
     @default("user_module")
     def _preset_user_module(self) -> ModuleType | None:
         return type(self).preset_module
+
+    def start(self) -> None:
+        """ipykernel's, then `idle` once IOPub subscriptions settle (``_say_idle``)."""
+        super().start()  # type: ignore[no-untyped-call]
+        self.io_loop.add_callback(self._say_idle)
+
+    async def _say_idle(self) -> None:
+        """Publish `idle` (without parent) unless a shell request began first. ipykernel says
+        only `starting` at start and `idle` after a request, and a client that stayed connected
+        while this kernel replaced the last one (a resume after preemption, a restart in place)
+        shows the last status it got: JupyterLab read "Starting" until the next cell."""
+        await SUBSCRIPTIONS.settled(once=False)
+        if not self._shell_busy:
+            self._publish_status("idle", "shell")
+
+    def _publish_status(self, status: str, channel: str, parent: Any = None) -> None:
+        if channel == "shell" and status == "busy":
+            self._shell_busy = True
+        super()._publish_status(status, channel, parent)  # type: ignore[no-untyped-call]
 
     async def execute_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
         """ipykernel's handler, held until IOPub subscriptions settle, between the preemption
         hooks: a client that was connected to the kernel this one replaced (restart, requeue)
         may get its shell reconnected before its IOPub, and output published meanwhile is lost.
+        A client that subscribed since ipykernel said `busy` (just before this) is told again.
         """
+        asked = time.monotonic()
         await SUBSCRIPTIONS.settled()
+        if SUBSCRIPTIONS.since(asked):
+            self._publish_status("busy", "shell", parent)
         hooks = self.preemption
         if hooks is not None:
             hooks.before_execute(parent)

@@ -39,17 +39,24 @@ class Subscriptions:
             self._last = time.monotonic()
         self._first.set()
 
+    def since(self, when: float) -> bool:
+        """A client subscribed after ``when`` (``time.monotonic()``)."""
+        with self._lock:
+            return self._last > when
+
     def unknowable(self) -> None:
         """This ipykernel reports no subscriptions: never hold a request."""
         self.settle = 0.0
         self._first.set()
 
-    async def settled(self) -> None:
-        """Return once some client subscribed and none did for ``settle`` seconds (bounded)."""
+    async def settled(self, *, once: bool = True) -> None:
+        """Return once some client subscribed and none did for ``settle`` seconds (bounded).
+        With ``once``, a wait for a first subscriber that ran out is not waited again."""
         started = time.monotonic()
         if not self._first.is_set():
             await asyncio.to_thread(self._first.wait, self.first_wait)
-            self._first.set()  # a client without IOPub is held once, not on every request
+            if once:
+                self._first.set()  # a client without IOPub is held once, not on every request
         while True:
             with self._lock:
                 quiet = time.monotonic() - self._last

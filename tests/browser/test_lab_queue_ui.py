@@ -285,16 +285,15 @@ class Lab:
         self.page.locator(".lm-MenuBar-item", has_text="Kernel").click()
         self.page.locator(".lm-Menu-item", has_text="Shut Down Kernel").first.click()
 
-    def runs(self, within: float = KERNEL_WAIT_MS, idle: bool = True) -> None:
-        """The current notebook's kernel runs: JupyterLab's own status says so ("| Idle";
-        `idle` False skips that, see the resume below), the toolbar's indicator is gone and
-        our item says nothing of it (hidden, or only "Queue · N waiting" while others wait)."""
+    def runs(self, within: float = KERNEL_WAIT_MS) -> None:
+        """The current notebook's kernel runs: JupyterLab's own status says so ("| Idle"), the
+        toolbar's indicator is gone and our item says nothing of it (hidden, or only
+        "Queue · N waiting" while others wait)."""
         self.expect(self.status).to_have_attribute("data-state", RUNS, timeout=within)
         self.expect(self.indicator).to_be_hidden()
         self.expect(self.status).not_to_have_text(re.compile("Running|Queued|Admitted"))
-        if idle:
-            statusbar = self.page.locator("#jp-main-statusbar")
-            self.expect(statusbar).to_contain_text("| Idle", timeout=within)
+        statusbar = self.page.locator("#jp-main-statusbar")
+        self.expect(statusbar).to_contain_text("| Idle", timeout=within)
 
     @property
     def indicator(self) -> Any:
@@ -483,10 +482,9 @@ def test_preemption_requeue_resume_and_failure_are_told_with_their_reasons(
     expect(ui.toast("low.ipynb: resumed")).to_contain_text(
         "variables restored from the checkpoint", timeout=KERNEL_WAIT_MS
     )
-    # JupyterLab's own status reads "Starting" after a resume until the kernel next answers
-    # (the replaced kernel process said "starting", nothing asked it anything since); the
-    # next cell has x back and brings "Idle".
-    ui.runs(idle=False)
+    # JupyterLab's own status reads "Idle" without a cell (it read "Starting": the resumed
+    # kernel said only that), and the next cell has x back.
+    ui.runs()
     ui.shot("low-resumed")
     assert ui.kernels()[low_kernel]["queue"]["state"] == "resumed"
     page.locator(".jp-NotebookPanel:visible .jp-Cell").nth(1).click()
@@ -564,7 +562,7 @@ def test_park_from_the_panel_then_the_next_cell_brings_the_kernel_back_and_print
     dialog.get_by_role("button", name="Park the kernel of parks.ipynb").click()
     expect(status).to_have_text("Parked · GPU released", timeout=KERNEL_WAIT_MS)
     dialog.get_by_role("button", name="Resume the kernel of parks.ipynb").click()
-    ui.runs(idle=False)  # JupyterLab may read "Starting" until the next cell, as after a resume
+    ui.runs()
     ui.shot("resumed-from-the-panel")
     assert ui.kernels()[kernel]["queue"]["state"] == "resumed"
 
