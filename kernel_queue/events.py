@@ -92,3 +92,25 @@ def failed_payload(
         str(error),
         failure=failure_kind(error),
     )
+
+
+def refused_payload(kernel_id: str, config: dict[str, Any], error: BaseException) -> dict[str, Any]:
+    """The payload of a kernel whose kernelspec config was refused before anything was built or
+    submitted: what the config said of its backend, queue and GPUs, as far as it is readable."""
+    gpus = config.get("gpus")
+    return {
+        "kernel_id": kernel_id,
+        "state": str(KernelState.FAILED),
+        "backend": str(config.get("backend") or ""),
+        "queue": str(config.get("queue") or ""),
+        "gpus": gpus if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 0 else 0,
+        "position": None,
+        "queue_length": None,
+        "estimated_wait_seconds": None,
+        "devices": [],
+        "preemptions": 0,
+        "parks": 0,
+        "parked_since": None,
+        "failure": failure_kind(error),
+        "message": str(error),
+    }

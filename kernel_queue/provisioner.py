@@ -40,6 +40,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         super().__init__(**kwargs)
         self.connection_info: KernelConnectionInfo = {}
         self._session: KernelSession | None = None
+        self._refusal: dict[str, Any] | None = None  # a kernelspec config refused (`_refused`)
 
     # -- jupyter_client hooks ----------------------------------------------------------------
 
@@ -58,8 +59,12 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         extra = kwargs.pop("extra_arguments", [])
         session = self._session
         if session is None or session.spec is None:  # first launch, or reattached
-            group = spec.build(self, argv_extra=extra, cwd=kwargs.get("cwd"))
-            self._check_parking(group.park_after)
+            try:
+                group = spec.build(self, argv_extra=extra, cwd=kwargs.get("cwd"))
+                self._check_parking(group.park_after)
+            except errors.KernelQueueError as exc:
+                self._refused(exc)
+                raise
             if session is None:
                 session = self._session = self._new_session(self.backend)
             session.spec = group
@@ -190,7 +195,16 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
 
     def queue_status(self) -> dict[str, Any] | None:
         """The kernel's queue state, as in status events; None before the first launch."""
-        return self._session.queue_status() if self._session is not None else None
+        if self._session is not None:
+            return self._session.queue_status()
+        return self._refusal
+
+    def _refused(self, error: errors.KernelQueueError) -> None:
+        """Its kernelspec config was refused before anything was built: a failed kernel, listed
+        and told as any (the server's listing, a status event, its `reason`)."""
+        config = {"backend": self.backend, "queue": self.queue, "gpus": self.gpus}
+        self._refusal = events.refused_payload(self.kernel_id or "", config, error)
+        self._tell(KernelState.FAILED, str(error))
 
     # -- parking (used by the server extension's idle scanner, REST and CLI) -----------------
 

@@ -1,7 +1,7 @@
 """A kernel that fails before or while waiting (more GPUs than exist, an unknown queue or
-priority class, its admission timeout) emits a `failed` status event with its sentence, and the
-queue listing keeps it with its queue and that sentence (it read `queue: null`), until it is
-shut down."""
+priority class, its admission timeout, a kernelspec config refused before it is queued) emits a
+`failed` status event with its sentence, and the queue listing keeps it with its queue and that
+sentence (it read `queue: null`), until it is shut down."""
 
 from __future__ import annotations
 
@@ -32,6 +32,10 @@ CASES = [
         "priority_class_not_found",
         id="no-priority-class",
     ),
+    # Refused before anything is submitted (the kernelspec's config), as a kernel is too.
+    pytest.param({"gpus": -1}, "gpu", "`gpus` is -1", "config", id="negative-gpus"),
+    pytest.param({"backend": "slurm"}, "gpu", "'slurm'", "config", id="unknown-backend"),
+    pytest.param({"queue": "nosuch", "gpus": "1"}, "nosuch", "'gpus'", "config", id="gpus-text"),
 ]
 
 

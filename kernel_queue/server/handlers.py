@@ -21,7 +21,7 @@ from tornado import web
 
 from kernel_queue import backends, errors
 from kernel_queue.backends import machine_link
-from kernel_queue.server import parking, queues
+from kernel_queue.server import kernelmanager, parking, queues
 
 KERNELS_PATH = "api/kernel-queue/kernels"
 MACHINE_PATH = "api/kernel-queue/machine"
@@ -129,7 +129,7 @@ def entry(manager: Any, model: dict[str, Any]) -> dict[str, Any]:
     provisioner = getattr(km, "provisioner", None)
     state = getattr(provisioner, "queue_status", None)
     since = getattr(provisioner, "waiting_since", None)
-    queue = state() if callable(state) else None
+    queue = state() if callable(state) else getattr(km, kernelmanager.REFUSAL, None)
     return {**model, "queue": queue, "waiting_since": since}
 
 

@@ -20,9 +20,10 @@ from typing import Any
 
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
 from tornado import web
+from traitlets import TraitError
 
-from kernel_queue import backends, errors
-from kernel_queue.server import parking
+from kernel_queue import backends, errors, events
+from kernel_queue.server import connection, parking
 
 # How long shutdown waits for a cancelled launch to end before going on regardless.
 _CANCEL_WAIT_SECONDS = 5.0
@@ -30,6 +31,9 @@ _CANCEL_WAIT_SECONDS = 5.0
 _SHUTDOWN_ALL_WAIT_SECONDS = 30.0
 
 
+REFUSAL = "kernel_queue_refusal"
+"""The kernel manager attribute holding the failed status of a kernel whose provisioner could
+not be made (`QueuedMappingKernelManager._refused`); the listing reads it."""
 _TRACEBACK = "kernel_queue_traceback"
 """Marks the DEBUG record that carries a failed start's traceback (`OnceFilter` lets it pass)."""
 
@@ -141,6 +145,8 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
         if ready.done() and not ready.cancelled() and ready.exception() is not None:
             km.execution_state = "dead"
             km.reason = str(ready.exception())
+            if getattr(km, "provisioner", None) is None:
+                self._refused(kernel_id, km, ready.exception())
             # A start can fail after launch_kernel returned (jupyter_client writing the
             # connection file, say): jupyter then forgets the kernel without the provisioner's
             # cleanup, so release its group here (a no-op when the launch released it).
@@ -150,6 +156,25 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
                     await provisioner.cleanup(restart=False)
                 except Exception as exc:
                     self.log.warning("kernel %s: release after a failed start: %s", kernel_id, exc)
+
+    def _refused(self, kernel_id: str, km: Any, error: BaseException) -> None:
+        """A queued kernelspec whose config our provisioner refused as it was made (a key of
+        the wrong type): listed and told as a failed kernel, as one refused later is."""
+        try:
+            metadata = km.kernel_spec.metadata or {}
+        except Exception:  # no such kernelspec: jupyter's own error says so
+            return
+        provisioner = metadata.get("kernel_provisioner") or {}
+        if provisioner.get("provisioner_name") != connection.QUEUED_PROVISIONER:
+            return
+        config = provisioner.get("config") or {}
+        if isinstance(error, TraitError):  # a key's value of the wrong type (`options.py`)
+            error = errors.ConfigError(str(error))
+        refusal = events.refused_payload(kernel_id, config, error)
+        setattr(km, REFUSAL, refusal)
+        logger = getattr(km, "event_logger", None)
+        if logger is not None and events.SCHEMA_ID in logger.schemas.schema_ids:
+            logger.emit(schema_id=events.SCHEMA_ID, data=refusal)
 
     def _waiting(self, kernel_id: str) -> bool:
         km = self._kernels.get(kernel_id)
