@@ -8,15 +8,16 @@ One shared informer per namespace and kind (pods, Workloads) feeds every kernel'
 memory (`kube.caches`); `pod_groups` turns it into each group's status and acts on it
 (replacement pods after an eviction, queue positions from Kueue's visibility API through
 `kube.positions`). A release deletes every object until each is gone (`kube.cleanup`); what keeps
-failing, and what a crash left, the reaper deletes (`kube.reaper`). Parking flips the Workload's
-`spec.active` (`kube.activation`). Every background task is owned and ended by `aclose`.
+failing (`kube.handover`), and what a crash left, the reaper deletes (`kube.reaper`). Parking
+flips the Workload's `spec.active` (`kube.activation`). Every background task is owned and
+ended by `aclose`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -28,6 +29,7 @@ from kernel_queue.kube import (
     cleanup,
     delivery,
     explain,
+    handover,
     janitor,
     kueue,
     names,
@@ -84,13 +86,15 @@ class KubernetesBackend(settings.BackendSettings):
             forget_launcher=self._delivery.forget,
             activate=self._activate,
         )
-        self._handed: set[str] = set()  # kernels whose objects were handed to the reaper
         self.reaper = Reaper(
             owner=self.owner_id,
             known=lambda: owners.REGISTRY.known(self.owner_id),
             log=self.log,
             discovery=self._discovery,
             current=lambda: self._delivery.name,
+        )
+        self._handover = handover.HandOver(
+            self.reaper, self._client, lambda: self.reap_interval, self.log
         )
         owners.REGISTRY.add(self, self.owner_id)
 
@@ -317,26 +321,10 @@ class KubernetesBackend(settings.BackendSettings):
         return "; nothing was left behind" if done else "; what it had created will be deleted"
 
     async def _delete_or_hand_over(
-        self, namespace: str, kernel: str, what: str, work: Callable[[KubeApi], Awaitable[Any]]
+        self, namespace: str, kernel: str, what: str, work: handover.Work
     ) -> bool:
-        """Run `work`; if the API keeps failing, give it to the reaper (one warning per kernel)
-        and return False."""
-        api = await self._client()
-        try:
-            await work(api)
-            return True
-        except errors.ClusterApiError as exc:
-            self.reaper.hand_over(namespace, kernel, what, work)
-            if kernel not in self._handed:
-                self._handed.add(kernel)
-                then = (
-                    f"the reaper deletes what is left within {self.reap_interval:g} s"
-                    if self.reap_interval > 0
-                    else "the reaper is off (reap_interval = 0): delete its objects by hand "
-                    f"(kubectl delete pods,services,secrets -l {cleanup.kernel_selector(kernel)})"
-                )
-                self.log.warning("kernel %s: %s failed (%s); %s", short_id(kernel), what, exc, then)
-            return False
+        """Run `work`, or hand it to the reaper (`kube.handover`); False when handed over."""
+        return await self._handover.run(namespace, kernel, what, work)
 
     async def _end_group(self, group: pod_groups.Group, *, grace: float | None = None) -> None:
         """Delete the group's Workload and pods, once: later callers wait for the same deletion,
