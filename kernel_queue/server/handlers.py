@@ -27,7 +27,7 @@ KERNELS_PATH = "api/kernel-queue/kernels"
 MACHINE_PATH = "api/kernel-queue/machine"
 QUEUES_PATH = "api/kernel-queue/queues"
 ACTION_ROUTE = r"(?P<kernel_id>[\w-]+)/(?P<action>park|resume)"
-_SHOWN_EVERY = 0.05  # s between looks at whether the kernel shows its new state
+_BACKSTOP_SECONDS = 1.0  # at most between looks at whether a kernel shows its new state
 
 
 class QueueStatusHandler(APIHandler):
@@ -105,7 +105,12 @@ class ParkHandler(APIHandler):
         # or the action ended; the action goes on after it.
         wanted = action == "park"
         while not task.done() and parking.is_parked(km) != wanted:
-            await asyncio.wait({task}, timeout=_SHOWN_EVERY)
+            changed = asyncio.ensure_future(parking.changed(km))
+            # A change told before `changed` began waiting is seen within the backstop.
+            await asyncio.wait(
+                {task, changed}, timeout=_BACKSTOP_SECONDS, return_when=asyncio.FIRST_COMPLETED
+            )
+            changed.cancel()
         if task.done() and not task.cancelled() and task.exception() is not None:
             error = task.exception()
             if isinstance(error, errors.ParkRefused):

@@ -27,7 +27,7 @@ MIN_INTERVAL = 1.0
 MAX_INTERVAL = 30.0
 """And never above this, so a long `park_after` is still honoured to within 30 s."""
 EVERY = 0.05
-"""How often a wake looks whether the kernel has left the parked state (s; a local check)."""
+"""How often a kernel whose provisioner tells no changes is looked at again (s; a local check)."""
 WAKE_LIMIT = 600.0
 """How long a wake waits for the kernel to leave the parked state before sending on regardless."""
 SHOWN_LIMIT = 10.0
@@ -72,12 +72,12 @@ def is_live(km: Any) -> bool:
     return isinstance(status, dict) and status.get("state") in LIVE_STATES
 
 
-async def _changed(km: Any) -> None:
+async def changed(km: Any) -> None:
     """Return at the kernel's next change of state (its provisioner's `wait_changed`), or after
     `EVERY` s for a provisioner without one."""
-    changed = getattr(_provisioner(km), "wait_changed", None)
-    if changed is not None:
-        await changed()
+    wait = getattr(_provisioner(km), "wait_changed", None)
+    if wait is not None:
+        await wait()
     else:
         await asyncio.sleep(EVERY)
 
@@ -230,7 +230,7 @@ class IdleParker:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(SHOWN_LIMIT):
                     while kernel_id in self.manager._kernels and not is_parked(km):
-                        await _changed(km)
+                        await changed(km)
         except errors.ParkRefused as exc:
             if idle_seconds is None:
                 raise  # asked for (REST, CLI, the panel): the refusal is the answer
@@ -265,7 +265,7 @@ class IdleParker:
                 # saving: a message sent now could reach it and be lost with it.
                 async with asyncio.timeout(WAKE_LIMIT):
                     while kernel_id in self.manager._kernels and is_parked(km):
-                        await _changed(km)
+                        await changed(km)
         except Exception:
             self.log.exception("kernel %s: waking it failed", kernel_id)
         finally:
