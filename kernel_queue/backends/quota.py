@@ -13,7 +13,7 @@ from kernel_queue import admission, errors, quantities
 from kernel_queue.machine import protocol
 from kernel_queue.model import GroupSpec, short_id
 
-FLAVOR = "local"
+FLAVOR = protocol.FLAVOR
 
 
 @dataclass(frozen=True)
@@ -52,20 +52,9 @@ class LocalQuota:
         return f"c.LocalBackend.{name}"
 
     def cluster_queue(self) -> admission.ClusterQueue:
-        """The one ClusterQueue every local queue shares."""
-        quota = {
-            "gpu": self.gpus,
-            "cpu": quantities.millicores(self.cpu),
-            "memory": quantities.bytes_(self.memory),
-        }
-        return admission.ClusterQueue(
-            name=FLAVOR,
-            resource_groups=(
-                admission.ResourceGroup(frozenset(quota), (admission.Flavor(FLAVOR, quota),)),
-            ),
-            strategy=admission.QueueingStrategy(self.strategy),
-            preemption=admission.PreemptionPolicy(self.preemption),
-        )
+        """The one ClusterQueue every local queue shares: the machine service's, whose GPUs'
+        ids do not matter here, only their number."""
+        return self.machine(tuple(str(n) for n in range(self.gpus))).cluster_queue()
 
     def machine(self, devices: tuple[str, ...]) -> protocol.Quota:
         """This quota as the machine's queue service enforces it (`devices` are the GPU ids)."""
