@@ -115,8 +115,25 @@ def test_a_local_queue_status_gives_counts_and_gpus_in_use_and_no_capacity() -> 
     view = kueue_versions.local_queue(local_queue, kueue_versions.V1BETA2)
     used = capacity.usage(view, "nvidia.com/gpu")
     assert used == capacity.Usage(pending=4, admitted=2, gpus=3)
-    answer = queues.kubernetes_view({}, {"gpu": used, "other": None})
+    unread = capacity.missing("other", "team")
+    answer = queues.kubernetes_view({}, {"gpu": used, "other": unread})
     gpu, other = answer["queues"]
     assert (gpu["name"], gpu["capacity"], gpu["in_use"]) == ("gpu", None, {"gpus": 3})
-    assert (gpu["pending"], gpu["admitted"]) == (4, 2)
+    assert (gpu["pending"], gpu["admitted"], gpu["error"]) == (4, 2, None)
     assert other["in_use"] is None and "pending" not in other
+    assert other["error"].startswith("LocalQueue 'other' does not exist in namespace 'team'")
+
+
+def test_a_v1beta1_local_queue_status_reads_the_same() -> None:
+    local_queue = {
+        "metadata": {"name": "gpu", "namespace": "team"},
+        "status": {
+            "pendingWorkloads": 1,
+            "admittedWorkloads": 1,
+            "flavorUsage": [
+                {"name": "a100", "resources": [{"name": "nvidia.com/gpu", "total": "1"}]}
+            ],
+        },
+    }
+    view = kueue_versions.local_queue(local_queue, kueue_versions.V1BETA1)
+    assert capacity.usage(view) == capacity.Usage(pending=1, admitted=1, gpus=1)

@@ -9,8 +9,9 @@ memory (`kube.caches`); `pod_groups` turns it into each group's status and acts 
 (replacement pods after an eviction, queue positions from Kueue's visibility API through
 `kube.positions`). A release deletes every object until each is gone (`kube.cleanup`); what keeps
 failing (`kube.handover`), and what a crash left, the reaper deletes (`kube.reaper`). Parking
-flips the Workload's `spec.active` (`kube.activation`). Every background task is owned and
-ended by `aclose`.
+flips the Workload's `spec.active` (`kube.activation`). `local_queue_usage` says what a
+LocalQueue's status counts (`kube.capacity`). Every background task is owned and ended by
+`aclose`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from kernel_queue.backends import feed, pod_groups, tasks
 from kernel_queue.kube import (
     activation,
     caches,
+    capacity,
     cleanup,
     delivery,
     explain,
@@ -269,6 +271,13 @@ class KubernetesBackend(settings.BackendSettings):
         if self._api is not None:
             await self._api.aclose()
             self._api = None
+
+    async def local_queue_usage(self, queue: str, namespace: str | None = None) -> capacity.Usage:
+        """What LocalQueue `queue` (in `namespace`, default this backend's) counts now, from
+        one GET of its status; raises an error whose sentence names the queue, the namespace
+        and what to do (`capacity.read`)."""
+        api = await self._client()  # resolves `namespace`
+        return await capacity.read(api, self._discovery, namespace or self.namespace, queue)
 
     # -- connecting, creating, deleting --------------------------------------------------
 

@@ -3,7 +3,10 @@
 Kueue's LocalQueue status counts the queue's pending and admitted Workloads and sums what the
 admitted ones use per flavor; it names no Workload and no notebook, so nothing of other users'
 kernels leaks through it. The ClusterQueue's quota (the capacity) is shared with other
-namespaces and is not read here. One GET per call; the caller decides how often.
+namespaces and is not read here. `usage` translates a LocalQueue (as `kueue_versions` reads it
+at either version) into `Usage`; `read` makes the one GET, and turns every way it can fail into
+an error whose sentence names the queue, its namespace and what to do. The caller decides how
+often to read (`KubernetesBackend.local_queue_usage` is the public way in).
 """
 
 from __future__ import annotations
@@ -12,8 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kernel_queue import quantities
-from kernel_queue.kube import kueue_versions
+from kernel_queue import errors, quantities
+from kernel_queue.kube import explain, kueue_versions, verbs
+from kernel_queue.kube.preflight import Discovery
+from kernel_queue.kube.verbs import KubeApi
+
+GPU_RESOURCE = "nvidia.com/gpu"
+"""The resource GPUs are asked under."""
 
 
 @dataclass(frozen=True)
@@ -25,9 +33,9 @@ class Usage:
     gpus: int
 
 
-def usage(view: kueue_versions.LocalQueueView, gpu_resource: str) -> Usage:
+def usage(view: kueue_versions.LocalQueueView, gpu_resource: str = GPU_RESOURCE) -> Usage:
     """The GPUs `view`'s admitted Workloads use, summed over flavors (`gpu_resource` is the
-    resource name GPUs are asked under, e.g. `nvidia.com/gpu`)."""
+    resource name GPUs are asked under). `ValueError` for a quantity that is no quantity."""
     gpus = sum(
         int(quantities.parse(resources[gpu_resource]))
         for resources in view.usage.values()
@@ -36,15 +44,45 @@ def usage(view: kueue_versions.LocalQueueView, gpu_resource: str) -> Usage:
     return Usage(pending=view.pending, admitted=view.admitted, gpus=gpus)
 
 
-async def read(backend: Any, queue: str, gpu_resource: str = "nvidia.com/gpu") -> Usage:
-    """GET the LocalQueue `queue` in `backend`'s namespace (a `KubernetesBackend`: its API
-    client and Kueue version discovery) and say its use. Raises what the API call raises
-    (`ClusterApiError` and kin, `KueueNotInstalled`).
+async def read(
+    api: KubeApi,
+    discovery: Discovery,
+    namespace: str,
+    queue: str,
+    gpu_resource: str = GPU_RESOURCE,
+) -> Usage:
+    """GET the LocalQueue `queue` in `namespace` (at the Kueue version `discovery` finds) and
+    say its use. Raises, each with a sentence naming the queue and the namespace:
+    `QueueNotFound` (no such LocalQueue), `KueueNotInstalled`, `ClusterApiError` and kin (as
+    `explain.failure` words them: RBAC, a server that kept failing), `KernelQueueError` (a
+    status with a quantity Kueue never writes)."""
+    who = f"LocalQueue {queue!r} in namespace {namespace!r}"
+    try:
+        versions = await discovery.versions(api)
+        obj: Mapping[str, Any] = await api.get(versions.local_queues, namespace, queue)
+    except errors.KueueNotInstalled as exc:
+        raise errors.KueueNotInstalled(f"{who}: {exc}") from exc
+    except errors.ClusterNotFound as exc:
+        if isinstance(exc, verbs.NotFound) and exc.details.get("name"):
+            raise errors.QueueNotFound(missing(queue, namespace)) from exc
+        raise errors.KueueNotInstalled(  # the path itself is not served
+            f"{who}: the cluster serves no Kueue API ({exc.message}); install Kueue (its CRDs "
+            "and controller) or use backend 'local'"
+        ) from exc
+    except errors.ClusterApiError as exc:
+        raise explain.failure(exc, who=who, doing="read its status") from exc
+    try:
+        return usage(kueue_versions.local_queue(obj, versions.kueue), gpu_resource)
+    except ValueError as exc:
+        raise errors.KernelQueueError(
+            f"{who}: its status has no usable {gpu_resource}: {exc}"
+        ) from exc
 
-    The backend offers no public accessor for its client and discovery; these two private
-    attributes are the whole dependence (see the module's report)."""
-    api = await backend._client()
-    versions = await backend._discovery.versions(api)
-    obj: Mapping[str, Any] = await api.get(versions.local_queues, backend.namespace, queue)
-    view = kueue_versions.local_queue(obj, versions.kueue)
-    return usage(view, gpu_resource)
+
+def missing(queue: str, namespace: str) -> str:
+    """The sentence of a LocalQueue deleted since its kernels were queued."""
+    return (
+        f"LocalQueue {queue!r} does not exist in namespace {namespace!r} (any more): Kueue "
+        "admits none of its kernels until it is created again; ask the cluster's admin to "
+        "create it (see etc/kubernetes/queues.yaml)"
+    )

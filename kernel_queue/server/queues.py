@@ -4,11 +4,14 @@ Built from what this server knows (its kernels' queue states, its sessions' note
 each kernel's `last_activity`) plus what the backend can say of the rest: on the local backend
 the machine's queue service (every server's and batch run's kernels on this machine, its GPUs),
 on the kubernetes backend Kueue's LocalQueue status only (counts and usage, never another user's
-notebook). Read-only: it never starts a queue service, and never creates a backend.
+notebook), read through `KubernetesBackend.local_queue_usage`; a LocalQueue that cannot be read
+keeps its rows and says why in its `error` (a sentence naming the queue and its namespace), in
+a 200 like the rest. Read-only: it never starts a queue service, and never creates a backend.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -120,11 +123,13 @@ def local_view(
 
 def kubernetes_view(
     mine: Mapping[str, tuple[dict[str, Any], dict[str, Any]]],
-    usage: Mapping[str, capacity.Usage | None],
+    usage: Mapping[str, capacity.Usage | str],
 ) -> dict[str, Any]:
     """The kubernetes backend's answer: this server's kernels, and per LocalQueue what its
-    status says (`usage`, None where it could not be read). Capacity is the ClusterQueue's
-    business, shared with other namespaces: it is left out (null)."""
+    status says (`usage`), or why it could not be read (a sentence naming the queue, its
+    namespace and what to do, as the queue's `error`; the rows still say what this server
+    knows). Capacity is the ClusterQueue's business, shared with other namespaces: it is
+    left out (null)."""
     queues: dict[str, dict[str, Any]] = {}
     for status, row in mine.values():
         if status["state"] in HOLDING or status["state"] in WAITING:
@@ -132,10 +137,24 @@ def kubernetes_view(
     for name, read in usage.items():
         entry = queues.setdefault(name, _queue(name))
         entry["shared"] = False
-        if read is not None:
+        if isinstance(read, str):
+            entry["error"] = read
+        else:
             entry["in_use"] = {"gpus": read.gpus}
             entry["pending"], entry["admitted"] = read.pending, read.admitted
+            entry["error"] = None
     return {"backend": "kubernetes", "queues": _sorted(queues), "hidden": {}}
+
+
+async def local_queue_usage(kube: Any, queue: str) -> capacity.Usage | str:
+    """What `kube` (a `KubernetesBackend`) reads of LocalQueue `queue`, or the sentence of why
+    it could not."""
+    try:
+        usage: capacity.Usage = await kube.local_queue_usage(queue)
+        return usage
+    except errors.KernelQueueError as exc:
+        log.debug("kernel-queue: LocalQueue %s not read: %s", queue, exc)
+        return str(exc)
 
 
 async def notebooks_of(session_manager: Any) -> dict[str, str]:
@@ -153,16 +172,11 @@ async def listing(manager: Any, session_manager: Any) -> dict[str, Any]:
     mine = kernel_rows(manager, await notebooks_of(session_manager))
     backend_names = {status.get("backend") for status, _ in mine.values()}
     kube = backends.existing("kubernetes", owner=manager)
-    if kube is not None and "kubernetes" in backend_names:
-        usage: dict[str, capacity.Usage | None] = {}
-        for name in sorted({s["queue"] for s, _ in mine.values()}):
-            usage[name] = None
-            try:  # unread, the rows still say what this server knows
-                usage[name] = await capacity.read(kube, name)
-            except (errors.KernelQueueError, ValueError) as exc:
-                log.debug("kernel-queue: LocalQueue %s not read: %s", name, exc)
-        return kubernetes_view(mine, usage)
     local = backends.existing("local", owner=manager)
+    if kube is not None and ("kubernetes" in backend_names or local is None):
+        names = sorted({s["queue"] for s, _ in mine.values() if s.get("backend") == "kubernetes"})
+        read = await asyncio.gather(*(local_queue_usage(kube, name) for name in names))
+        return kubernetes_view(mine, dict(zip(names, read, strict=True)))
     machine: Mapping[str, Any] = {}
     configured: tuple[str, ...] = ()
     gpus: int | None = None

@@ -1,0 +1,175 @@
+"""`GET /api/kernel-queue/queues` on the kubernetes backend, end to end on the fake cluster: the
+counts come from the LocalQueue status the fake Kueue writes, the holders and the waiting list
+are this server's notebooks, another namespace's Workload in the same ClusterQueue is never
+named, and a LocalQueue that cannot be read is a sentence in a 200, its kernels unaffected."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from kernel_queue_fake_cluster.cluster import FakeCluster
+
+from tests.conftest import KernelspecFactory, Server
+from tests.kube.support import GPU_QUOTA, kube_spec, settled, wait_clean
+from tests.test_queues_endpoint import start_in_notebook
+
+OTHER_NAMESPACE = "team-alice"
+OTHER_WORKLOAD = "alice-secret-analysis"
+"""Another user's Workload in the same ClusterQueue: its names must never reach the listing."""
+
+
+def other_users_workload(cluster: FakeCluster) -> None:
+    """A namespace of another user with its own LocalQueue on `cluster-queue`, and a Workload
+    there asking for 1 GPU (Kueue admits it like any other)."""
+    cluster.store.create("", "namespaces", None, {"metadata": {"name": OTHER_NAMESPACE}})
+    container = {
+        "name": "notebook",
+        "image": "jupyter/alice",
+        "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}},
+    }
+    pod_set = {"name": "main", "count": 1, "template": {"spec": {"containers": [container]}}}
+
+    def kueue(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        meta = {"name": name, "namespace": OTHER_NAMESPACE}
+        return {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": kind,
+            "metadata": meta,
+            "spec": spec,
+        }
+
+    cluster.apply(
+        cluster.for_release(
+            [
+                kueue("LocalQueue", "alice-queue", {"clusterQueue": "cluster-queue"}),
+                kueue(
+                    "Workload", OTHER_WORKLOAD, {"queueName": "alice-queue", "podSets": [pod_set]}
+                ),
+            ]
+        )
+    )
+
+
+def admitted(cluster: FakeCluster, namespace: str, name: str) -> bool:
+    workload = cluster.store.get("kueue.x-k8s.io", "workloads", namespace, name)
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Admitted" and c["status"] == "True" for c in conditions)
+
+
+async def listing(server: Server) -> tuple[str, dict[str, Any]]:
+    """The endpoint's body as text (to search for names) and its queues by name."""
+    response = await server.fetch("api", "kernel-queue", "queues", method="GET")
+    text = response.body.decode()
+    body = json.loads(text)
+    assert body["backend"] == "kubernetes"
+    return text, {q["name"]: q for q in body["queues"]}
+
+
+async def user_queue_shows(server: Server, **expected: Any) -> dict[str, Any]:
+    """Poll the listing until `user-queue` shows `expected` (the fake Kueue writes the
+    LocalQueue's status after each scheduling pass); return that entry."""
+    seen: dict[str, Any] = {}
+
+    async def shows() -> bool:
+        seen.clear()
+        seen.update((await listing(server))[1].get("user-queue", {}))
+        return all(seen.get(key) == value for key, value in expected.items())
+
+    await server.wait_for(shows, what=f"user-queue showing {expected}", detail=lambda: seen)
+    return seen
+
+
+def kernels(rows: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
+    return [(row["kernel_id"], row["notebook"]) for row in rows]
+
+
+@pytest.mark.parametrize(
+    "cluster_options",
+    [{"kueue": "0.14"}, {"kueue": "0.19"}, {"kueue": "0.20"}],
+    ids=["v1beta1-flavorUsage", "both-versions", "v1beta2-flavorsUsage"],
+)
+async def test_the_queue_counts_its_own_kernels_and_never_names_another_users_workload(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    cluster.kueue.set_quota("cluster-queue", "default-flavor", {**GPU_QUOTA, "nvidia.com/gpu": 2})
+    other_users_workload(cluster)
+    await server.wait_for(
+        lambda: admitted(cluster, OTHER_NAMESPACE, OTHER_WORKLOAD), what="alice's Workload admitted"
+    )
+    name = kube_spec(kernelspec)
+    holder = await start_in_notebook(server, name, "work/first.ipynb")
+    assert (await settled(server, holder))["live"]
+    waiting = await start_in_notebook(server, name, "work/second.ipynb")
+    await server.wait_reason(waiting, "position 1 of 1")  # alice holds the other GPU
+
+    entry = await user_queue_shows(server, admitted=1, pending=1)
+    assert entry["in_use"] == {"gpus": 1}  # ours: alice's GPU is her LocalQueue's
+    assert entry["capacity"] is None  # the ClusterQueue's quota is shared: not ours to say
+    assert entry["error"] is None
+    assert kernels(entry["holders"]) == [(holder, "work/first.ipynb")]
+    assert kernels(entry["waiting"]) == [(waiting, "work/second.ipynb")]
+    assert entry["waiting"][0]["position"] == 1
+    text, by_name = await listing(server)
+    assert set(by_name) == {"user-queue"}
+    for foreign in (OTHER_WORKLOAD, OTHER_NAMESPACE, "alice"):
+        assert foreign not in text
+
+    await server.shutdown(holder)  # its GPU goes to the waiting kernel, not to alice's queue
+    entry = await user_queue_shows(server, admitted=1, pending=0)
+    assert entry["in_use"] == {"gpus": 1}
+    assert kernels(entry["holders"]) == [(waiting, "work/second.ipynb")]
+    assert entry["waiting"] == []
+    assert (await server.execute(waiting, "6*7"))["data"] == "42"
+
+    await server.shutdown(waiting)
+    entry = await user_queue_shows(server, admitted=0, pending=0)
+    assert entry["in_use"] == {"gpus": 0} and entry["holders"] == entry["waiting"] == []
+    await wait_clean(server, cluster, holder, waiting)
+    assert admitted(cluster, OTHER_NAMESPACE, OTHER_WORKLOAD)
+
+
+@pytest.mark.parametrize("backend_config", [{"api_retry_seconds": 0.5}])
+async def test_a_local_queue_the_api_keeps_failing_on_is_a_sentence_and_the_kernel_runs_on(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    kernel = await start_in_notebook(server, kube_spec(kernelspec), "work/first.ipynb")
+    assert (await settled(server, kernel))["live"]
+    cluster.fail_next("get", "localqueues", 500, count=100)
+    text, by_name = await listing(server)  # a 200: `listing` raises on any other answer
+    entry = by_name["user-queue"]
+    assert entry["error"] == (
+        "LocalQueue 'user-queue' in namespace 'default': could not read its status: the "
+        "Kubernetes API server kept answering 500 InternalError, also on retries; try again in "
+        "a minute, and if it keeps failing ask the cluster's admin to check the API server"
+    )
+    assert "injected fault" not in text and "Traceback" not in text
+    assert entry["in_use"] is None and "pending" not in entry
+    assert kernels(entry["holders"]) == [(kernel, "work/first.ipynb")]  # what this server knows
+    cluster.clear_faults()
+    assert (await server.execute(kernel, "1+1"))["data"] == "2"
+    entry = await user_queue_shows(server, admitted=1, pending=0, error=None)
+    assert entry["in_use"] == {"gpus": 1}
+    await server.shutdown(kernel)
+    await wait_clean(server, cluster, kernel)
+
+
+async def test_a_deleted_local_queue_is_named_with_its_namespace_and_what_to_do(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    kernel = await start_in_notebook(server, kube_spec(kernelspec), "work/first.ipynb")
+    assert (await settled(server, kernel))["live"]
+    cluster.store.delete("kueue.x-k8s.io", "localqueues", "default", "user-queue")
+    _, by_name = await listing(server)
+    entry = by_name["user-queue"]
+    assert entry["error"] == (
+        "LocalQueue 'user-queue' does not exist in namespace 'default' (any more): Kueue "
+        "admits none of its kernels until it is created again; ask the cluster's admin to "
+        "create it (see etc/kubernetes/queues.yaml)"
+    )
+    assert entry["in_use"] is None
+    assert kernels(entry["holders"]) == [(kernel, "work/first.ipynb")]
+    assert (await server.execute(kernel, "1+1"))["data"] == "2"  # admitted, it runs on
+    await server.shutdown(kernel)
+    await wait_clean(server, cluster, kernel)
