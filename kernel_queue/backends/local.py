@@ -15,7 +15,6 @@ is a task this backend owns until `aclose` (`tasks`).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -62,7 +61,6 @@ class LocalBackend(local_settings.LocalSettings):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._groups: dict[str, local_groups.Group] = {}
-        self._arrivals = itertools.count()
         self._admissions = wait_estimate.Admissions()  # per queue: the estimate of a wait
         # kernel id -> its checkpoint store and the root it lies in, deleted at release
         self._checkpoints: dict[str, tuple[Path, Path]] = {}
@@ -92,7 +90,7 @@ class LocalBackend(local_settings.LocalSettings):
         await self.inventory()
         await self._machine.connect(self.machine_quota())  # refused here, nothing is held yet
         limits = self._machine.enforced() or self.local_quota()
-        request = limits.request(spec, created=float(next(self._arrivals)))
+        request = limits.request(spec)
         limits.check_fits(spec, request)
         checkpoints = self.checkpoint_dir(spec)
         if checkpoints is not None and not spec.checkpoint.path:
@@ -250,7 +248,7 @@ class LocalBackend(local_settings.LocalSettings):
 
     def _wake(self, group: local_groups.Group) -> None:
         """A parked group back at the end of its queue."""
-        group.requeue(created=float(next(self._arrivals)))
+        group.requeue()
         self._machine.resubmit(group.submission(), self.machine_quota())
 
     def placed(self, name: str, place: protocol.Position) -> None:
@@ -318,7 +316,7 @@ class LocalBackend(local_settings.LocalSettings):
 
     def _requeue(self, group: local_groups.Group) -> None:
         """The preempted group's launcher is gone: its GPUs back, at the end of its queue."""
-        group.requeue(created=float(next(self._arrivals)))
+        group.requeue()
         self._machine.requeue(group.spec.name)
         self._show_place(group)
 

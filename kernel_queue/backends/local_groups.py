@@ -14,7 +14,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -174,15 +174,14 @@ class Group:
         elif event.get("event") == "exited" and not self.leaving:
             feed.publish(self, status.evolve(kernel_alive=False))
 
-    def requeue(self, created: float) -> None:
+    def requeue(self) -> None:
         """Back in the queue after its preemption's launcher exited (or woken from parked): no
         admission, its ports held again while it waits (a port lost now is retried at
-        admission), at the back of the line (`created`, as Kueue requeues by eviction time)."""
+        admission); the machine's queue service puts it at the back of the line."""
         self.evicting = ""
         self.parked = self.resume_asked = False
         self.admitted = None
         self.ports.hold()
-        self.request = replace(self.request, created=created)
         self.status = GroupStatus(GroupPhase.QUEUED, message=self.saved)
 
     def park(self) -> None:

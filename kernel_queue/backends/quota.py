@@ -69,9 +69,10 @@ class LocalQuota:
             pretend=self.pretend,
         )
 
-    def request(self, spec: GroupSpec, created: float) -> admission.Request:
+    def request(self, spec: GroupSpec) -> admission.Request:
         """The kernel's request, named by its kernel id; QueueNotFound or
-        PriorityClassNotFound naming the fix."""
+        PriorityClassNotFound naming the fix. Its `created` is 0: the machine's queue service
+        orders arrivals."""
         if spec.queue not in self.queues:
             raise errors.QueueNotFound(
                 f"kernel {short_id(spec.kernel_id)}: queue {spec.queue!r} does not exist on the "
@@ -98,7 +99,7 @@ class LocalQuota:
             queue=spec.queue,
             resources=resources,
             priority=priority,
-            created=created,
+            created=0.0,
         )
 
     def check_fits(self, spec: GroupSpec, request: admission.Request) -> None:
