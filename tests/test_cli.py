@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -20,24 +18,17 @@ from kernel_queue.backends import gpus as gpu_detection
 from kernel_queue.cli.lab import inventory_message
 from kernel_queue.cli.park import resolve
 from kernel_queue.cli.status import StatusError
+from tests.cli_support import JUPYTER, kernel_queue, private_env
 from tests.conftest import KernelspecFactory, Server
 from tests.polling import until_sync
 
-JUPYTER = str(Path(sys.executable).parent / "jupyter")
 KUBE = ["--backend", "kubernetes", "--image", "registry.example/kernel:1", "--queue", "q"]
 
 
 @pytest.fixture
 def user_env(tmp_path: Path) -> dict[str, str]:
     """An environment whose Jupyter user dirs are private to the test."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
-    env.update(
-        HOME=str(tmp_path / "home"),
-        JUPYTER_DATA_DIR=str(tmp_path / "data"),
-        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-    )
-    return env
+    return private_env(tmp_path)
 
 
 def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -230,21 +221,6 @@ async def test_status_lists_kernels_with_their_place_in_the_queue(
     assert "queued in 'gpu', position 1 of 1, needs 2 GPUs" in rows[queued[:8]]
     assert rows[queued[:8]].split()[3:7] == ["queued", "gpu", "1", "of"]
     await server.shutdown_and_wait(queued, running)
-
-
-async def kernel_queue(env: dict[str, str], *args: str) -> tuple[int, str, str]:
-    """`jupyter kernel-queue ARGS` in a subprocess, without blocking the test server's loop."""
-    process = await asyncio.create_subprocess_exec(
-        JUPYTER,
-        "kernel-queue",
-        *args,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 120)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 async def test_park_and_resume_a_kernel_by_the_short_id_status_prints(

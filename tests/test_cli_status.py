@@ -4,47 +4,22 @@ token and for no server."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import re
 import socket
-import sys
 from pathlib import Path
 
 import pytest
 
 from kernel_queue.cli import status
+from tests.cli_support import kernel_queue, private_env
 from tests.conftest import KernelspecFactory, Server
-
-JUPYTER = str(Path(sys.executable).parent / "jupyter")
 
 
 @pytest.fixture
 def user_env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
-    env.update(
-        HOME=str(tmp_path / "home"),
-        JUPYTER_DATA_DIR=str(tmp_path / "data"),
-        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-    )
-    return env
-
-
-async def kernel_queue(env: dict[str, str], *args: str) -> tuple[int, str, str]:
-    """`jupyter kernel-queue ARGS` in a subprocess, without blocking the test server's loop."""
-    process = await asyncio.create_subprocess_exec(
-        JUPYTER,
-        "kernel-queue",
-        *args,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 120)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+    """An environment whose Jupyter user dirs are private to the test."""
+    return private_env(tmp_path)
 
 
 async def open_notebook(server: Server, path: str, kernel_id: str) -> None:
