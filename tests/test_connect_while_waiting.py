@@ -53,17 +53,25 @@ async def read_until_reply(ws: Any, msg_id: str, within: float = 60) -> list[dic
                 return seen
 
 
-async def test_a_waiting_kernel_connects_at_once_and_its_cell_runs_once_after_admission(
+async def connect_behind_a_holder(
     server: Server, kernelspec: KernelspecFactory
-) -> None:
+) -> tuple[str, str, Any]:
+    """A kernel holding the only GPU, one waiting behind it, and a websocket to the waiting one
+    (connected within `CONNECT_SECONDS`)."""
     name = kernelspec(gpus=1)
     holder = await server.start(name)
     assert (await server.execute(holder, "1+1"))["data"] == "2"
     waiting = await server.start(name)
     await server.wait_reason(waiting, "position 1 of 1")
-
     async with asyncio.timeout(CONNECT_SECONDS):
         ws = await server.ws_fetch("api", "kernels", waiting, "channels")
+    return holder, waiting, ws
+
+
+async def test_a_waiting_kernel_connects_at_once_and_its_cell_runs_once_after_admission(
+    server: Server, kernelspec: KernelspecFactory
+) -> None:
+    holder, waiting, ws = await connect_behind_a_holder(server, kernelspec)
     try:
         async with asyncio.timeout(CONNECT_SECONDS):
             first = json.loads(await ws.read_message())
@@ -96,13 +104,7 @@ async def test_a_waiting_kernel_connects_at_once_and_its_cell_runs_once_after_ad
 async def test_a_waiting_kernel_that_is_shut_down_tells_its_client_dead_and_closes(
     server: Server, kernelspec: KernelspecFactory
 ) -> None:
-    name = kernelspec(gpus=1)
-    holder = await server.start(name)
-    assert (await server.execute(holder, "1+1"))["data"] == "2"
-    waiting = await server.start(name)
-    await server.wait_reason(waiting, "position 1 of 1")
-    async with asyncio.timeout(CONNECT_SECONDS):
-        ws = await server.ws_fetch("api", "kernels", waiting, "channels")
+    holder, waiting, ws = await connect_behind_a_holder(server, kernelspec)
     try:
         await ws.write_message(json.dumps(execute("print('never')")))
         await server.shutdown(waiting)
