@@ -67,15 +67,21 @@ async def listing(server: Server) -> tuple[str, dict[str, Any]]:
     return text, {q["name"]: q for q in body["queues"]}
 
 
-async def user_queue_shows(server: Server, **expected: Any) -> dict[str, Any]:
-    """Poll the listing until `user-queue` shows `expected` (the fake Kueue writes the
-    LocalQueue's status after each scheduling pass); return that entry."""
+async def user_queue_shows(
+    server: Server, *, holders: list[str] | None = None, **expected: Any
+) -> dict[str, Any]:
+    """Poll the listing until `user-queue` shows `expected` and, when given, these `holders`
+    (kernel ids): the fake Kueue writes the LocalQueue's status after each scheduling pass, and
+    a kernel holds once this server has seen it admitted. Return that entry."""
     seen: dict[str, Any] = {}
 
     async def shows() -> bool:
         seen.clear()
         seen.update((await listing(server))[1].get("user-queue", {}))
-        return all(seen.get(key) == value for key, value in expected.items())
+        held = [row["kernel_id"] for row in seen.get("holders", [])]
+        return all(seen.get(key) == value for key, value in expected.items()) and (
+            holders is None or held == holders
+        )
 
     await server.wait_for(shows, what=f"user-queue showing {expected}", detail=lambda: seen)
     return seen
@@ -104,7 +110,7 @@ async def test_the_queue_counts_its_own_kernels_and_never_names_another_users_wo
     waiting = await start_in_notebook(server, name, "work/second.ipynb")
     await server.wait_reason(waiting, "position 1 of 1")  # alice holds the other GPU
 
-    entry = await user_queue_shows(server, admitted=1, pending=1)
+    entry = await user_queue_shows(server, admitted=1, pending=1, holders=[holder])
     assert entry["in_use"] == {"gpus": 1}  # ours: alice's GPU is her LocalQueue's
     assert entry["capacity"] is None  # the ClusterQueue's quota is shared: not ours to say
     assert entry["error"] is None
@@ -117,14 +123,14 @@ async def test_the_queue_counts_its_own_kernels_and_never_names_another_users_wo
         assert foreign not in text
 
     await server.shutdown(holder)  # its GPU goes to the waiting kernel, not to alice's queue
-    entry = await user_queue_shows(server, admitted=1, pending=0)
+    entry = await user_queue_shows(server, admitted=1, pending=0, holders=[waiting])
     assert entry["in_use"] == {"gpus": 1}
     assert kernels(entry["holders"]) == [(waiting, "work/second.ipynb")]
     assert entry["waiting"] == []
     assert (await server.execute(waiting, "6*7"))["data"] == "42"
 
     await server.shutdown(waiting)
-    entry = await user_queue_shows(server, admitted=0, pending=0)
+    entry = await user_queue_shows(server, admitted=0, pending=0, holders=[])
     assert entry["in_use"] == {"gpus": 0} and entry["holders"] == entry["waiting"] == []
     await wait_clean(server, cluster, holder, waiting)
     assert admitted(cluster, OTHER_NAMESPACE, OTHER_WORKLOAD)
