@@ -1,11 +1,16 @@
 """Running `jupyter …` commands as a user would, for the CLI tests: a private set of Jupyter
-user dirs, and the command in a subprocess (blocking, or awaited beside the test server)."""
+user dirs, the command in a subprocess (awaited beside the test server), and
+`jupyter kernel-queue fake-cluster` serving while a test talks to it."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
+import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 JUPYTER = str(Path(sys.executable).parent / "jupyter")
@@ -36,3 +41,36 @@ async def kernel_queue(env: dict[str, str], *args: str) -> tuple[int, str, str]:
     out, err = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
+
+
+@contextlib.contextmanager
+def serving(*args: str) -> Iterator[list[str]]:
+    """`jupyter kernel-queue fake-cluster ARGS` serving: its banner, up to its last line ("…
+    Press Ctrl-C to stop."); stopped with Ctrl-C (SIGINT) at the end, a clean stop."""
+    process = subprocess.Popen(
+        [JUPYTER, "kernel-queue", "fake-cluster", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        lines: list[str] = []
+        for line in process.stdout:
+            lines.append(line)
+            if "Press Ctrl-C to stop." in line:
+                break
+        yield lines
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+    assert process.returncode == 0
+
+
+def kubeconfig_of(lines: list[str]) -> str:
+    [line] = [line for line in lines if line.startswith("kubeconfig: ")]
+    return line.split(": ", 1)[1].strip()

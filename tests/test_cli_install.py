@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -17,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from tests.cli_support import JUPYTER, kubeconfig_of, private_env, serving
 from tests.conftest import KUEUE_DATA, skip_unless_ci
 
-JUPYTER = str(Path(sys.executable).parent / "jupyter")
 INSTALL = (JUPYTER, "kernel-queue", "install", "--user")
 KUBE = ("--backend", "kubernetes", "--image", "registry.example/kernel:1")
 
@@ -27,13 +25,7 @@ KUBE = ("--backend", "kubernetes", "--image", "registry.example/kernel:1")
 @pytest.fixture
 def user_env(tmp_path: Path) -> dict[str, str]:
     """Jupyter's user dirs and HOME private to the test; no kubeconfig."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "KUBE"))}
-    env.update(
-        HOME=str(tmp_path / "home"),
-        JUPYTER_DATA_DIR=str(tmp_path / "data"),
-        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-    )
+    env = {k: v for k, v in private_env(tmp_path).items() if not k.startswith("KUBE")}
     (tmp_path / "home").mkdir()
     (tmp_path / "config").mkdir()
     return env
@@ -156,29 +148,8 @@ def fake_cluster(directory: Path) -> Iterator[str]:
     """`jupyter kernel-queue fake-cluster --sample-queues` serving; yields its kubeconfig."""
     if not KUEUE_DATA.is_dir():
         skip_unless_ci(f"Kueue's CRDs are not at {KUEUE_DATA} (../shared is absent)")
-    process = subprocess.Popen(
-        [JUPYTER, "kernel-queue", "fake-cluster", "--sample-queues", f"--dir={directory}"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        kubeconfig = ""
-        for line in process.stdout:
-            if line.startswith("kubeconfig: "):
-                kubeconfig = line.split(": ", 1)[1].strip()
-            if "Press Ctrl-C to stop." in line:
-                break
-        assert kubeconfig, "the fake cluster printed no kubeconfig"
-        yield kubeconfig
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
+    with serving("--sample-queues", f"--dir={directory}") as lines:
+        yield kubeconfig_of(lines)
 
 
 def test_kubernetes_checks_the_clusters_local_queues_and_priority_classes(

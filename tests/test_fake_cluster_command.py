@@ -4,13 +4,10 @@ without Kueue's CRDs, and the `kernel_queue.testing` compatibility shim."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,44 +15,11 @@ import yaml
 from kernel_queue_fake_cluster.apiserver import crds as crd_files
 from kubernetes import client, config
 
+from tests.cli_support import kubeconfig_of, serving
 from tests.conftest import KUEUE_DATA, skip_unless_ci
 from tests.polling import until_sync
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
-
-
-@contextlib.contextmanager
-def serving(*args: str) -> Iterator[list[str]]:
-    """`jupyter kernel-queue fake-cluster ARGS` serving: its banner, up to its last line ("…
-    Press Ctrl-C to stop."); stopped with Ctrl-C (SIGINT) at the end, a clean stop."""
-    jupyter = str(Path(sys.executable).parent / "jupyter")
-    process = subprocess.Popen(
-        [jupyter, "kernel-queue", "fake-cluster", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        lines: list[str] = []
-        for line in process.stdout:
-            lines.append(line)
-            if "Press Ctrl-C to stop." in line:
-                break
-        yield lines
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
-    assert process.returncode == 0
-
-
-def kubeconfig_of(lines: list[str]) -> str:
-    [line] = [line for line in lines if line.startswith("kubeconfig: ")]
-    return line.split(": ", 1)[1].strip()
 
 
 def test_the_printed_kubectl_apply_of_the_sample_queues_works(tmp_path: Path) -> None:
