@@ -6,6 +6,7 @@ named, and a LocalQueue that cannot be read is a sentence in a 200, its kernels 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -161,19 +162,50 @@ async def test_a_local_queue_the_api_keeps_failing_on_is_a_sentence_and_the_kern
     await wait_clean(server, cluster, kernel)
 
 
-async def test_a_deleted_local_queue_is_named_with_its_namespace_and_what_to_do(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+def delete_the_local_queue(cluster: FakeCluster) -> None:
+    cluster.store.delete("kueue.x-k8s.io", "localqueues", "default", "user-queue")
+
+
+def revoke_reading_local_queues(cluster: FakeCluster) -> None:
+    role = cluster.store.get("rbac.authorization.k8s.io", "roles", "default", "kernel-queue")
+    role["rules"] = [r for r in role["rules"] if "localqueues" not in r["resources"]]
+    cluster.store.replace("rbac.authorization.k8s.io", "roles", "default", "kernel-queue", role)
+
+
+@pytest.mark.parametrize(
+    ("lose", "sentence"),
+    [
+        pytest.param(
+            delete_the_local_queue,
+            "LocalQueue 'user-queue' does not exist in namespace 'default' (any more): Kueue "
+            "admits none of its kernels until it is created again; ask the cluster's admin to "
+            "create it (see etc/kubernetes/queues.yaml)",
+            id="deleted",
+        ),
+        pytest.param(
+            revoke_reading_local_queues,
+            "LocalQueue 'user-queue' in namespace 'default': the server's service account "
+            "'default/kernel-queue' may not get localqueues.kueue.x-k8s.io in namespace "
+            "'default'; grant it a Role in 'default' with verb 'get' on "
+            "'localqueues.kueue.x-k8s.io' bound to it (see etc/kubernetes/rbac.yaml), or use a "
+            "namespace where it may",
+            id="rbac-revoked",
+        ),
+    ],
+)
+async def test_a_local_queue_that_cannot_be_read_is_named_with_its_namespace_and_what_to_do(
+    server: Server,
+    kernelspec: KernelspecFactory,
+    cluster: FakeCluster,
+    lose: Callable[[FakeCluster], None],
+    sentence: str,
 ) -> None:
     kernel = await start_in_notebook(server, kube_spec(kernelspec), "work/first.ipynb")
     assert (await settled(server, kernel))["live"]
-    cluster.store.delete("kueue.x-k8s.io", "localqueues", "default", "user-queue")
+    lose(cluster)
     _, by_name = await listing(server)
     entry = by_name["user-queue"]
-    assert entry["error"] == (
-        "LocalQueue 'user-queue' does not exist in namespace 'default' (any more): Kueue "
-        "admits none of its kernels until it is created again; ask the cluster's admin to "
-        "create it (see etc/kubernetes/queues.yaml)"
-    )
+    assert entry["error"] == sentence
     assert entry["in_use"] is None
     assert kernels(entry["holders"]) == [(kernel, "work/first.ipynb")]
     assert (await server.execute(kernel, "1+1"))["data"] == "2"  # admitted, it runs on
