@@ -26,8 +26,8 @@ from kernel_queue_fake_cluster.apiserver import schema as openapi
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.kueue import constants as k
+from kernel_queue_fake_cluster.kueue import conversion, releases
 from kernel_queue_fake_cluster.kueue import pods as kueue_pods
-from kernel_queue_fake_cluster.kueue import releases
 from kernel_queue_fake_cluster.kueue.controller import FakeKueue
 from prerequisites import KUEUE_DATA, skip_unless_ci
 
@@ -1232,6 +1232,33 @@ async def test_queue_status_counts_usage_and_active(cluster: Cluster) -> None:
         cond(cluster.workload("n"), k.QUOTA_RESERVED)["message"]
         == "LocalQueue no-such-queue is terminating or missing"
     )
+
+
+async def test_each_local_queue_counts_only_its_own_namespaces_workloads(cluster: Cluster) -> None:
+    """Two namespaces share one ClusterQueue: each LocalQueue's status (what a user of that
+    namespace may read) counts and sums only its own Workloads, at v1beta2 and as v1beta1 serves
+    it (`flavorUsage`); the ClusterQueue counts both."""
+    cluster.queues(cpu=2, local_queues=((NS, "user-queue"), ("team-b", "other-queue")))
+    cluster.pod("a-0", group="a", count=1, cpu=1)
+    cluster.pod("b-0", "team-b", group="b", count=1, cpu=1, queue="other-queue")
+    await cluster.settle()
+    cluster.pod("c-0", group="c", count=1, cpu=1)  # no CPU left: pending in team-a
+    await cluster.settle()
+
+    def counts(namespace: str, name: str) -> tuple[int, int, int, str]:
+        status = cluster.store.get(G, "localqueues", namespace, name)["status"]
+        (cpu,) = [r for r in status["flavorsUsage"][0]["resources"] if r["name"] == "cpu"]
+        counted = (status["pendingWorkloads"], status["reservingWorkloads"])
+        return (*counted, status["admittedWorkloads"], cpu["total"])
+
+    assert counts(NS, "user-queue") == (1, 1, 1, "1")
+    assert counts("team-b", "other-queue") == (0, 1, 1, "1")
+    cq = cluster.store.get(G, "clusterqueues", None, "cluster-queue")["status"]
+    assert (cq["pendingWorkloads"], cq["admittedWorkloads"]) == (1, 2)
+    v1beta2 = cluster.store.get(G, "localqueues", NS, "user-queue")
+    v1beta1 = conversion.convert(v1beta2, f"{G}/v1beta1")["status"]
+    assert "flavorsUsage" not in v1beta1
+    assert v1beta1["flavorUsage"] == v1beta2["status"]["flavorsUsage"]
 
 
 async def test_a_cluster_queue_with_a_missing_flavor_is_inactive(cluster: Cluster) -> None:
