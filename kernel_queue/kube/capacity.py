@@ -11,6 +11,7 @@ often to read (`KubernetesBackend.local_queue_usage` is the public way in).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ from kernel_queue.kube.verbs import KubeApi
 
 GPU_RESOURCE = "nvidia.com/gpu"
 """The resource GPUs are asked under."""
+READ_WITHIN = 10.0
+"""Seconds one read may take, its retries included: the queue listing waits no longer."""
 
 
 @dataclass(frozen=True)
@@ -50,16 +53,22 @@ async def read(
     namespace: str,
     queue: str,
     gpu_resource: str = GPU_RESOURCE,
+    within: float = READ_WITHIN,
 ) -> Usage:
     """GET the LocalQueue `queue` in `namespace` (at the Kueue version `discovery` finds) and
-    say its use. Raises, each with a sentence naming the queue and the namespace:
-    `QueueNotFound` (no such LocalQueue), `KueueNotInstalled`, `ClusterApiError` and kin (as
-    `explain.failure` words them: RBAC, a server that kept failing), `KernelQueueError` (a
-    status with a quantity Kueue never writes)."""
+    say its use, within `within` seconds. Raises, each with a sentence naming the queue and the
+    namespace: `QueueNotFound` (no such LocalQueue), `KueueNotInstalled`, `ClusterApiError` and
+    kin (as `explain.failure` words them: RBAC, a server that kept failing or did not answer in
+    time), `KernelQueueError` (a status with a quantity Kueue never writes)."""
     who = f"LocalQueue {queue!r} in namespace {namespace!r}"
     try:
-        versions = await discovery.versions(api)
-        obj: Mapping[str, Any] = await api.get(versions.local_queues, namespace, queue)
+        try:
+            async with asyncio.timeout(within):
+                versions = await discovery.versions(api)
+                obj: Mapping[str, Any] = await api.get(versions.local_queues, namespace, queue)
+        except TimeoutError as exc:
+            late = f"read LocalQueue {queue!r}: no answer within {within:g} s"
+            raise errors.ClusterUnavailable(0, "Timeout", late) from exc
     except errors.KueueNotInstalled as exc:
         raise errors.KueueNotInstalled(f"{who}: {exc}") from exc
     except errors.ClusterNotFound as exc:
