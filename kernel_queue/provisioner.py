@@ -18,10 +18,11 @@ from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from typing_extensions import override
 
 from kernel_queue import errors, events, lifecycle, spec
+from kernel_queue.backends.leases import BackendLease
 from kernel_queue.lifecycle import KernelState
 from kernel_queue.model import GroupRef, StopCause, short_id
 from kernel_queue.options import KernelOptions
-from kernel_queue.session import BackendLease, KernelSession
+from kernel_queue.session import KernelSession
 
 # How long `wait_changed` pauses for a kernel with nothing submitted (no change can come).
 _NOTHING_TO_WAIT_FOR_SECONDS = 0.05

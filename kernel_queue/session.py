@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kernel_queue import backends, errors, events, lifecycle, spec, tracking
+from kernel_queue.backends.leases import BackendLease
 from kernel_queue.lifecycle import IN_PLACE, LIVE, TERMINAL, KernelState, Lifecycle
 from kernel_queue.model import GroupPhase, GroupRef, GroupSpec, GroupStatus, StopCause, short_id
 
@@ -26,41 +27,6 @@ Touch = Callable[[], None]
 OLD_KERNEL_SECONDS = 10.0
 """How long a restart waits for the old kernel to stop answering (a kernel that ignores its
 `shutdown_request` is then stopped by jupyter as usual)."""
-
-# id(owner) -> counted leases of that owner's backends (see `BackendLease`)
-_users: dict[int, int] = {}
-
-
-class BackendLease:
-    """One front end's use of the backend `name` shared by everything `owner` runs.
-
-    `counted`: the owner's last counted lease to end closes the owner's backends (Enterprise
-    Gateway has no hook at its final shutdown); uncounted leases leave that to the kernel
-    manager (`server.kernelmanager.QueuedMappingKernelManager.shutdown_all`)."""
-
-    def __init__(self, name: str, *, owner: Any, config: Any, log: Any, counted: bool = False):
-        self.name = name
-        self.backend = backends.get_backend(name, owner=owner, config=config, log=log)
-        self._owner: Any = owner if counted else None
-        if counted:
-            _users[id(owner)] = _users.get(id(owner), 0) + 1
-
-    def forget(self) -> bool:
-        """Stop counting this lease (idempotent); True if it was its owner's last."""
-        owner, self._owner = self._owner, None
-        if owner is None:
-            return False
-        _users[id(owner)] -= 1
-        if _users[id(owner)]:
-            return False
-        del _users[id(owner)]
-        return True
-
-    async def aclose(self) -> None:
-        """End the lease; close the owner's backends if no counted lease uses them now."""
-        owner = self._owner
-        if self.forget():
-            await backends.aclose_all(owner)
 
 
 class KernelSession:

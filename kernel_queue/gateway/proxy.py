@@ -20,10 +20,11 @@ from enterprise_gateway.services.processproxies.processproxy import BaseProcessP
 from tornado import ioloop, web
 
 from kernel_queue import errors, lifecycle, spec
+from kernel_queue.backends.leases import BackendLease
 from kernel_queue.gateway import launch
 from kernel_queue.lifecycle import KernelState
 from kernel_queue.model import GroupRef, StopCause, short_id
-from kernel_queue.session import BackendLease, KernelSession
+from kernel_queue.session import KernelSession
 
 INFO_KEY = "kernel_queue"
 """Where `get_process_info` keeps the group reference in EG's persisted session."""
