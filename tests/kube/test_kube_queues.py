@@ -13,7 +13,7 @@ import pytest
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from tests.conftest import KernelspecFactory, Server
-from tests.kube.support import GPU_QUOTA, kube_spec, settled, wait_clean
+from tests.kube.support import GPU_QUOTA, gone, kube_spec, settled, wait_clean
 from tests.test_queues_endpoint import start_in_notebook
 
 OTHER_NAMESPACE = "team-alice"
@@ -131,8 +131,9 @@ async def test_the_queue_counts_its_own_kernels_and_never_names_another_users_wo
     assert (await server.execute(waiting, "6*7"))["data"] == "42"
 
     await server.shutdown(waiting)
-    entry = await user_queue_shows(server, admitted=0, pending=0, holders=[])
-    assert entry["in_use"] == {"gpus": 0} and entry["holders"] == entry["waiting"] == []
+    await gone(server, waiting)
+    _, by_name = await listing(server)
+    assert by_name == {}  # no kernel of this server left: no LocalQueue of its to read
     await wait_clean(server, cluster, holder, waiting)
     assert admitted(cluster, OTHER_NAMESPACE, OTHER_WORKLOAD)
 
