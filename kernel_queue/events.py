@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kernel_queue import errors
 from kernel_queue import lifecycle as lifecycles
@@ -41,8 +41,20 @@ def failure_kind(error: BaseException | None) -> str | None:
     return next((kind for cls, kind in FAILURES if isinstance(error, cls)), "launch")
 
 
+class Subject(Protocol):
+    """What an event says of the kernel itself: a `GroupSpec`, or what a front end persisted
+    of one (`model.Noted`, for a kernel reattached after a restart)."""
+
+    @property
+    def kernel_id(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def gpus(self) -> int: ...
+
+
 def status_payload(
-    spec: GroupSpec,
+    spec: Subject,
     backend: str,
     lifecycle: Lifecycle,
     status: GroupStatus,

@@ -126,7 +126,8 @@ _rows(_AFTER_PREEMPTION, _P.FINISHED, _S.FINISHED)  # stopped while waiting to c
 # the queue (REQUEUED, as after a preemption, but counted as a park: `waking`).
 _PARK = (_P.PARKING, _P.PARKED)
 for _phase in _PARK:
-    _rows((*_IN_PLACE, _S.PARKED), _phase, _S.PARKED)
+    # QUEUED: a group adopted after a restart (a tracker begins there) found parked.
+    _rows((_S.QUEUED, *_IN_PLACE, _S.PARKED), _phase, _S.PARKED)
 _rows((_S.PARKED,), _P.PENDING, _S.REQUEUED)
 _rows((_S.PARKED,), _P.QUEUED, _S.REQUEUED)
 _rows((_S.PARKED,), _P.ADMITTED, _S.ADMITTED)

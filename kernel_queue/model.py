@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 
@@ -215,3 +215,36 @@ def group_name(kernel_id: str) -> str:
     if len(digits) != 32 or digits.strip("0123456789abcdef"):
         digits = hashlib.sha256(kernel_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return f"kq-{digits}"
+
+
+@dataclass(frozen=True)
+class Noted:
+    """What the user reads of a kernel that its group's status does not carry. Front ends that
+    persist their kernels keep it (`get_provisioner_info`, EG's process info), so a kernel
+    reattached after a restart reads as before: its queue, GPUs and needs, whether it saves
+    checkpoints, and why and since when it is parked."""
+
+    kernel_id: str
+    queue: str
+    gpus: int = 0
+    needs: str = ""
+    checkpoints: bool = False
+    parked_why: str = ""
+    parked_since: str | None = None  # ISO 8601
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Noted | None:
+        """Read back what `to_dict` wrote; None for anything else (an older front end's)."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            noted = cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        except TypeError:
+            return None
+        text = (noted.kernel_id, noted.queue, noted.needs, noted.parked_why)
+        if not all(isinstance(t, str) for t in text) or not isinstance(noted.gpus, int):
+            return None
+        return noted

@@ -20,7 +20,7 @@ from typing_extensions import override
 from kernel_queue import errors, events, lifecycle, spec
 from kernel_queue.backends.leases import BackendLease
 from kernel_queue.lifecycle import KernelState
-from kernel_queue.model import GroupRef, StopCause, short_id
+from kernel_queue.model import GroupRef, Noted, StopCause, short_id
 from kernel_queue.options import KernelOptions
 from kernel_queue.session import KernelSession
 
@@ -159,10 +159,14 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         if isinstance(connection.get("key"), bytes):
             connection["key"] = connection["key"].decode()  # JSON-safe, as gateways store it
         info["connection_info"] = connection
-        tracker = self._session.tracker if self._session is not None else None
-        if tracker is not None:
+        session = self._session
+        tracker = session.tracker if session is not None else None
+        if session is not None and tracker is not None:
             info["group"] = tracker.ref.to_dict()
             info["queue"] = tracker.queue
+            noted = session.noted()
+            if noted is not None:
+                info["noted"] = noted.to_dict()
         return info
 
     @override
@@ -174,6 +178,9 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
             return
         ref = GroupRef.from_dict(group)
         self._session = self._new_session(ref.backend)
+        noted = Noted.from_dict(provisioner_info.get("noted"))
+        if noted is not None:
+            self._session.note(noted)
         queue = str(provisioner_info.get("queue", ""))
         await self._session.reattach(ref, queue=queue, within=_REATTACH_SECONDS)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,15 @@ from typing import Any
 from kernel_queue import backends, errors, events, lifecycle, spec, tracking
 from kernel_queue.backends.leases import BackendLease
 from kernel_queue.lifecycle import IN_PLACE, LIVE, TERMINAL, KernelState, Lifecycle
-from kernel_queue.model import GroupPhase, GroupRef, GroupSpec, GroupStatus, StopCause, short_id
+from kernel_queue.model import (
+    GroupPhase,
+    GroupRef,
+    GroupSpec,
+    GroupStatus,
+    Noted,
+    StopCause,
+    short_id,
+)
 
 Tell = Callable[[KernelState, str], None]
 """Tell the user a new sentence; the state as users see it (`lifecycle.shown`)."""
@@ -54,6 +63,7 @@ class KernelSession:
         self._parked_why = ""  # "after 30 min idle", "on request": the latest park's reason
         self._parked_since: datetime.datetime | None = None
         self._ended: dict[str, Any] | None = None  # the failed launch's last queue status
+        self._noted: Noted | None = None  # what a front end kept of an adopted kernel
 
     @property
     def backend(self) -> backends.ClusterBackend:
@@ -286,27 +296,51 @@ class KernelSession:
         if self.tracker is not None and self.tracker.waiting:
             await self.tracker.observe(lifecycle.Command.CANCEL)
 
+    def noted(self) -> Noted | None:
+        """What a front end that persists its kernels keeps of this one (`note` takes it)."""
+        since = self._parked_since.isoformat() if self._parked_since is not None else None
+        why, group = self._parked_why, self.spec
+        if group is None:
+            noted = self._noted
+            return dataclasses.replace(noted, parked_why=why, parked_since=since) if noted else None
+        return Noted(
+            group.kernel_id,
+            group.queue,
+            gpus=group.gpus,
+            needs=group.needs(),
+            checkpoints=group.checkpoint.enabled,
+            parked_why=why,
+            parked_since=since,
+        )
+
+    def note(self, noted: Noted) -> None:
+        """Take what a front end kept of this kernel before a restart (before `reattach`)."""
+        self._noted, self._parked_why = noted, noted.parked_why
+        with contextlib.suppress(TypeError, ValueError):
+            since = noted.parked_since
+            self._parked_since = datetime.datetime.fromisoformat(since) if since else None
+
     def message(self) -> str:
         """The sentence the user reads now ("" before the first submission)."""
         if self.tracker is None:
             return ""
-        group = self.spec  # None for a group adopted after a restart: what it needs is unknown
+        noted = self.noted()  # None for a group adopted with nothing kept: its needs unknown
         return self.tracker.describe(
-            needs=group.needs() if group else "",
-            restored=bool(group and group.checkpoint.enabled),
+            needs=noted.needs if noted else "",
+            restored=bool(noted and noted.checkpoints),
             parked=self._parked_why,
-            gpus=group.gpus if group else 0,
+            gpus=noted.gpus if noted else 0,
         )
 
     def queue_status(self) -> dict[str, Any] | None:
         """The kernel's queue state, as in status events; after a failed launch its last one
         (`failed`, with the sentence); None before the first launch."""
-        tracker = self.tracker
-        if tracker is None or self.spec is None:
+        tracker, noted = self.tracker, self.noted()
+        if tracker is None or noted is None:
             return self._ended
         since = self._parked_since.isoformat() if self._parked_since is not None else None
         return events.status_payload(
-            self.spec,
+            noted,
             tracker.ref.backend,
             tracker.lifecycle,
             tracker.status,

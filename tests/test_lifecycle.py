@@ -363,8 +363,13 @@ def test_a_restart_in_place_keeps_the_sentence_of_the_running_kernel() -> None:
             Lifecycle(S.FINISHED, parks=1),
             id="shut-down-while-parked",
         ),
+        # Only a live kernel is parked (the park is refused otherwise), so a tracker that begins
+        # (QUEUED) and finds its group parked adopted it after a restart: it is parked.
         pytest.param(
-            Lifecycle(S.QUEUED), P.PARKED, Lifecycle(S.QUEUED), id="a-waiting-kernel-never-parks"
+            Lifecycle(S.QUEUED),
+            P.PARKED,
+            Lifecycle(S.PARKED, parks=1),
+            id="an-adopted-group-found-parked-is-parked",
         ),
     ],
 )

@@ -149,3 +149,31 @@ async def test_a_resume_while_it_parks_brings_it_back_once_parked(
     states = event_log.states(kernel)  # the GPU is free: admitted at once, never requeued
     assert states[-3:] == ["parked", "admitted", "resumed"], states
     await server.shutdown_and_wait(kernel)
+
+
+async def test_a_provisioner_reattached_to_a_parked_kernel_says_what_the_first_said(
+    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+) -> None:
+    """A front end that persists its kernels (a gateway, a restarted server) reattaches with
+    the parked kernel's reason intact: why and since when it was parked, and that its
+    variables come back (it said "parked on request … (checkpoints are off)")."""
+    from kernel_queue.provisioner import QueuedKernelProvisioner
+
+    kernel = await server.start(_saved(kernelspec, tmp_path / "checkpoints"))
+    assert (await server.execute(kernel, "y = 1"))["status"] == "ok"
+    first = _provisioner(server, kernel)
+    await first.park_kernel(idle_seconds=1800)
+    await server.wait_reason(kernel, "GPU released")
+    said = first.queue_status()
+    info = await first.get_provisioner_info()
+
+    km = server.app.kernel_manager.get_kernel(kernel)
+    again = QueuedKernelProvisioner(kernel_id=kernel, kernel_spec=km.kernel_spec, parent=km)
+    await again.load_provisioner_info(info)
+    told = again.queue_status()
+    assert told is not None
+    assert told["message"] == said["message"]
+    assert told["message"].startswith("parked after 30 min idle; GPU released; your next cell")
+    assert told["parked_since"] == said["parked_since"]
+    await server.shutdown_and_wait(kernel)
+    await again.cleanup()  # stops following the ended group

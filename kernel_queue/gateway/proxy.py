@@ -23,7 +23,7 @@ from kernel_queue import errors, lifecycle, spec
 from kernel_queue.backends.leases import BackendLease
 from kernel_queue.gateway import launch
 from kernel_queue.lifecycle import KernelState
-from kernel_queue.model import GroupRef, StopCause, short_id
+from kernel_queue.model import GroupRef, Noted, StopCause, short_id
 from kernel_queue.session import KernelSession
 
 INFO_KEY = "kernel_queue"
@@ -64,6 +64,7 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         self._session: KernelSession | None = None
         self._adopted: GroupRef | None = None  # from load_process_info, followed on first poll
         self._queue = ""  # of an adopted group
+        self._noted: Noted | None = None  # what EG persisted of an adopted kernel's sentence
         self._launching = False  # a failure during launch is reported by the launch's error
         self._ending: asyncio.Task[None] | None = None  # kill: stop and release, under way
         self._exit_code = 0
@@ -230,6 +231,9 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         if ref is not None:
             queue = tracker.queue if tracker is not None else self._queue
             info[INFO_KEY] = {"group": ref.to_dict(), "queue": queue}
+            noted = self._session.noted() if self._session is not None else self._noted
+            if noted is not None:
+                info[INFO_KEY]["noted"] = noted.to_dict()
         return info
 
     def load_process_info(self, process_info: dict[str, Any]) -> None:
@@ -239,6 +243,7 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
         if ours.get("group"):
             self._adopted = GroupRef.from_dict(ours["group"])
             self._queue = str(ours.get("queue", ""))
+            self._noted = Noted.from_dict(ours.get("noted"))
             self.ip = self._adopted.connection.ip
             # EG revives sessions before its loop runs: follow the group as soon as it does.
             ioloop.IOLoop.current().add_callback(self._follow_adopted)
@@ -254,6 +259,8 @@ class KueueProcessProxy(BaseProcessProxyABC):  # type: ignore[misc]
             return True  # EG's startup, before its loop runs
         self._adopted = None
         self._session = self._new_session(ref.backend)
+        if self._noted is not None:
+            self._session.note(self._noted)
         self._session.adopt(ref, queue=self._queue)
         self.log.info("kernel %s: following its group %s again", self.kernel_id, ref.name)
         return True
