@@ -232,6 +232,17 @@ class Noted:
     parked_why: str = ""
     parked_since: str | None = None  # ISO 8601
 
+    @classmethod
+    def of(cls, group: GroupSpec) -> Noted:
+        """What `group` says (not parked)."""
+        return cls(
+            group.kernel_id,
+            group.queue,
+            gpus=group.gpus,
+            needs=group.needs(),
+            checkpoints=group.checkpoint.enabled,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

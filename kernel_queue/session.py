@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import datetime
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from kernel_queue import backends, errors, events, lifecycle, spec, tracking
@@ -299,19 +299,8 @@ class KernelSession:
     def noted(self) -> Noted | None:
         """What a front end that persists its kernels keeps of this one (`note` takes it)."""
         since = self._parked_since.isoformat() if self._parked_since is not None else None
-        why, group = self._parked_why, self.spec
-        if group is None:
-            noted = self._noted
-            return dataclasses.replace(noted, parked_why=why, parked_since=since) if noted else None
-        return Noted(
-            group.kernel_id,
-            group.queue,
-            gpus=group.gpus,
-            needs=group.needs(),
-            checkpoints=group.checkpoint.enabled,
-            parked_why=why,
-            parked_since=since,
-        )
+        noted = Noted.of(self.spec) if self.spec is not None else self._noted
+        return replace(noted, parked_why=self._parked_why, parked_since=since) if noted else None
 
     def note(self, noted: Noted) -> None:
         """Take what a front end kept of this kernel before a restart (before `reattach`)."""
