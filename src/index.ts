@@ -8,13 +8,15 @@
  * `GET /api/kernel-queue/queues`, as a status-bar popup or the "Kernel Queue: Show queues"
  * command's dialog) and JupyterLab's notifications; it shuts kernels down with the standard
  * `DELETE /api/kernels/{id}`, and parks or resumes one with
- * `POST /api/kernel-queue/kernels/{id}/park|resume`.
+ * `POST /api/kernel-queue/kernels/{id}/park|resume`. The Running sidebar, where present, gets a
+ * "Kernel Queue" section (`running.ts`) of the kernels that wait, start, are parked or failed.
  */
 
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { Dialog, ICommandPalette, Notification, showDialog } from '@jupyterlab/apputils';
 import { PathExt, URLExt } from '@jupyterlab/coreutils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { IRunningSessionManagers } from '@jupyterlab/running';
 import { Event, ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar, Popup, showPopup } from '@jupyterlab/statusbar';
@@ -22,8 +24,9 @@ import { IStatusBar, Popup, showPopup } from '@jupyterlab/statusbar';
 import { indicatorText, toneOf } from './look';
 import { QueuePanel } from './panel';
 import { QueuesListing } from './queues';
+import { QueueSessions } from './running';
 import { ListingEntry, Notice, QueueStatus, QueueStore } from './state';
-import { QueueStatusItem, WaitingIndicator } from './widgets';
+import { ICONS, QueueStatusItem, WaitingIndicator } from './widgets';
 
 const PLUGIN_ID = 'kernel-queue:plugin';
 /** The status-event schema (kernel_queue/events.py). */
@@ -100,13 +103,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'Shows a queued kernel’s place, admission, preemption and restore.',
   autoStart: true,
   requires: [INotebookTracker],
-  optional: [IStatusBar, ISettingRegistry, ICommandPalette],
+  optional: [IStatusBar, ISettingRegistry, ICommandPalette, IRunningSessionManagers],
   activate: (
     app: JupyterFrontEnd,
     tracker: INotebookTracker,
     statusBar: IStatusBar | null,
     settingRegistry: ISettingRegistry | null,
-    palette: ICommandPalette | null
+    palette: ICommandPalette | null,
+    runningManagers: IRunningSessionManagers | null
   ) => {
     const services = app.serviceManager;
     const store = new QueueStore({ longWaitMs: LONG_WAIT_SECONDS * 1000 });
@@ -246,6 +250,27 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     });
     palette?.addItem({ command: SHOW_COMMAND, category: 'Kernel' });
+
+    // The Running sidebar's section: a click shows the kernel's notebook if it is open, else
+    // the queues; its refresh button reads the listing again.
+    if (runningManagers) {
+      const section = new QueueSessions(store, {
+        name: id => kernelName(app, id),
+        icons: ICONS,
+        open: kernelId => {
+          const panel = tracker.find(p => kernelOf(p) === kernelId);
+          if (panel) {
+            app.shell.activateById(panel.id);
+          } else {
+            void app.commands.execute(SHOW_COMMAND);
+          }
+        },
+        shutdown,
+        refresh: resync
+      });
+      services.sessions.runningChanged.connect(() => section.changed()); // notebook names
+      runningManagers.add(section);
+    }
 
     if (!statusBar) {
       return;

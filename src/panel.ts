@@ -2,7 +2,8 @@
  * The queue panel: each queue's capacity, the kernels holding it (notebook, GPUs, idle time)
  * and those waiting (place, wait), the current notebook's row marked; "Leave queue" for a
  * waiting kernel of this server, "Shut down" and "Park now" for a holder; then the parked
- * kernels with "Resume". Read from `GET /api/kernel-queue/queues` when shown, every few seconds
+ * kernels with "Resume", and the failed ones with the server's whole sentence (wrapped, never
+ * cut off) and "Shut down". Read from `GET /api/kernel-queue/queues` when shown, every few seconds
  * and after each status event; the buttons' requests are the plugin's (`index.ts`).
  */
 
@@ -107,6 +108,24 @@ export class QueuePanel extends Widget {
         cell.appendChild(this._shutdown(row.kernelId, name, 'holder'));
       }
       section.appendChild(table);
+      node.appendChild(section);
+    }
+    const failed = this._store.failed();
+    if (failed.length > 0) {
+      const section = this._section('Failed kernels', 'jp-KernelQueue-failed');
+      for (const row of failed) {
+        const name = this._actions.name(row.kernelId);
+        const block = document.createElement('div');
+        block.className = 'jp-KernelQueue-failure';
+        block.dataset.kernelId = row.kernelId;
+        const heading = document.createElement('h4');
+        heading.textContent = `${name}: ${row.label}`;
+        const reason = document.createElement('p');
+        reason.className = 'jp-KernelQueue-reason';
+        reason.textContent = row.message;
+        block.append(heading, reason, this._shutdown(row.kernelId, name, 'failed'));
+        section.appendChild(block);
+      }
       node.appendChild(section);
     }
     const again = focused ? node.querySelector<HTMLElement>(`[data-focus-key="${focused}"]`) : null;
@@ -221,10 +240,19 @@ export class QueuePanel extends Widget {
     return button;
   }
 
-  /** "Leave queue" for a waiting kernel, "Shut down" for a holder: both shut it down. */
-  private _shutdown(kernelId: string, name: string, role: 'waiting' | 'holder') {
+  /** "Leave queue" for a waiting kernel, "Shut down" for a holder or a failed kernel: each
+   * shuts it down. */
+  private _shutdown(kernelId: string, name: string, role: 'waiting' | 'holder' | 'failed') {
     const leaving = role === 'waiting';
-    const button = leaving
+    const button = role === 'failed'
+      ? this._button(
+          `shutdown-${kernelId}`,
+          'Shut down',
+          `Shut down the failed kernel of ${name}`,
+          'Shut this failed kernel down',
+          'jp-mod-reject'
+        )
+      : leaving
       ? this._button(
           `leave-${kernelId}`,
           'Leave queue',

@@ -94,6 +94,15 @@ export interface KernelRow {
   gpus: number;
 }
 
+/** One failed kernel of the panel: why it failed, shortly and in the server's words. */
+export interface FailedRow {
+  kernelId: string;
+  /** "Failed · needs 3 GPUs, 1 exists" (look.ts's `failedLabel`). */
+  label: string;
+  /** The server's whole sentence. */
+  message: string;
+}
+
 export { gpuCount };
 
 /** States in which a kernel waits for (re-)admission (lifecycle.WAITING on the server). */
@@ -307,6 +316,19 @@ export class QueueStore {
     if (this._entries.delete(kernelId)) {
       this._changed();
     }
+  }
+
+  /** The failed kernels (kept until shut down), each with its label and whole sentence. */
+  failed(): FailedRow[] {
+    return this.statuses()
+      .filter(s => s.state === 'failed')
+      .map(s => ({ kernelId: s.kernel_id, label: statusLabel(s), message: s.message }))
+      .sort((a, b) => a.kernelId.localeCompare(b.kernelId));
+  }
+
+  /** Every kernel the store knows, with its last status (the Running sidebar's section). */
+  statuses(): QueueStatus[] {
+    return [...this._entries.values()].map(entry => entry.status);
   }
 
   /** The kernels waiting for (re-)admission, by queue then position. */

@@ -387,6 +387,31 @@ describe('notices', () => {
     expect(store.label('b')).toBeNull();
   });
 
+  it('lists the failed kernels with their label and whole sentence, and every status', () => {
+    const { store } = loaded();
+    const sentence =
+      "kernel bbbb: kernelspec 'typo': unknown config key `checkpoint_dir` (did you mean " +
+      '`checkpoint`?); the keys are admission_timeout, backend, checkpoint';
+    store.apply(event('b', 'failed', { message: sentence, failure: 'config' }));
+    store.apply(event('a', 'failed', { message: 'kernel aaaa waited 1 s without being admitted' }));
+    store.apply(event('c', 'queued'));
+    expect(store.failed()).toEqual([
+      {
+        kernelId: 'a',
+        label: 'Failed · gave up waiting',
+        message: 'kernel aaaa waited 1 s without being admitted'
+      },
+      { kernelId: 'b', label: 'Failed · kernelspec error', message: sentence }
+    ]);
+    expect(store.statuses().map(s => [s.kernel_id, s.state])).toEqual([
+      ['b', 'failed'],
+      ['a', 'failed'],
+      ['c', 'queued']
+    ]);
+    store.remove('a');
+    expect(store.failed().map(row => row.kernelId)).toEqual(['b']);
+  });
+
   it('repeats nothing for a repeated state', () => {
     const { store } = loaded();
     store.apply(event('a', 'running'));
