@@ -170,6 +170,12 @@ export class QueuePanel extends Widget {
       const heading = document.createElement('h4');
       heading.textContent = queue.capacity ? `${queue.name}: ${queue.capacity}` : queue.name;
       block.appendChild(heading);
+      if (queue.error) {
+        const error = document.createElement('p');
+        error.className = 'jp-KernelQueue-queueError';
+        error.textContent = queue.error;
+        block.appendChild(error);
+      }
       if (queue.rows.length === 0) {
         const empty = document.createElement('p');
         empty.className = 'jp-KernelQueue-empty';

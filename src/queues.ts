@@ -34,6 +34,8 @@ export interface QueueInfo {
   /** Kueue's LocalQueue counts (kubernetes backend). */
   pending?: number;
   admitted?: number;
+  /** Why the LocalQueue could not be read (kubernetes backend), else null or absent. */
+  error?: string | null;
   holders: QueueKernel[];
   waiting: QueueKernel[];
 }
@@ -67,6 +69,8 @@ export interface QueueView {
   name: string;
   /** "1 of 2 GPUs in use · 1 waiting"; empty where the queue's own line is left out. */
   capacity: string;
+  /** Why the queue's counts are missing (the server's sentence), else empty. */
+  error: string;
   rows: QueueRowView[];
 }
 
@@ -180,6 +184,7 @@ export function queuesView(
     return {
       name: queue.name,
       capacity: queue.shared ? '' : capacityLine(queue, queue.waiting.length),
+      error: queue.error ?? '',
       rows: [...queue.holders.map(k => row(k, true)), ...queue.waiting.map(k => row(k, false))]
     };
   });

@@ -101,6 +101,17 @@ describe('queuesView', () => {
     expect(view.hidden).toBe("Other users' kernels: 1 running, 2 waiting");
   });
 
+  it("says why a LocalQueue's counts are missing, and keeps its rows", () => {
+    const why = "LocalQueue 'gpu' in namespace 'default': could not read its status: forbidden";
+    const lq = queue({ shared: false, capacity: null, in_use: null, error: why });
+    const view = queuesView({ backend: 'kubernetes', queues: [lq], hidden: {} }, null, named, NOW);
+    expect(view.queues[0].error).toBe(why);
+    expect(view.queues[0].capacity).toBe('');
+    const read = queue({ shared: false, capacity: null, in_use: { gpus: 1 }, error: null });
+    expect(queuesView({ backend: 'kubernetes', queues: [read], hidden: {} }, null, named, NOW)
+      .queues[0].error).toBe('');
+  });
+
   it("says a LocalQueue's own counts on the kubernetes backend, without a capacity", () => {
     const lq = queue({ shared: false, capacity: null, in_use: { gpus: 3 }, pending: 4, admitted: 2 });
     const view = queuesView({ backend: 'kubernetes', queues: [lq], hidden: {} }, null, named, NOW);
