@@ -62,13 +62,18 @@ def serving(*args: str) -> Iterator[list[str]]:
                 break
         yield lines
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
+        stop(process, signal.SIGINT, within=30)
     assert process.returncode == 0
+
+
+def stop(process: subprocess.Popen[str], signum: int, *, within: float) -> None:
+    """Send `signum` and wait `within` s for the process to end; else kill it and fail."""
+    process.send_signal(signum)
+    try:
+        process.communicate(timeout=within)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
 
 
 def kubeconfig_of(lines: list[str]) -> str:

@@ -18,7 +18,7 @@ from kernel_queue.backends import gpus as gpu_detection
 from kernel_queue.cli.lab import inventory_message
 from kernel_queue.cli.park import resolve
 from kernel_queue.cli.status import StatusError
-from tests.cli_support import JUPYTER, kernel_queue, private_env
+from tests.cli_support import JUPYTER, kernel_queue, private_env, stop
 from tests.conftest import KernelspecFactory, Server
 from tests.polling import until_sync
 
@@ -417,11 +417,6 @@ def test_lab_starts_jupyterlab_with_queued_kernelspecs_and_cleans_up(
         assert "asks for 2 GPU(s) but this machine has 1" in model["reason"]
         assert "so it could never start" in model["reason"]
     finally:
-        lab.send_signal(signal.SIGTERM)
-        try:
-            lab.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            lab.kill()
-            raise
+        stop(lab, signal.SIGTERM, within=60)
     leftovers = [p.name for p in runtime.rglob("*") if p.name.startswith(("kernel-", "kq-"))]
     assert [p for p in leftovers if p != "kernel-queue"] == []

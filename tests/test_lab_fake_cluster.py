@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.cli_support import stop
 from tests.conftest import KUEUE_CRDS, KUEUE_DATA, skip_unless_ci
 from tests.polling import until_sync
 
@@ -118,12 +119,7 @@ def test_lab_on_a_fake_cluster_runs_a_queued_kernel_there_and_leaves_nothing(
         )
         assert back["message"].startswith("resumed; variables restored from the checkpoint")
     finally:
-        lab.send_signal(signal.SIGTERM)
-        try:
-            lab.communicate(timeout=90)
-        except subprocess.TimeoutExpired:
-            lab.kill()
-            raise
+        stop(lab, signal.SIGTERM, within=90)
     assert lab.returncode == 0
     # The cluster kept its kubeconfig (and its pods' files) in its own directory: gone with it.
     assert not kubeconfig.parent.exists()

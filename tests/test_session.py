@@ -4,6 +4,7 @@ no cluster. What the user is told, `poll`'s answers, a restart in place, release
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,7 @@ from kernel_queue import errors, session
 from kernel_queue.backends import leases
 from kernel_queue.backends.fake import FakeBackend
 from kernel_queue.lifecycle import KernelState
-from kernel_queue.model import ConnectionInfo, GroupSpec, StopCause
+from kernel_queue.model import ConnectionInfo, GroupSpec, Noted, StopCause
 from kernel_queue.provisioner import QueuedKernelProvisioner
 from tests import polling
 
@@ -342,3 +343,26 @@ async def test_the_provisioner_cancels_a_queued_launch() -> None:
         await launch
     assert not prov.has_process and len(fake.released) == 1
     assert manager.reason == "cancelled while waiting in 'gpu'"
+
+
+@pytest.mark.parametrize(
+    "kept",
+    [
+        None,
+        "parked",
+        ["kernel"],
+        {},  # an older front end's info: nothing kept
+        {"queue": "gpu"},  # no kernel id
+        {"kernel_id": 7, "queue": "gpu"},
+        {"kernel_id": "k", "queue": "gpu", "gpus": "1"},
+        {"kernel_id": "k", "queue": "gpu", "parked_why": {"x": 1}},
+    ],
+)
+def test_what_a_front_end_kept_that_is_not_a_noted_kernel_is_ignored(kept: Any) -> None:
+    assert Noted.from_dict(kept) is None
+
+
+def test_what_a_front_end_keeps_of_a_kernel_reads_back_the_same() -> None:
+    noted = Noted("k", "gpu", 2, "2 GPUs", True, "after 30 min idle", "2026-12-02T03:00:00+00:00")
+    assert Noted.from_dict(json.loads(json.dumps(noted.to_dict()))) == noted
+    assert Noted.from_dict({**noted.to_dict(), "later": "a newer field"}) == noted
