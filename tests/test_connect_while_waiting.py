@@ -37,20 +37,26 @@ def execute(code: str) -> dict[str, Any]:
 
 
 async def read_until_reply(ws: Any, msg_id: str, within: float = 60) -> list[dict[str, Any]]:
-    """Every message up to the reply to `msg_id` and the idle status after it."""
+    """Every message until both the reply to `msg_id` and its idle status came. They travel on
+    two sockets (shell and IOPub), so either may reach the websocket first."""
     seen: list[dict[str, Any]] = []
-    replied = False
-    async with asyncio.timeout(within):
-        while True:
-            raw = await ws.read_message()
-            assert raw is not None, f"the websocket closed; seen: {seen}"
-            msg = json.loads(raw)
-            seen.append(msg)
-            mine = msg.get("parent_header", {}).get("msg_id") == msg_id
-            replied = replied or (mine and msg["msg_type"] == "execute_reply")
-            idle = msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle"
-            if replied and mine and idle:
-                return seen
+    replied = idle = False
+    try:
+        async with asyncio.timeout(within):
+            while not (replied and idle):
+                raw = await ws.read_message()
+                assert raw is not None, f"the websocket closed; seen: {seen}"
+                msg = json.loads(raw)
+                seen.append(msg)
+                if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                    continue
+                replied = replied or msg["msg_type"] == "execute_reply"
+                state = msg["content"].get("execution_state")
+                idle = idle or (msg["msg_type"] == "status" and state == "idle")
+    except TimeoutError:
+        kinds = [(m["channel"], m["msg_type"]) for m in seen]
+        raise AssertionError(f"no reply and idle within {within} s; seen: {kinds}") from None
+    return seen
 
 
 async def connect_behind_a_holder(

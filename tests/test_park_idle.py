@@ -55,15 +55,17 @@ def replies(listener: Listener, msg_id: str) -> list[dict[str, Any]]:
 
 
 async def finished(server: Server, listener: Listener, msg_id: str) -> list[dict[str, Any]]:
-    """The cell's messages once its idle status came."""
+    """The cell's messages once its reply and its idle status came (on two sockets, shell
+    and IOPub, so in either order)."""
 
-    def idle() -> bool:
-        return any(
-            m["msg_type"] == "status" and m["content"]["execution_state"] == "idle"
-            for m in replies(listener, msg_id)
+    def done() -> bool:
+        mine = replies(listener, msg_id)
+        idle = any(
+            m["msg_type"] == "status" and m["content"]["execution_state"] == "idle" for m in mine
         )
+        return idle and any(m["msg_type"] == "execute_reply" for m in mine)
 
-    await server.wait_for(idle, what=f"cell {msg_id[:8]} finished", within=120)
+    await server.wait_for(done, what=f"cell {msg_id[:8]} finished", within=120)
     return replies(listener, msg_id)
 
 
