@@ -116,9 +116,10 @@ def test_a_local_queue_status_gives_counts_and_gpus_in_use_and_no_capacity() -> 
     used = capacity.usage(view, "nvidia.com/gpu")
     assert used == capacity.Usage(pending=4, admitted=2, gpus=3)
     unread = capacity.missing("other", "team")
-    answer = queues.kubernetes_view({}, {"gpu": used, "other": unread})
+    answer = queues.kubernetes_view({}, {("lab", "gpu"): used, ("team", "other"): unread}, "lab")
     gpu, other = answer["queues"]
     assert (gpu["name"], gpu["capacity"], gpu["in_use"]) == ("gpu", None, {"gpus": 3})
+    assert (gpu["namespace"], other["namespace"]) == ("lab", "team")
     assert (gpu["pending"], gpu["admitted"], gpu["error"]) == (4, 2, None)
     assert other["in_use"] is None and "pending" not in other
     assert other["error"].startswith("LocalQueue 'other' does not exist in namespace 'team'")

@@ -2,11 +2,13 @@
 
 Built from what this server knows (its kernels' queue states, its sessions' notebook paths,
 each kernel's `last_activity`) plus what the backend can say of the rest: on the local backend
-the machine's queue service (every server's and batch run's kernels on this machine, its GPUs),
-on the kubernetes backend Kueue's LocalQueue status only (counts and usage, never another user's
-notebook), read through `KubernetesBackend.local_queue_usage`; a LocalQueue that cannot be read
-keeps its rows and says why in its `error` (a sentence naming the queue and its namespace), in
-a 200 like the rest. Read-only: it never starts a queue service, and never creates a backend.
+the machine's queue service (every server's and batch run's kernels on this machine, its
+GPUs), on the kubernetes backend Kueue's LocalQueue status only (counts and usage, never
+another user's notebook), read through `KubernetesBackend.local_queue_usage` in the namespace
+each kernel runs in (its kernelspec's `namespace`, else the backend's), one entry per
+namespace and LocalQueue; a LocalQueue that cannot be read keeps its rows and says why in its
+`error` (a sentence naming the queue and its namespace), in a 200 like the rest. Read-only: it
+never starts a queue service, and never creates a backend.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ def kernel_rows(
     manager: Any, notebooks: Mapping[str, str]
 ) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
     """This server's queued kernels by id: (their queue status, their row). `notebooks` maps a
-    kernel id to its session's path (absent for a kernel started through the API)."""
+    kernel id to its session's path (absent for a kernel started through the API). The status
+    carries the kernelspec's `namespace` too (None: the backend's)."""
     found: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
     for model in manager.list_kernels():
         km = manager.get_kernel(model["id"])
@@ -40,6 +43,7 @@ def kernel_rows(
         status = status_of() if callable(status_of) else None
         if not status or not status.get("queue"):
             continue
+        status = {**status, "namespace": getattr(provisioner, "namespace", None)}
         row = {
             "kernel_id": model["id"],
             "notebook": notebooks.get(model["id"]),
@@ -66,7 +70,7 @@ def _place(queues: dict[str, dict[str, Any]], queue: str, row: dict[str, Any], h
     entry["holders" if holds else "waiting"].append(row)
 
 
-def _sorted(queues: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def _sorted(queues: Mapping[Any, dict[str, Any]]) -> list[dict[str, Any]]:
     for entry in queues.values():
         entry["holders"].sort(key=lambda r: (not r["here"], r["notebook"] or "", r["kernel_id"]))
         entry["waiting"].sort(key=lambda r: (r["position"] or 1 << 30, r["kernel_id"]))
@@ -123,20 +127,24 @@ def local_view(
 
 def kubernetes_view(
     mine: Mapping[str, tuple[dict[str, Any], dict[str, Any]]],
-    usage: Mapping[str, capacity.Usage | str],
+    usage: Mapping[tuple[str, str], capacity.Usage | str],
+    namespace: str,
 ) -> dict[str, Any]:
-    """The kubernetes backend's answer: this server's kernels, and per LocalQueue what its
-    status says (`usage`), or why it could not be read (a sentence naming the queue, its
-    namespace and what to do, as the queue's `error`; the rows still say what this server
-    knows). Capacity is the ClusterQueue's business, shared with other namespaces: it is
-    left out (null)."""
-    queues: dict[str, dict[str, Any]] = {}
+    """The kubernetes backend's answer: this server's kernels, and per (namespace, LocalQueue)
+    what its status says (`usage`), or why it could not be read (a sentence naming the queue,
+    its namespace and what to do, as the queue's `error`; the rows still say what this server
+    knows). A kernel whose status names no namespace runs in `namespace`, the backend's. Each
+    entry names its `namespace`. Capacity is the ClusterQueue's business, shared with other
+    namespaces: it is left out (null)."""
+    queues: dict[tuple[str, str], dict[str, Any]] = {}
     for status, row in mine.values():
         if status["state"] in HOLDING or status["state"] in WAITING:
-            _place(queues, status["queue"], row, status["state"] in HOLDING)
-    for name, read in usage.items():
-        entry = queues.setdefault(name, _queue(name))
-        entry["shared"] = False
+            key = (status.get("namespace") or namespace, status["queue"])
+            entry = queues.setdefault(key, _queue(key[1]))
+            entry["holders" if status["state"] in HOLDING else "waiting"].append(row)
+    for key, read in usage.items():
+        entry = queues.setdefault(key, _queue(key[1]))
+        entry["namespace"], entry["shared"] = key[0], False
         if isinstance(read, str):
             entry["error"] = read
         else:
@@ -146,11 +154,11 @@ def kubernetes_view(
     return {"backend": "kubernetes", "queues": _sorted(queues), "hidden": {}}
 
 
-async def local_queue_usage(kube: Any, queue: str) -> capacity.Usage | str:
-    """What `kube` (a `KubernetesBackend`) reads of LocalQueue `queue`, or the sentence of why
-    it could not."""
+async def local_queue_usage(kube: Any, namespace: str, queue: str) -> capacity.Usage | str:
+    """What `kube` (a `KubernetesBackend`) reads of LocalQueue `queue` in `namespace`, or the
+    sentence of why it could not."""
     try:
-        usage: capacity.Usage = await kube.local_queue_usage(queue)
+        usage: capacity.Usage = await kube.local_queue_usage(queue, namespace)
         return usage
     except errors.KernelQueueError as exc:
         log.debug("kernel-queue: LocalQueue %s not read: %s", queue, exc)
@@ -174,9 +182,11 @@ async def listing(manager: Any, session_manager: Any) -> dict[str, Any]:
     kube = backends.existing("kubernetes", owner=manager)
     local = backends.existing("local", owner=manager)
     if kube is not None and ("kubernetes" in backend_names or local is None):
-        names = sorted({s["queue"] for s, _ in mine.values() if s.get("backend") == "kubernetes"})
-        read = await asyncio.gather(*(local_queue_usage(kube, name) for name in names))
-        return kubernetes_view(mine, dict(zip(names, read, strict=True)))
+        own = [s for s, _ in mine.values() if s.get("backend") == "kubernetes"]
+        default = str(getattr(kube, "namespace", None) or "default")  # resolved by its kernels
+        keys = sorted({(s.get("namespace") or default, s["queue"]) for s in own})
+        read = await asyncio.gather(*(local_queue_usage(kube, *key) for key in keys))
+        return kubernetes_view(mine, dict(zip(keys, read, strict=True)), default)
     machine: Mapping[str, Any] = {}
     configured: tuple[str, ...] = ()
     gpus: int | None = None

@@ -5,6 +5,7 @@ named, and a LocalQueue that cannot be read is a sentence in a 200, its kernels 
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from tests.conftest import KernelspecFactory, Server
-from tests.kube.support import GPU_QUOTA, gone, kube_spec, settled, wait_clean
+from tests.kube.support import GPU_QUOTA, gone, kube_spec, ours, settled, wait_clean
 from tests.test_queues_endpoint import start_in_notebook
 
 OTHER_NAMESPACE = "team-alice"
@@ -219,3 +220,63 @@ async def test_a_local_queue_that_cannot_be_read_is_named_with_its_namespace_and
     assert (await server.execute(kernel, "1+1"))["data"] == "2"  # admitted, it runs on
     await server.shutdown(kernel)
     await wait_clean(server, cluster, kernel)
+
+
+SECOND_NAMESPACE = "team-b"
+
+
+def a_second_namespace(cluster: FakeCluster) -> None:
+    """`SECOND_NAMESPACE` set up as etc/kubernetes/rbac.yaml and queues.yaml set up 'default':
+    the server's service account may work there, and it has its own LocalQueue 'user-queue'
+    on the same ClusterQueue."""
+    cluster.store.create("", "namespaces", None, {"metadata": {"name": SECOND_NAMESPACE}})
+    for plural in ("roles", "rolebindings"):
+        found = cluster.store.get("rbac.authorization.k8s.io", plural, "default", "kernel-queue")
+        copied = copy.deepcopy(found)
+        copied["metadata"] = {"name": "kernel-queue", "namespace": SECOND_NAMESPACE}
+        cluster.store.create("rbac.authorization.k8s.io", plural, SECOND_NAMESPACE, copied)
+    local_queue = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": "user-queue", "namespace": SECOND_NAMESPACE},
+        "spec": {"clusterQueue": "cluster-queue"},
+    }
+    cluster.apply(cluster.for_release([local_queue]))
+
+
+async def test_a_kernel_in_its_kernelspecs_namespace_is_counted_in_that_namespaces_local_queue(
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+) -> None:
+    # Two LocalQueues named alike, in two namespaces: each entry reads its own namespace's.
+    cluster.kueue.set_quota("cluster-queue", "default-flavor", {**GPU_QUOTA, "nvidia.com/gpu": 2})
+    a_second_namespace(cluster)
+    here = await start_in_notebook(server, kube_spec(kernelspec), "work/here.ipynb")
+    spec_there = kube_spec(kernelspec, "kube-b", namespace=SECOND_NAMESPACE)
+    there = await start_in_notebook(server, spec_there, "work/there.ipynb")
+    for kernel in (here, there):
+        assert (await settled(server, kernel))["live"]
+    seen: dict[str, Any] = {}
+
+    async def both_counted() -> bool:
+        response = await server.fetch("api", "kernel-queue", "queues", method="GET")
+        seen.clear()
+        seen.update({q.get("namespace"): q for q in json.loads(response.body)["queues"]})
+        return set(seen) == {"default", SECOND_NAMESPACE} and all(
+            (q["error"], q.get("admitted"), q["in_use"]) == (None, 1, {"gpus": 1})
+            for q in seen.values()
+        )
+
+    await server.wait_for(both_counted, what="one admitted kernel in each", detail=lambda: seen)
+    for namespace, kernel, notebook in (
+        ("default", here, "work/here.ipynb"),
+        (SECOND_NAMESPACE, there, "work/there.ipynb"),
+    ):
+        assert seen[namespace]["name"] == "user-queue"
+        assert kernels(seen[namespace]["holders"]) == [(kernel, notebook)]
+    assert (await server.execute(there, "6*7"))["data"] == "42"
+
+    for kernel in (here, there):
+        await server.shutdown(kernel)
+    await gone(server, here, there)
+    await wait_clean(server, cluster, here)
+    await server.wait_for(lambda: not ours(cluster), what="nothing left in either namespace")
