@@ -3,7 +3,7 @@
  * short label of a failure, and the words a screen reader hears. Pure: no DOM.
  */
 
-import type { QueueStatus } from './state';
+import type { QueueStatus } from './status';
 
 /** "1 GPU", "2 GPUs". */
 export function gpuCount(gpus: number): string {
