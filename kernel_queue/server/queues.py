@@ -65,8 +65,11 @@ def _queue(name: str) -> dict[str, Any]:
     return {"name": name, "capacity": None, "in_use": None, "holders": [], "waiting": []}
 
 
-def _place(queues: dict[str, dict[str, Any]], queue: str, row: dict[str, Any], holds: bool) -> None:
-    entry = queues.setdefault(queue, _queue(queue))
+def _place(
+    queues: dict[Any, dict[str, Any]], key: Any, queue: str, row: dict[str, Any], holds: bool
+) -> None:
+    """`row` among the holders or the waiting of the entry under `key` (named `queue`)."""
+    entry = queues.setdefault(key, _queue(queue))
     entry["holders" if holds else "waiting"].append(row)
 
 
@@ -90,7 +93,7 @@ def local_view(
     queues = {name: _queue(name) for name in configured}
     for status, row in mine.values():
         if status["state"] in HOLDING or status["state"] in WAITING:
-            _place(queues, status["queue"], row, status["state"] in HOLDING)
+            _place(queues, status["queue"], status["queue"], row, status["state"] in HOLDING)
     for other in machine.get("kernels", []):
         if other.get("here"):
             continue  # this server's: listed above with its notebook
@@ -109,7 +112,7 @@ def local_view(
             "user": other.get("user", ""),
             "pid": other.get("pid", 0),
         }
-        _place(queues, other["queue"], row, other["state"] != "queued")
+        _place(queues, other["queue"], other["queue"], row, other["state"] != "queued")
     if machine.get("service") is not None:  # the service's word is the machine's
         gpus, in_use = len(machine.get("gpus") or []), int(machine.get("gpus_in_use", 0))
     else:  # no service yet: this server's kernels are all the machine's use
@@ -140,8 +143,7 @@ def kubernetes_view(
     for status, row in mine.values():
         if status["state"] in HOLDING or status["state"] in WAITING:
             key = (status.get("namespace") or namespace, status["queue"])
-            entry = queues.setdefault(key, _queue(key[1]))
-            entry["holders" if status["state"] in HOLDING else "waiting"].append(row)
+            _place(queues, key, status["queue"], row, status["state"] in HOLDING)
     for key, read in usage.items():
         entry = queues.setdefault(key, _queue(key[1]))
         entry["namespace"], entry["shared"] = key[0], False
@@ -154,9 +156,9 @@ def kubernetes_view(
     return {"backend": "kubernetes", "queues": _sorted(queues), "hidden": {}}
 
 
-async def local_queue_usage(kube: Any, namespace: str, queue: str) -> capacity.Usage | str:
-    """What `kube` (a `KubernetesBackend`) reads of LocalQueue `queue` in `namespace`, or the
-    sentence of why it could not."""
+async def local_queue_usage(kube: Any, namespace: str | None, queue: str) -> capacity.Usage | str:
+    """What `kube` (a `KubernetesBackend`) reads of LocalQueue `queue` in `namespace` (None:
+    the backend's), or the sentence of why it could not."""
     try:
         usage: capacity.Usage = await kube.local_queue_usage(queue, namespace)
         return usage
@@ -182,11 +184,13 @@ async def listing(manager: Any, session_manager: Any) -> dict[str, Any]:
     kube = backends.existing("kubernetes", owner=manager)
     local = backends.existing("local", owner=manager)
     if kube is not None and ("kubernetes" in backend_names or local is None):
-        own = [s for s, _ in mine.values() if s.get("backend") == "kubernetes"]
-        default = str(getattr(kube, "namespace", None) or "default")  # resolved by its kernels
-        keys = sorted({(s.get("namespace") or default, s["queue"]) for s in own})
+        kube_statuses = [s for s, _ in mine.values() if s.get("backend") == "kubernetes"]
+        own = {(s.get("namespace"), s["queue"]) for s in kube_statuses}
+        keys = sorted(own, key=lambda key: (key[0] or "", key[1]))
         read = await asyncio.gather(*(local_queue_usage(kube, *key) for key in keys))
-        return kubernetes_view(mine, dict(zip(keys, read, strict=True)), default)
+        default = str(getattr(kube, "namespace", ""))  # the backend's, resolved by the reads
+        usage = {(ns or default, queue): r for (ns, queue), r in zip(keys, read, strict=True)}
+        return kubernetes_view(mine, usage, default)
     machine: Mapping[str, Any] = {}
     configured: tuple[str, ...] = ()
     gpus: int | None = None

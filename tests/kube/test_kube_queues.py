@@ -273,7 +273,20 @@ async def test_a_kernel_in_its_kernelspecs_namespace_is_counted_in_that_namespac
     ):
         assert seen[namespace]["name"] == "user-queue"
         assert kernels(seen[namespace]["holders"]) == [(kernel, notebook)]
-    assert (await server.execute(there, "6*7"))["data"] == "42"
+
+    # Its own namespace's LocalQueue gone: that entry says so, naming it; the other reads on.
+    cluster.store.delete("kueue.x-k8s.io", "localqueues", SECOND_NAMESPACE, "user-queue")
+    response = await server.fetch("api", "kernel-queue", "queues", method="GET")
+    by_namespace = {q["namespace"]: q for q in json.loads(response.body)["queues"]}
+    assert by_namespace[SECOND_NAMESPACE]["error"].startswith(
+        f"LocalQueue 'user-queue' does not exist in namespace '{SECOND_NAMESPACE}'"
+    )
+    assert kernels(by_namespace[SECOND_NAMESPACE]["holders"]) == [(there, "work/there.ipynb")]
+    assert (by_namespace["default"]["error"], by_namespace["default"]["in_use"]) == (
+        None,
+        {"gpus": 1},
+    )
+    assert (await server.execute(there, "6*7"))["data"] == "42"  # admitted, it runs on
 
     for kernel in (here, there):
         await server.shutdown(kernel)
