@@ -198,15 +198,18 @@ class Server:
             "buffers": [],
         }
         result: dict[str, Any] = {"stream": "", "data": None, "status": None, "error": None}
+        seen: list[str] = []  # every message type that came, with its parent's
         try:
             async with asyncio.timeout(within):
                 await ws.write_message(json.dumps(request))
                 while result["status"] is None or result["idle"] is not True:
                     raw = await ws.read_message()
                     if raw is None:
-                        raise AssertionError("websocket closed")
+                        raise AssertionError(f"websocket closed; it had sent {seen}")
                     msg = json.loads(raw)
-                    if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                    parent = msg.get("parent_header", {})
+                    seen.append(f"{msg.get('msg_type')}<{parent.get('msg_type', '')}")
+                    if parent.get("msg_id") != msg_id:
                         continue
                     kind, content = msg["msg_type"], msg["content"]
                     if kind == "stream":
@@ -220,6 +223,13 @@ class Server:
                     elif kind == "status":
                         result["idle"] = content["execution_state"] == "idle"
                     result.setdefault("idle", False)
+        except TimeoutError:
+            model = await self.model(kernel_id)
+            raise AssertionError(
+                f"the cell {code!r} did not finish within {within} s: it got {result}; the "
+                f"websocket sent {seen}; the kernel reads {model.get('execution_state')!r}, "
+                f"reason {model.get('reason')!r}"
+            ) from None
         finally:
             ws.close()
         return result
