@@ -188,7 +188,8 @@ async def listing(manager: Any, session_manager: Any) -> dict[str, Any]:
         own = {(s.get("namespace"), s["queue"]) for s in kube_statuses}
         keys = sorted(own, key=lambda key: (key[0] or "", key[1]))
         read = await asyncio.gather(*(local_queue_usage(kube, *key) for key in keys))
-        default = str(getattr(kube, "namespace", ""))  # the backend's, resolved by the reads
+        # The backend's namespace, resolved (off the loop) by the reads; unused without them.
+        default = str(getattr(kube, "namespace", "")) if keys else ""
         usage = {(ns or default, queue): r for (ns, queue), r in zip(keys, read, strict=True)}
         return kubernetes_view(mine, usage, default)
     machine: Mapping[str, Any] = {}
