@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from kernel_queue_fake_cluster.apiserver import crds as crd_files
+from tornado.httpclient import HTTPClientError
 
 from kernel_queue.events import SCHEMA_ID
 from tests import polling
@@ -224,7 +225,10 @@ class Server:
                         result["idle"] = content["execution_state"] == "idle"
                     result.setdefault("idle", False)
         except TimeoutError:
-            model = await self.model(kernel_id)
+            try:
+                model = await self.model(kernel_id)
+            except HTTPClientError as error:  # the kernel is gone: that is what it reads
+                model = {"execution_state": f"no kernel (HTTP {error.code})"}
             raise TimeoutError(  # still a timeout to the tests that expect one
                 f"the cell {code!r} did not finish within {within} s: it got {result}; the "
                 f"websocket sent {seen}; the kernel reads {model.get('execution_state')!r}, "
