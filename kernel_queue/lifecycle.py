@@ -35,6 +35,8 @@ WAITING = frozenset({KernelState.QUEUED, KernelState.PREEMPTED, KernelState.REQU
 LIVE = frozenset({KernelState.RUNNING, KernelState.RESUMED})
 IN_PLACE = LIVE | {KernelState.RESTARTING}
 """States of a kernel that holds its admission and a kernel process (or gets a new one)."""
+CANCELLABLE = WAITING | {KernelState.ADMITTED}
+"""States of a launch that a shutdown cancels: it has not reached a running kernel."""
 
 
 class Command(enum.StrEnum):

@@ -42,6 +42,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         self.connection_info: KernelConnectionInfo = {}
         self._session: KernelSession | None = None
         self._refusal: dict[str, Any] | None = None  # a kernelspec config refused (`_refused`)
+        self._cancelled = False  # a shutdown came before the kernel's session was made
 
     # -- jupyter_client hooks ----------------------------------------------------------------
 
@@ -69,6 +70,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
             if session is None:
                 session = self._session = self._new_session(self.backend)
             session.spec = group
+        session.launch_coming(cancelled=self._cancelled)
         kwargs = await super().pre_launch(cmd=list(session.spec.argv), **kwargs)
         return kwargs
 
@@ -192,9 +194,12 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         return self._session is not None and self._session.waiting
 
     async def cancel_launch(self) -> None:
-        """Shut down a kernel that is still waiting: its launch raises `LaunchCancelled` now."""
+        """Shut down a kernel that has not started yet, at any step of its launch (before its
+        session is made, submitting, waiting, starting): the launch raises `LaunchCancelled`."""
         if self._session is not None:
             await self._session.cancel()
+        else:
+            self._cancelled = True
 
     @property
     def waiting_since(self) -> str | None:

@@ -64,6 +64,8 @@ class KernelSession:
         self._parked_since: datetime.datetime | None = None
         self._ended: dict[str, Any] | None = None  # the failed launch's last queue status
         self._noted: Noted | None = None  # what a front end kept of an adopted kernel
+        self._launching = False  # inside `launch`, from its first step to its end
+        self._cancelled = False  # a cancel came before the launch's group could be cancelled
 
     @property
     def backend(self) -> backends.ClusterBackend:
@@ -106,6 +108,17 @@ class KernelSession:
         new process; one never submitted, or whose group ended, has `group` (else the last
         one) submitted; then wait for it to run. A failed launch releases the group (a
         release that fails is logged; the launch's own error is raised)."""
+        self._launching = True
+        try:
+            return await self._launch(
+                group, admission_timeout=admission_timeout, startup_timeout=startup_timeout
+            )
+        finally:
+            self._launching = self._cancelled = False
+
+    async def _launch(
+        self, group: GroupSpec | None, *, admission_timeout: float, startup_timeout: float
+    ) -> tracking.KernelTracker:
         tracker = self.tracker
         if tracker is not None and self.parked:  # a restart of a parked kernel wakes it
             await self.resume()
@@ -120,7 +133,13 @@ class KernelSession:
                 group = group or self.spec
                 if group is None:  # adopted after a restart, then ended: nothing to submit
                     raise errors.LaunchFailed(f"kernel {short_id(self.kernel_id)} has ended")
+                if self._cancelled:  # shut down before its group was even submitted
+                    raise errors.LaunchCancelled(
+                        f"kernel {short_id(self.kernel_id)} was shut down before it was queued"
+                    )
                 tracker = await self.submit(group)
+                if self._cancelled:  # shut down while the submission was on its way
+                    await tracker.observe(lifecycle.Command.CANCEL)
             await tracker.wait_live(
                 admission_timeout=admission_timeout, startup_timeout=startup_timeout
             )
@@ -292,9 +311,20 @@ class KernelSession:
             await self.backend.resume(self.tracker.ref)
 
     async def cancel(self) -> None:
-        """End a wait in the queue: the launch raises `LaunchCancelled`; a live kernel stays."""
-        if self.tracker is not None and self.tracker.waiting:
-            await self.tracker.observe(lifecycle.Command.CANCEL)
+        """End a launch that has not reached a running kernel, whatever step it is at: not yet
+        submitted, on its way to the backend, waiting in the queue, or admitted and starting.
+        The launch raises `LaunchCancelled` and releases what it made; a live kernel stays."""
+        tracker = self.tracker
+        if tracker is not None and tracker.lifecycle.state in lifecycle.CANCELLABLE:
+            await tracker.observe(lifecycle.Command.CANCEL)
+        elif self._launching:
+            self._cancelled = True  # the launch cancels its group once it has one
+
+    def launch_coming(self, *, cancelled: bool = False) -> None:
+        """A front end prepares a launch (jupyter's `pre_launch`): a cancel from now on ends
+        it, also one that comes before `launch` runs (`cancelled`: one came already)."""
+        self._launching = True
+        self._cancelled = self._cancelled or cancelled
 
     def noted(self) -> Noted | None:
         """What a front end that persists its kernels keeps of this one (`note` takes it)."""

@@ -27,6 +27,8 @@ from kernel_queue.server import connection, parking
 
 # How long shutdown waits for a cancelled launch to end before going on regardless.
 _CANCEL_WAIT_SECONDS = 5.0
+# How many 10 ms steps shutdown waits for a just-started kernel's provisioner to be made.
+_PROVISIONER_WAIT_STEPS = 100
 # How long server shutdown waits for kernels to stop (jupyter_client needs about 10 s at most).
 _SHUTDOWN_ALL_WAIT_SECONDS = 30.0
 
@@ -101,10 +103,8 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
         known = km is not None or self._stopping_all  # shutdown_all lists ids, then calls here
         if not restart:
             self.parker.forget(kernel_id)
-        cancel = getattr(getattr(km, "provisioner", None), "cancel_launch", None)
-        if km is not None and cancel is not None and not km.ready.done():
-            await cancel()
-            await asyncio.wait({km.ready}, timeout=_CANCEL_WAIT_SECONDS)
+        if km is not None and not km.ready.done():
+            await self._cancel_start(km)
         try:
             return await super()._async_shutdown_kernel(kernel_id, now=now, restart=restart)
         except web.HTTPError as exc:
@@ -115,6 +115,20 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
             raise
 
     shutdown_kernel = _async_shutdown_kernel  # type: ignore[assignment]
+
+    async def _cancel_start(self, km: Any) -> None:
+        """Cancel a queued kernel's start, whichever step it is at, and wait (bounded) for it
+        to end; jupyter's own shutdown would wait for the start, that is for the admission."""
+        # The start task makes the provisioner in its first step, which a DELETE sent right
+        # after the POST can overtake.
+        for _ in range(_PROVISIONER_WAIT_STEPS):
+            if getattr(km, "provisioner", None) is not None or km.ready.done():
+                break
+            await asyncio.sleep(0.01)
+        cancel = getattr(getattr(km, "provisioner", None), "cancel_launch", None)
+        if cancel is not None:  # else a kernel of another provisioner: jupyter waits for it
+            await cancel()
+            await asyncio.wait({km.ready}, timeout=_CANCEL_WAIT_SECONDS)
 
     _stopping_all = False
 
