@@ -41,7 +41,9 @@ class Client:
     def __init__(self, url: str, token: str) -> None:
         self.url, self.headers = url.rstrip("/"), {"Authorization": f"token {token}"}
 
-    def call(self, method: str, path: str, body: object = None, timeout: float = 30) -> tuple[int, bytes]:
+    def call(
+        self, method: str, path: str, body: object = None, timeout: float = 30
+    ) -> tuple[int, bytes]:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(
             self.url + path, method=method, headers=self.headers, data=data

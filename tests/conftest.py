@@ -173,15 +173,19 @@ class Server:
 
     async def execute(self, kernel_id: str, code: str, within: float = 60) -> dict[str, Any]:
         """Run `code` through the kernel's websocket; return the execute_result data, the
-        stream text and the reply status."""
+        stream text and the reply status. Like JupyterLab, the new connection asks for
+        kernel_info first (in the same session), and does not wait for its reply."""
         ws = await self.ws_fetch("api", "kernels", kernel_id, "channels")
-        msg_id = uuid.uuid4().hex
+        msg_id, session = uuid.uuid4().hex, uuid.uuid4().hex
+        info = {"msg_id": uuid.uuid4().hex, "msg_type": "kernel_info_request", "version": "5.3"}
+        info |= {"session": session, "username": "test", "date": ""}
+        hello = {"header": info, "parent_header": {}, "metadata": {}, "content": {}}
         request = {
             "header": {
                 "msg_id": msg_id,
                 "msg_type": "execute_request",
                 "username": "test",
-                "session": uuid.uuid4().hex,
+                "session": session,
                 "version": "5.3",
                 "date": "",
             },
@@ -202,6 +206,7 @@ class Server:
         seen: list[str] = []  # every message type that came, with its parent's
         try:
             async with asyncio.timeout(within):
+                await ws.write_message(json.dumps({**hello, "channel": "shell", "buffers": []}))
                 await ws.write_message(json.dumps(request))
                 while result["status"] is None or result["idle"] is not True:
                     raw = await ws.read_message()

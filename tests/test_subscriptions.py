@@ -39,3 +39,31 @@ async def test_an_ipykernel_that_reports_no_subscriptions_holds_nothing() -> Non
     subscriptions.unknowable()
     async with asyncio.timeout(5):
         await subscriptions.settled()
+
+
+def test_only_a_sessions_first_message_opens_it() -> None:
+    subscriptions = Subscriptions()
+    subscriptions.message("lab", "info-1")  # JupyterLab says kernel_info first
+    subscriptions.message("lab", "execute-1")
+    subscriptions.message("console", "execute-2")  # a client back from the replaced kernel
+    assert not subscriptions.opens_session("lab", "execute-1")
+    assert subscriptions.opens_session("console", "execute-2")
+    assert not subscriptions.opens_session("", "")
+
+
+async def test_a_late_subscriber_ends_the_wait_for_it_and_none_ends_it_after_the_bound() -> None:
+    subscriptions = Subscriptions()
+    asked = time.monotonic()
+
+    async def blocking_client_polls_its_iopub() -> None:
+        await asyncio.sleep(0.05)
+        subscriptions.seen()
+
+    async with asyncio.timeout(5):
+        await asyncio.gather(
+            subscriptions.late(asked, within=30), blocking_client_polls_its_iopub()
+        )
+    assert subscriptions.since(asked)
+    started = time.monotonic()
+    await subscriptions.late(time.monotonic(), within=0.2)
+    assert time.monotonic() - started >= 0.2

@@ -79,15 +79,25 @@ class RestartAwareKernel(IPythonKernel):
     def _publish_status(self, status: str, channel: str, parent: Any = None) -> None:
         if channel == "shell" and status == "busy":
             self._shell_busy = True
+            shell = parent or self.get_parent("shell")  # type: ignore[no-untyped-call]
+            header = (shell or {}).get("header") or {}
+            SUBSCRIPTIONS.message(str(header.get("session", "")), str(header.get("msg_id", "")))
         super()._publish_status(status, channel, parent)  # type: ignore[no-untyped-call]
 
     async def execute_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
         """ipykernel's handler, held until IOPub subscriptions settle, between the preemption
-        hooks: a client that was connected to the kernel this one replaced (restart, requeue)
-        may get its shell reconnected before its IOPub, and output published meanwhile is lost.
-        A client that subscribed since ipykernel said `busy` (just before this) is told again.
+        hooks: a client that was connected to the kernel this one replaced (restart, requeue,
+        wake) may get its shell reconnected before its IOPub, and output published meanwhile is
+        lost. A client's first request in this process also waits (briefly) for the
+        subscription a blocking client sends only once it reads its output
+        (``subscriptions.LATE_WAIT``). A client that subscribed since ipykernel said `busy`
+        (just before this) is told again.
         """
         asked = time.monotonic()
+        header = parent.get("header") or {}
+        session, msg_id = str(header.get("session", "")), str(header.get("msg_id", ""))
+        if SUBSCRIPTIONS.opens_session(session, msg_id):
+            await SUBSCRIPTIONS.late(asked)
         await SUBSCRIPTIONS.settled()
         if SUBSCRIPTIONS.since(asked):
             self._publish_status("busy", "shell", parent)
