@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kernel_queue_fake_cluster.apiserver import resources
+from kernel_queue_fake_cluster.apiserver import endpoints, resources
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.store import Store
@@ -54,6 +54,7 @@ async def cluster(root: Path, **options: Any) -> AsyncIterator[tuple[Store, Fake
     options.setdefault("pull_backoff", 0.2)
     kubelet = FakeKubelet(store, root / "cluster", **options)
     kubelet.install()
+    endpoints.install(store)
     try:
         yield store, kubelet
     finally:

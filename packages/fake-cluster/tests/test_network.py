@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from kernel_queue_fake_cluster.apiserver import addresses, resources
+from kernel_queue_fake_cluster.apiserver import endpoints, resources
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.store import Store
+from kernel_queue_fake_cluster.common import addresses
 from kernel_queue_fake_cluster.node import network
 
 NS = "default"
@@ -54,6 +55,7 @@ async def services(**options: Any) -> AsyncIterator[tuple[Store, network.Service
     resources.install(store, crds=(), namespaces=(NS,))
     net = network.ServiceNetwork(store, pool="127.42.0.0/16", **options)
     net.install()
+    endpoints.install(store)
     try:
         yield store, net
     finally:

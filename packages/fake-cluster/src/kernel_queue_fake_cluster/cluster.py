@@ -20,6 +20,7 @@ import yaml
 
 from kernel_queue_fake_cluster.apiserver import (
     addresses,
+    endpoints,
     nodes,
     pod_rules,
     pod_security,
@@ -119,6 +120,7 @@ class FakeCluster:
             pending = self.kueue.local_queue_pending, self.kueue.cluster_queue_pending
             visibility.serve(self.server, *pending, versions=versions)
         pod_rules.install(self.store)  # the apiserver's own pod rules, with or without a kubelet
+        endpoints.install(self.store)  # kube-controller-manager's Endpoints controller
         pod_security.install(self.store)  # ServiceAccount and Pod Security admission, last
         if self.kubelet is None:  # the apiserver allocates ClusterIPs even with no node
             addresses.ClusterIPs(self.store, SERVICE_IP_POOL).install()

@@ -14,9 +14,9 @@ import copy
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
-from kernel_queue_fake_cluster.apiserver import selectors
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
+from kernel_queue_fake_cluster.common import selectors
 
 
 @dataclass(frozen=True)

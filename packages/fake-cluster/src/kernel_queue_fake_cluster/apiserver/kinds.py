@@ -1,17 +1,17 @@
-"""What every part of the fake cluster says about objects: `Obj` (an object as plain JSON),
-`ResourceType` (one kind the API server serves) and the timestamps metadata carries.
+"""What the API server says about objects: `ResourceType` (one kind it serves), with `Obj` (an
+object as plain JSON) and the timestamps metadata carries (`common/objects.py`).
 
 Plain data, no behaviour; the store keeps objects, `resources.py` and `crds.py` describe kinds.
 """
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-Obj = dict[str, Any]
+from kernel_queue_fake_cluster.common.objects import Obj, now_rfc3339
+
+__all__ = ["Obj", "ResourceType", "now_rfc3339"]
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,3 @@ class ResourceType:
     def api_version(self, version: str | None = None) -> str:
         version = version or self.storage_version
         return f"{self.group}/{version}" if self.group else version
-
-
-def now_rfc3339() -> str:
-    """Now, as metadata and conditions write it (UTC, whole seconds)."""
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -16,6 +16,7 @@ from typing import Any
 from kernel_queue_fake_cluster.apiserver.errors import invalid
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
 from kernel_queue_fake_cluster.apiserver.store import Store
+from kernel_queue_fake_cluster.common.pods import gates, scheduling_gated
 
 FAKE_MOUNT_PREFIX = "KUBE_FAKE_MOUNT_"
 _INSTALLED: weakref.WeakSet[Store] = weakref.WeakSet()
@@ -46,33 +47,6 @@ def install(store: Store) -> None:
         return _defaulted(new) if old is None else None
 
     store.add_admission("", "pods", admit)
-
-
-def gates(pod: Obj) -> list[str]:
-    """Names of the pod's scheduling gates."""
-    return [g.get("name", "") for g in (pod.get("spec") or {}).get("schedulingGates") or []]
-
-
-def scheduling_gated(now: str) -> Obj:
-    """The PodScheduled condition of a gated pod, as kube-scheduler writes it."""
-    return condition(
-        "PodScheduled",
-        False,
-        now,
-        "SchedulingGated",
-        "Scheduling is blocked due to non-empty scheduling gates",
-    )
-
-
-def condition(kind: str, status: bool, now: str, reason: str = "", message: str = "") -> Obj:
-    """One pod condition dict (`lastProbeTime` null, as the kubelet leaves it)."""
-    found: Obj = {"type": kind, "status": "True" if status else "False", "lastProbeTime": None}
-    found["lastTransitionTime"] = now
-    if reason:
-        found["reason"] = reason
-    if message:
-        found["message"] = message
-    return found
 
 
 def _create_causes(pod: Obj) -> list[tuple[str, str]]:

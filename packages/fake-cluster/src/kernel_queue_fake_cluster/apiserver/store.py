@@ -20,10 +20,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver import patches, selectors, updates, versions
+from kernel_queue_fake_cluster.apiserver import patches, updates, versions
 from kernel_queue_fake_cluster.apiserver.changes import ChangeLog, Subscription, WatchEvent
 from kernel_queue_fake_cluster.apiserver.errors import ApiError, invalid, not_found
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, ResourceType, now_rfc3339
+from kernel_queue_fake_cluster.common import selectors
 
 AdmissionHook = Callable[[str, Obj | None, Obj | None], Obj | None]
 Listener = Callable[[str, Obj], None]

@@ -19,10 +19,11 @@ from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver import addresses, pod_rules
+from kernel_queue_fake_cluster.apiserver import pod_rules
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
 from kernel_queue_fake_cluster.apiserver.store import Store
+from kernel_queue_fake_cluster.common import addresses, pods
 from kernel_queue_fake_cluster.node import network, pod_startup, volumes
 from kernel_queue_fake_cluster.node.pod_startup import PodStarter
 from kernel_queue_fake_cluster.node.pod_status import ContainerRecord, PodRecord, StatusManager
@@ -179,7 +180,7 @@ class FakeKubelet:
                 self._spawn(record, self._terminate(record, 0))
         elif not self._runnable(pod):
             return
-        elif pod_rules.gates(pod):
+        elif pods.gates(pod):
             self.status.mark_gated(pod)
         else:
             record = self._record(pod)

@@ -15,12 +15,12 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver import selectors
 from kernel_queue_fake_cluster.apiserver.addresses import ClusterIPs
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.store import Store
-from kernel_queue_fake_cluster.node import endpoints
+from kernel_queue_fake_cluster.common import selectors
+from kernel_queue_fake_cluster.common.pods import pod_ready, target_port
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,6 @@ class ServiceNetwork:
         self.hold_seconds, self.connect_timeout = hold_seconds, connect_timeout
         self._services: dict[tuple[str, str], _Service] = {}
         self._links: dict[str, set[_Link]] = {}
-        self._pod_labels: dict[str, dict[str, str]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._writers: set[asyncio.StreamWriter] = set()  # every forwarded stream, both ends
         self._changed = asyncio.Event()
@@ -105,12 +104,8 @@ class ServiceNetwork:
         match = selectors.selector_dict({"matchLabels": selector})
         found = []
         for pod in self.store.objects("", "pods"):
-            if (
-                pod["metadata"].get("namespace") == namespace
-                and match(pod)
-                and endpoints.pod_ready(pod)
-            ):
-                target = endpoints.target_port(entry, pod)
+            if pod["metadata"].get("namespace") == namespace and match(pod) and pod_ready(pod):
+                target = target_port(entry, pod)
                 if target is not None:
                     found.append((pod["metadata"]["uid"], pod["status"]["podIP"], target))
         return sorted(found, key=lambda b: b[1])
@@ -154,35 +149,21 @@ class ServiceNetwork:
                 for s in self.store.objects("", "services")
             ):
                 self.pool.release(f"{key[0]}/{key[1]}")
-            endpoints.delete(self.store, *key)
             return
         ip = service.get("spec", {}).get("clusterIP")
         if state is None and ip and ip != "None":
             state = self._services[key] = _Service(meta["uid"], ip)
         if state is not None:
             self._spawn(self._sync(key, state))
-        endpoints.write(self.store, service)
 
     def _on_pod(self, kind: str, pod: Obj) -> None:
         if self._closed:
             return
         meta, phase = pod["metadata"], (pod.get("status") or {}).get("phase")
         uid = meta["uid"]
-        before = self._pod_labels.get(uid)
-        if kind == "DELETED":
-            self._pod_labels.pop(uid, None)
-        else:
-            self._pod_labels[uid] = dict(meta.get("labels") or {})
         if kind == "DELETED" or phase in ("Succeeded", "Failed"):
             for link in self._links.pop(uid, set()):
                 link.close()
-        for service in list(self.store.objects("", "services")):
-            selector = (service.get("spec") or {}).get("selector")
-            if service["metadata"]["namespace"] != meta.get("namespace") or not selector:
-                continue
-            match = selectors.selector_dict({"matchLabels": selector})
-            if match(pod) or (before is not None and match({"metadata": {"labels": before}})):
-                endpoints.write(self.store, service)
         self._changed.set()  # wake connections waiting for a ready endpoint
         self._changed = asyncio.Event()
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver import pod_rules
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
 from kernel_queue_fake_cluster.apiserver.store import Store
+from kernel_queue_fake_cluster.common import pods
 
 HOST_IP = "127.0.0.1"
 _OURS = ("Initialized", "Ready", "ContainersReady", "PodScheduled")
@@ -152,7 +152,7 @@ class StatusManager:
             return
         status = pod.setdefault("status", {"phase": "Pending"})
         others = [c for c in conditions if c.get("type") != "PodScheduled"]
-        status["conditions"] = [*others, pod_rules.scheduling_gated(now_rfc3339())]
+        status["conditions"] = [*others, pods.scheduling_gated(now_rfc3339())]
         with contextlib.suppress(ApiError):
             meta = pod["metadata"]
             self.store.replace(
@@ -252,9 +252,7 @@ def _phase(record: PodRecord) -> str:
 
 def _conditions(record: PodRecord, phase: str, now: str) -> list[Obj]:
     if not record.bound:
-        return [
-            pod_rules.condition("PodScheduled", False, now, "Unschedulable", record.unschedulable)
-        ]
+        return [pods.condition("PodScheduled", False, now, "Unschedulable", record.unschedulable)]
     unready = [c.name for c in record.containers.values() if not c.ready]
     why: tuple[str, str] = ("", "")
     if phase in ("Succeeded", "Failed"):
@@ -262,10 +260,10 @@ def _conditions(record: PodRecord, phase: str, now: str) -> list[Obj]:
     elif unready:
         why = ("ContainersNotReady", f"containers with unready status: [{' '.join(unready)}]")
     return [
-        pod_rules.condition("Initialized", True, now),
-        pod_rules.condition("Ready", not unready, now, *why),
-        pod_rules.condition("ContainersReady", not unready, now, *why),
-        pod_rules.condition("PodScheduled", True, now),
+        pods.condition("Initialized", True, now),
+        pods.condition("Ready", not unready, now, *why),
+        pods.condition("ContainersReady", not unready, now, *why),
+        pods.condition("PodScheduled", True, now),
     ]
 
 

@@ -1,41 +1,51 @@
-"""The Endpoints controller of the fake cluster: which pods back each Service, on which ports.
+"""The Endpoints controller of the fake cluster (kube-controller-manager's job, run on the store):
+which pods back each Service, on which ports.
 
-`write` keeps a Service's `Endpoints` in step with the pods its selector picks (ready ones under
-`addresses`, others under `notReadyAddresses`); `pod_ready` and `target_port` also tell
-`network.ServiceNetwork` where to forward.
+`install` keeps every Service's `Endpoints` in step with the pods its selector picks (ready ones
+under `addresses`, others under `notReadyAddresses`) and removes it with its Service; `write`
+does it for one Service. Where a connection goes is the node agent's (`node/network.py`), which
+reads the same pods with the same rules (`common/pods.py`).
 """
 
 from __future__ import annotations
 
 import contextlib
 
-from kernel_queue_fake_cluster.apiserver import selectors
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.store import Store
+from kernel_queue_fake_cluster.common import selectors
+from kernel_queue_fake_cluster.common.pods import pod_ready, target_port
 
 
-def target_port(port: Obj, pod: Obj) -> int | None:
-    """The pod port a Service port forwards to (`targetPort` number or container port name)."""
-    target = port.get("targetPort", port.get("port"))
-    if isinstance(target, int) or (isinstance(target, str) and target.isdigit()):
-        return int(target)
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        for found in container.get("ports") or []:
-            if found.get("name") == target:
-                return int(found["containerPort"])
-    return None
+def install(store: Store) -> None:
+    """Write each Service's Endpoints as Services and pods change (listeners on `store`)."""
+    labels: dict[str, dict[str, str]] = {}  # pod uid -> its labels as last seen
 
+    def on_service(kind: str, service: Obj) -> None:
+        meta = service["metadata"]
+        if kind == "DELETED":
+            delete(store, meta["namespace"], meta["name"])
+        else:
+            write(store, service)
 
-def pod_ready(pod: Obj) -> bool:
-    """Ready condition True, an IP, running and not being deleted: a serving endpoint."""
-    status = pod.get("status") or {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-    deleting = pod["metadata"].get("deletionTimestamp")
-    return ready and bool(status.get("podIP")) and status.get("phase") == "Running" and not deleting
+    def on_pod(kind: str, pod: Obj) -> None:
+        meta = pod["metadata"]
+        before = labels.pop(meta["uid"], None) if kind == "DELETED" else labels.get(meta["uid"])
+        if kind != "DELETED":
+            labels[meta["uid"]] = dict(meta.get("labels") or {})
+        for service in list(store.objects("", "services")):
+            selector = (service.get("spec") or {}).get("selector")
+            if service["metadata"]["namespace"] != meta.get("namespace") or not selector:
+                continue
+            match = selectors.selector_dict({"matchLabels": selector})
+            if match(pod) or (before is not None and match({"metadata": {"labels": before}})):
+                write(store, service)
+
+    store.add_listener("", "services", on_service)
+    store.add_listener("", "pods", on_pod)
+    for service in list(store.objects("", "services")):
+        write(store, service)
 
 
 def write(store: Store, service: Obj) -> None:
