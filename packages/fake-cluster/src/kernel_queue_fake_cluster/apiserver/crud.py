@@ -1,6 +1,7 @@
 """The resource verbs of the fake API server: one request on a resource path, onto the store.
 
-GET (one object or a list), POST, PUT, PATCH and DELETE (one object or a collection), with the
+GET (one object or a list), POST (and a pod's `binding`), PUT, PATCH and DELETE (one object or a
+collection, with a uid precondition), with the
 apiserver's rules for which path takes which verb, the JSON-only bodies of POST and PUT (415
 otherwise), the DELETE options, and every body read and answered at the version the path names
 (the store converts). Watches, routing, RBAC and faults come before this, in `server.py`; object
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver import discovery, fields, protobuf
+from kernel_queue_fake_cluster.apiserver import discovery, fields, pod_rules, protobuf
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, ResourceType
 from kernel_queue_fake_cluster.apiserver.store import Store
@@ -54,7 +55,7 @@ def serve(
         return 200, collection(store, rtype, version, items, store.resource_version)
     if method == "GET":
         return 200, store.get(*key, name, version=version)
-    if (method == "POST") == bool(name):
+    if (method == "POST") == bool(name) and not (method == "POST" and sub == "binding"):
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on this path")
     if method in ("POST", "PUT") and (
         media not in BODY_TYPES or (media == protobuf.MEDIA_TYPE and not rtype.builtin)
@@ -72,9 +73,12 @@ def serve(
     if method == "DELETE":
         options = sent if isinstance(sent, dict) else {}
         grace = options.get("gracePeriodSeconds", discovery.number(query, "gracePeriodSeconds"))
-        return 200, served(store.delete(*key, name, grace_seconds=grace))
+        uid = (options.get("preconditions") or {}).get("uid")
+        return 200, served(store.delete(*key, name, grace_seconds=grace, uid=uid))
     if not isinstance(sent, dict):
         raise ApiError(400, "BadRequest", "the request body must be a JSON object")
+    if sub == "binding":
+        return 201, pod_rules.bind(store, target.namespace, name, sent)
     if method == "POST":
         return 201, served(store.create(*key, sent, version=version))
     given = (sent.get("metadata") or {}).get("name")

@@ -150,4 +150,7 @@ def _api_resources(rtype: ResourceType) -> list[Obj]:
     if rtype.status_subresource:
         found.append(entry | {"name": f"{rtype.plural}/status", "singularName": ""})
         found[-1]["verbs"] = ["get", "patch", "update"]
+    if rtype.key == ("", "pods"):
+        binding = {"name": "pods/binding", "singularName": "", "kind": "Binding"}
+        found.append(entry | binding | {"verbs": ["create"]})
     return found

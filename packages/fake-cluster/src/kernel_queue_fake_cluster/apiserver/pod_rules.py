@@ -1,9 +1,9 @@
 """The apiserver's own pod rules, with or without a node: admission of pods and their conditions.
 
 `install` adds the apiserver's pod admission (defaults, Pending status, SchedulingGated, the
-gate-removal rule, spec immutability); `gates`, `condition` and `scheduling_gated` say what a
-pod's gates and conditions are, for the node and the fake Kueue alike. What a spec means to the
-kubelet (env, volumes) is the node's (`node/pod_env.py`, `node/volumes.py`).
+gate-removal rule, spec immutability); `bind` is the `pods/{name}/binding` subresource a
+scheduler (or the node agent of a plane without one) binds a pod to a node with. What a spec
+means to the kubelet (env, volumes) is the node agent's (`node/pod_env.py`, `node/volumes.py`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import re
 import weakref
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver.errors import invalid
+from kernel_queue_fake_cluster.apiserver.errors import ApiError, invalid
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
 from kernel_queue_fake_cluster.apiserver.store import Store
-from kernel_queue_fake_cluster.common.pods import gates, scheduling_gated
+from kernel_queue_fake_cluster.common.pods import condition, gates, scheduling_gated
 
 FAKE_MOUNT_PREFIX = "KUBE_FAKE_MOUNT_"
 _INSTALLED: weakref.WeakSet[Store] = weakref.WeakSet()
@@ -47,6 +47,43 @@ def install(store: Store) -> None:
         return _defaulted(new) if old is None else None
 
     store.add_admission("", "pods", admit)
+
+
+def bind(store: Store, namespace: str, name: str, binding: Obj) -> Obj:
+    """POST `pods/{name}/binding`: set `spec.nodeName` to the binding's target and PodScheduled
+    True, in one write; 409 Conflict when the pod is already bound, being deleted, still gated
+    or another pod than the binding's uid names. The answer is a Success `Status`."""
+    rtype = store.type("", "pods")
+    node = (binding.get("target") or {}).get("name")
+    if not node:
+        raise invalid(rtype, name, [("target.name", "Required value")])
+    pod = store.get("", "pods", namespace, name)
+    meta, spec = pod["metadata"], pod["spec"]
+    uid = (binding.get("metadata") or {}).get("uid")
+    why = ""
+    if uid and uid != meta["uid"]:
+        why = f"Precondition failed: UID in precondition: {uid}, UID in object meta: {meta['uid']}"
+    elif meta.get("deletionTimestamp"):
+        why = f"pod {name} is being deleted, cannot be assigned to a host"
+    elif spec.get("nodeName"):
+        why = f'pod {name} is already assigned to node "{spec["nodeName"]}"'
+    elif gates(pod):
+        why = f"pod {name} has non-empty .spec.schedulingGates"
+    if why:
+        message = f'Operation cannot be fulfilled on pods/binding "{name}": {why}'
+        raise ApiError(409, "Conflict", message, {"name": name, "kind": "pods/binding"})
+    spec["nodeName"] = node
+    status = pod.setdefault("status", {})
+    conditions = status.get("conditions") or []
+    previous = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+    scheduled = condition("PodScheduled", True, now_rfc3339())
+    if previous is not None and previous.get("status") == "True":
+        scheduled["lastTransitionTime"] = previous.get("lastTransitionTime")
+    status["conditions"] = [
+        scheduled if c.get("type") == "PodScheduled" else c for c in conditions
+    ] + ([] if previous is not None else [scheduled])
+    store.replace("", "pods", namespace, name, pod, subresource="binding")
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
 
 def _create_causes(pod: Obj) -> list[tuple[str, str]]:

@@ -97,8 +97,13 @@ class Server:
         latency: float = 0.0,
         bookmark_interval: float = 1.0,
         port: int = 0,
+        system_agents: Iterable[str] = (),
     ) -> None:
         self.store = store
+        self.system_agents = tuple(system_agents)
+        """User-Agent prefixes of the cluster's own components (the node agent): their requests
+        are not counted in `stats` and meet no injected fault and no added latency, as the
+        in-process controllers never do; faults and counts are for the client under test."""
         self.latency = latency
         """Seconds every request waits (asyncio.sleep) before it is served."""
         self._requests: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -261,6 +266,9 @@ class Server:
 
     async def _serve(self, handler: _Handler) -> tuple[int, RouteResult] | None:
         """The reply for one request, or None once a watch stream has been written."""
+        agent = handler.request.headers.get("User-Agent", "")
+        if self.system_agents and agent.startswith(self.system_agents):
+            return await self._answer(handler, system=True)
         self._serving += 1
         self._peak_serving = max(self._peak_serving, self._serving)
         try:
@@ -268,9 +276,11 @@ class Server:
         finally:
             self._serving -= 1
 
-    async def _answer(self, handler: _Handler) -> tuple[int, RouteResult] | None:
+    async def _answer(
+        self, handler: _Handler, *, system: bool = False
+    ) -> tuple[int, RouteResult] | None:
         request, method = handler.request, handler.request.method or "GET"
-        if self.latency:
+        if self.latency and not system:
             await asyncio.sleep(self.latency)
         path = request.path if "%" not in request.path else urllib.parse.unquote(request.path)
         query = {k: v[-1].decode() for k, v in request.query_arguments.items()}
@@ -278,9 +288,10 @@ class Server:
         watch = discovery.flag(query, "watch") if method == "GET" and target else False
         verb = discovery.verb(method, target, watch) if target else method.lower()
         resource = target.resource if target else path
-        self._requests[(verb, resource)] += 1
+        if not system:
+            self._requests[(verb, resource)] += 1
         user = self._authorize(request.headers.get("Authorization", ""), target, verb)
-        fault = self.faults.take(verb, resource) if self.faults else None
+        fault = self.faults.take(verb, resource) if self.faults and not system else None
         if fault is not None and not fault.after and fault.plant is None:
             raise fault.error(verb, resource)
         if query.get("dryRun"):
@@ -296,11 +307,16 @@ class Server:
                 return 200, openapi.serve(self.store, path)
             return 200, discovery.document(self.store, self._extra, path)
         rtype = self.store.type(target.group, target.plural)
+        binding = target.sub == "binding" and rtype.key == ("", "pods") and method == "POST"
         if (
             target.version not in rtype.versions
             or (target.namespace and not rtype.namespaced)
             or (target.name and rtype.namespaced and not target.namespace)
-            or (target.sub and (target.sub != "status" or not rtype.status_subresource))
+            or (
+                target.sub
+                and not binding
+                and (target.sub != "status" or not rtype.status_subresource)
+            )
         ):
             raise discovery.no_such_path()
         as_table = tables.wanted(request.headers.get("Accept", "")) and not target.sub
@@ -308,7 +324,7 @@ class Server:
             present = (
                 (lambda obj: tables.table(rtype, target.version, obj, query)) if as_table else None
             )
-            await self.watches.serve(handler, rtype, target, query, present)
+            await self.watches.serve(handler, rtype, target, query, present, counted=not system)
             return None
         if rtype.namespaced and not target.namespace and method != "GET":
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")

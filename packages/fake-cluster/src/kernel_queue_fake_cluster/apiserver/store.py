@@ -228,11 +228,21 @@ class Store:
         name: str,
         *,
         grace_seconds: int | None = None,
+        uid: str | None = None,
     ) -> Obj:
         """DELETE: remove, or mark with `deletionTimestamp` while finalizers or a graceful
-        termination (delete hooks) hold the object. Returns the object as it now stands."""
+        termination (delete hooks) hold the object; `uid`: a precondition (409 Conflict when the
+        object is another of that name). Returns the object as it now stands."""
         rtype = self.type(group, plural)
         old = self.get(group, plural, namespace, name)
+        if uid is not None and uid != old["metadata"]["uid"]:
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {rtype.plural} "{name}": Precondition failed: '
+                f"UID in precondition: {uid}, UID in object meta: {old['metadata']['uid']}",
+                {"name": name, "group": rtype.group, "kind": rtype.plural},
+            )
         self._admit(rtype, "DELETE", None, old)
         meta = old["metadata"]
         if grace_seconds is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 
-from kernel_queue_fake_cluster.apiserver.errors import ApiError
+from kernel_queue_fake_cluster.apiserver.errors import ApiError, invalid
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, ResourceType
 
 OWNED_METADATA = (
@@ -29,11 +29,21 @@ OWNED_METADATA = (
 def merged(rtype: ResourceType, old: Obj, new: Obj, subresource: str) -> Obj:
     """`new` (a PUT or patched body, which it may change) over the stored `old`, as the update
     is to store it; 404 for a subresource other than "" and "status"."""
-    if subresource not in ("", "status"):
+    if subresource not in ("", "status", "binding"):
         raise ApiError(
             404, "NotFound", f"the server could not find the requested resource ({subresource})"
         )
-    if subresource == "status":
+    uid = (new.get("metadata") or {}).get("uid")
+    if uid and uid != old["metadata"].get("uid"):  # "use the existing UID if none is provided"
+        name = old["metadata"]["name"]
+        raise invalid(
+            rtype, name, [("metadata.uid", f'Invalid value: "{uid}": field is immutable')]
+        )
+    if subresource == "binding":  # the apiserver's own write: spec.nodeName and the status
+        node, status = (new.get("spec") or {}).get("nodeName"), new.get("status")
+        new = copy.deepcopy(old)
+        new["spec"]["nodeName"], new["status"] = node, status
+    elif subresource == "status":
         status = new.get("status")
         new = copy.deepcopy(old)
         if status is None:

@@ -45,13 +45,15 @@ class Watches:
         self.expire = 0
         """How many coming watch requests get the 410 ERROR line."""
         self.open: set[Subscription] = set()
+        """The counted open streams (the cluster's own components' are not: `system`)."""
+        self.system: set[Subscription] = set()
         self.peak = 0
         self._none_open = asyncio.Event()
         self._none_open.set()
 
     def drop(self) -> None:
         """End every open stream now."""
-        for subscription in list(self.open):
+        for subscription in [*self.open, *self.system]:
             subscription.close()
 
     async def drain(self) -> None:
@@ -66,9 +68,12 @@ class Watches:
         target: discovery.Target,
         query: Mapping[str, str],
         present: Callable[[Obj], Obj] | None = None,
+        *,
+        counted: bool = True,
     ) -> None:
         """Write one watch response until timeout, drop, disconnect or server stop; `present`
-        turns each event's object into what the client asked for (a Table, `tables.py`)."""
+        turns each event's object into what the client asked for (a Table, `tables.py`);
+        `counted`: in `open` and `peak` (False: a system component's, and no 410 fault)."""
         fields = query.get("fieldSelector", "")
         if target.name:  # a watch on one object's path
             fields = ",".join(filter(None, (fields, f"metadata.name={target.name}")))
@@ -77,7 +82,7 @@ class Watches:
         bookmarks = discovery.flag(query, "allowWatchBookmarks")
         stream.set_header("Content-Type", "application/json")
         try:
-            if self.expire:
+            if self.expire and counted:
                 self.expire -= 1
                 raise ApiError(410, "Expired", f"too old resource version: {since or 0}")
             subscription = self.store.watch(
@@ -93,7 +98,8 @@ class Watches:
                 raise
             stream.write(discovery.dump({"type": "ERROR", "object": exc.status()}) + b"\n")
             return
-        self.open.add(subscription)
+        streams = self.open if counted else self.system
+        streams.add(subscription)
         self._none_open.clear()
         self.peak = max(self.peak, len(self.open))
         stream.subscription = subscription
@@ -109,8 +115,8 @@ class Watches:
         finally:
             subscription.close()
             stream.finish()  # the last chunk goes out before the stream counts as closed
-            self.open.discard(subscription)
-            if not self.open:
+            streams.discard(subscription)
+            if not self.open and not self.system:
                 self._none_open.set()
 
     async def _events(
