@@ -121,6 +121,19 @@ class AdminClient:
             )
         return self._plurals[key]
 
+    def resource(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str | None = None,
+        name: str | None = None,
+    ) -> str:
+        """The REST path of `plural` (in `namespace`, None: every namespace or cluster scope)."""
+        prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        where = f"/namespaces/{namespace}" if namespace else ""
+        return f"{prefix}{where}/{plural}" + (f"/{name}" if name else "")
+
     def apply(self, manifests: str | Iterable[Obj]) -> list[Obj]:
         """Create each object, or replace the one of its name (with its resourceVersion)."""
         docs = yaml.safe_load_all(manifests) if isinstance(manifests, str) else manifests
