@@ -83,7 +83,8 @@ def _start(args: argparse.Namespace) -> int:
         server = plane.kubeconfig_for(token, name="server-kubeconfig")
         kubectl = plane.binaries.binary("kubectl")
         print(
-            f"\nKubernetes {releases.KUBERNETES} and Kueue {plane.release.version} run at {plane.url}"
+            f"\nKubernetes {releases.KUBERNETES} and Kueue {plane.release.version} run at "
+            f"{plane.url}"
             f"\n  admin:  {kubectl} --kubeconfig {plane.kubeconfig} get pods,workloads -A"
             f"\n  server: c.KubernetesBackend.kubeconfig = {str(server)!r} (the kernel-queue "
             "service account of etc/kubernetes/rbac.yaml)"
