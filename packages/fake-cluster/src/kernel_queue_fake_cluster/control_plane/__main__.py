@@ -30,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("build", help="build what the cache lacks (about 17 min the first time)")
+    commands.add_parser("built", help="exit 0 when the cache holds a whole plane, else 1")
+    commands.add_parser("cache", help="print the cache's folder")
     start = commands.add_parser("start", help="start a plane and run until Ctrl-C")
     start.add_argument("--kueue", default="0.19", choices=sorted(releases.KUEUE))
     start.add_argument("--gpus", type=int, default=2, help="the node's nvidia.com/gpu (2)")
@@ -45,6 +47,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "built":
+        return 0 if build.built() is not None else 1
+    if args.command == "cache":
+        print(build.cache_dir())
+        return 0
     try:
         if args.command == "build":
             found = build.build()

@@ -22,6 +22,7 @@ rebuild after a version change faster.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -120,16 +121,27 @@ def _paths(cache: Path) -> Binaries:
 
 def build(cache: Path | None = None, say: Callable[[str], None] = print) -> Binaries:
     """Build what the cache lacks (saying what and about how long), return where it lies.
-    Raises `BuildError` with the failing command's output."""
+    One build at a time per cache: another process's build (`scripts/test` starts one in the
+    background) is waited for, and what it built is not built again. Raises `BuildError` with
+    the failing command's output."""
+    cache = cache or cache_dir()
+    found = _paths(cache)
+    if built(cache) is not None:
+        return found
     why = missing_go()
     if why is not None:
         raise BuildError(why)
-    cache = cache or cache_dir()
-    found = _paths(cache)
-    _part(cache, "kubernetes", releases.KUBERNETES, say, _build_kubernetes)
-    _part(cache, "etcd", releases.ETCD, say, _build_etcd)
-    for release in releases.KUEUE.values():
-        _part(cache, "kueue", release.version, say, _build_kueue)
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / ".build.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another build of the control plane in {cache} to end")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        _part(cache, "kubernetes", releases.KUBERNETES, say, _build_kubernetes)
+        _part(cache, "etcd", releases.ETCD, say, _build_etcd)
+        for release in releases.KUEUE.values():
+            _part(cache, "kueue", release.version, say, _build_kueue)
     return found
 
 
