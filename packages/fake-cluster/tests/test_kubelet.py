@@ -1,4 +1,6 @@
-"""The fake kubelet against an in-process store: real processes, real sockets, bounded waits."""
+"""The node agent against the fake API server over HTTP (the agent binding pods itself, as on the
+fake plane): real processes, real sockets, bounded waits. Tests write and read objects in the
+server's store directly, as a client would over the API."""
 
 from __future__ import annotations
 
@@ -17,11 +19,13 @@ from typing import Any
 
 import pytest
 
-from kernel_queue_fake_cluster.apiserver import endpoints, resources
+from kernel_queue_fake_cluster.apiserver import addresses, endpoints, pod_rules, resources
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
+from kernel_queue_fake_cluster.apiserver.server import Server
 from kernel_queue_fake_cluster.apiserver.store import Store
-from kernel_queue_fake_cluster.node.kubelet import FakeKubelet
+from kernel_queue_fake_cluster.node import client as node_client
+from kernel_queue_fake_cluster.node.agent import NodeAgent
 
 NS = "default"
 GATE = "kueue.x-k8s.io/admission"
@@ -46,19 +50,36 @@ SERVE = textwrap.dedent(
 
 
 @contextlib.asynccontextmanager
-async def cluster(root: Path, **options: Any) -> AsyncIterator[tuple[Store, FakeKubelet]]:
-    """A store with the core kinds and a fake kubelet installed; closed on exit."""
+async def serving() -> AsyncIterator[tuple[Store, Server]]:
+    """A store with the core kinds and the API server's own controllers (pod rules, ClusterIPs,
+    Endpoints), served over HTTP."""
     store = Store()
     resources.install(store, crds=(), namespaces=(NS,))
-    options.setdefault("probe_floor", 0.02)
-    options.setdefault("pull_backoff", 0.2)
-    kubelet = FakeKubelet(store, root / "cluster", **options)
-    kubelet.install()
+    pod_rules.install(store)
     endpoints.install(store)
+    addresses.ClusterIPs(store, "127.20.0.0/16").install()
+    server = Server(store, bookmark_interval=0.2)
+    await server.start()
     try:
-        yield store, kubelet
+        yield store, server
     finally:
-        await kubelet.aclose()
+        await server.stop()
+        store.close_watches()
+
+
+@contextlib.asynccontextmanager
+async def cluster(root: Path, **options: Any) -> AsyncIterator[tuple[Store, NodeAgent]]:
+    """`serving()` and a node agent on it that binds pods itself; closed on exit."""
+    async with serving() as (store, server):
+        options.setdefault("probe_floor", 0.02)
+        options.setdefault("pull_backoff", 0.2)
+        options.setdefault("bind", True)
+        kubelet = NodeAgent(server.url, root / "cluster", **options)
+        try:
+            await kubelet.start()
+            yield store, kubelet
+        finally:
+            await kubelet.aclose()
 
 
 def python_pod(name: str, code: str, *args: str, **spec: Any) -> Obj:
@@ -120,9 +141,9 @@ def events(store: Store, name: str) -> list[tuple[str, str]]:
     return [(e["reason"], e["message"]) for e in items if e["involvedObject"]["name"] == name]
 
 
-async def logged(kubelet: FakeKubelet, name: str, text: str) -> str:
+async def logged(kubelet: NodeAgent, name: str, text: str) -> str:
     def check() -> str:
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(node_client.ApiError):
             found = kubelet.logs(NS, name)
             return found if text in found else ""
         return ""
@@ -219,7 +240,7 @@ async def test_a_gated_pod_shows_scheduling_gated_and_starts_once_its_gate_is_re
         assert waiting["status"]["phase"] == "Pending"
         assert "nodeName" not in waiting["spec"]
         assert "containerStatuses" not in waiting["status"]
-        with pytest.raises(ApiError, match="waiting to start: ContainerCreating"):
+        with pytest.raises(node_client.ApiError, match="waiting to start: ContainerCreating"):
             kubelet.logs(NS, "gated")
 
         remove_gate(store, "gated")
@@ -373,13 +394,13 @@ async def test_logs_serve_a_container_output_with_tail_lines_and_api_errors(
         assert kubelet.logs(NS, "talker", "main", tail_lines=2) == "line 3\nline 4\n"
         assert kubelet.logs(NS, "talker", "side").count("\n") == 5
         assert kubelet.logs(NS, "talker", "main", tail_lines=0) == ""
-        with pytest.raises(ApiError, match="a container name must be specified") as unnamed:
+        with pytest.raises(node_client.ApiError, match="a container name must be") as unnamed:
             kubelet.logs(NS, "talker")
         assert unnamed.value.code == 400
-        with pytest.raises(ApiError, match="container nope is not valid") as unknown:
+        with pytest.raises(node_client.ApiError, match="container nope is not valid") as unknown:
             kubelet.logs(NS, "talker", "nope")
         assert unknown.value.code == 400
-        with pytest.raises(ApiError) as missing:
+        with pytest.raises(node_client.ApiError) as missing:
             kubelet.logs(NS, "ghost")
         assert missing.value.code == 404
 

@@ -27,7 +27,6 @@ from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.kueue import constants as k
 from kernel_queue_fake_cluster.kueue import conversion, releases
-from kernel_queue_fake_cluster.kueue import pods as kueue_pods
 from kernel_queue_fake_cluster.kueue.controller import FakeKueue
 from prerequisites import KUEUE_DATA, skip_unless_ci
 
@@ -40,8 +39,8 @@ NS = "team-a"
 
 
 class Cluster:
-    """A store with Kueue's CRDs, the fake Kueue, the apiserver's pod rules and a stand-in
-    kubelet that holds running pods through a graceful delete until the test ends them."""
+    """A store with Kueue's CRDs, the fake Kueue and the apiserver's pod rules (a pod the test
+    ran on a node is held through a graceful delete until the test ends it, as a kubelet's)."""
 
     def __init__(self, release: str = releases.DEFAULT, **options: Any) -> None:
         self.store = Store()
@@ -55,9 +54,6 @@ class Cluster:
         pod_rules.install(self.store)
         self.written: list[Obj] = []  # every Workload as written, before pruning
         self.store.add_admission(G, "workloads", self._record)
-        self.store.add_delete_hook(
-            "", "pods", lambda pod, grace: kueue_pods.phase(pod) == "Running"
-        )
 
     def _record(self, operation: str, new: Obj | None, old: Obj | None) -> None:
         if new is not None:

@@ -1,4 +1,5 @@
-"""Loopback address pools and Service forwarding, with pods written straight into the store."""
+"""Loopback address pools, the API server's ClusterIPs and Endpoints, and the node agent's Service
+forwarding (fed by its informers over HTTP), with pods written straight into the store."""
 
 from __future__ import annotations
 
@@ -10,14 +11,19 @@ from typing import Any
 
 import pytest
 
+from kernel_queue_fake_cluster.apiserver import addresses as cluster_addresses
 from kernel_queue_fake_cluster.apiserver import endpoints, resources
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
+from kernel_queue_fake_cluster.apiserver.server import Server
 from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.common import addresses
 from kernel_queue_fake_cluster.node import network
+from kernel_queue_fake_cluster.node.client import Client, ClientConfig
+from kernel_queue_fake_cluster.node.informer import Informer
 
 NS = "default"
+POOLS: dict[int, addresses.AddressPool] = {}  # each Service network's ClusterIP pool, by id
 
 
 def test_a_pool_hands_out_distinct_loopback_addresses_and_keeps_one_per_holder() -> None:
@@ -51,15 +57,35 @@ def test_a_pool_outside_loopback_is_refused_and_a_full_pool_says_so() -> None:
 
 @contextlib.asynccontextmanager
 async def services(**options: Any) -> AsyncIterator[tuple[Store, network.ServiceNetwork]]:
+    """A store with the API server's ClusterIPs (127.42.0.0/16) and Endpoints, served over
+    HTTP, and a Service network fed by informers of Services and pods."""
     store = Store()
     resources.install(store, crds=(), namespaces=(NS,))
-    net = network.ServiceNetwork(store, pool="127.42.0.0/16", **options)
-    net.install()
+    cluster_ips = cluster_addresses.ClusterIPs(store, "127.42.0.0/16")
+    cluster_ips.install()
     endpoints.install(store)
+    server = Server(store, bookmark_interval=0.2)
+    await server.start()
+    client = Client(ClientConfig(server.url))
+    watched = {plural: Informer(client, plural) for plural in ("services", "pods")}
+    net = network.ServiceNetwork(watched["services"], watched["pods"], **options)
+    watched["services"].add_handler(net.on_service)
+    watched["pods"].add_handler(net.on_pod)
+    POOLS[id(net)] = cluster_ips.pool
+    for informer in watched.values():
+        informer.start()
+        await informer.synced.wait()
     try:
         yield store, net
     finally:
         await net.aclose()
+        for informer in watched.values():
+            await informer.stop()
+        await client.close()
+        await server.stop()
+        store.close_watches()
+        for key in POOLS.pop(id(net)).holders():
+            cluster_ips.pool.release(key)
 
 
 @contextlib.asynccontextmanager
@@ -162,7 +188,7 @@ async def test_a_service_gets_a_cluster_ip_at_creation_and_keeps_it() -> None:
 
         store.delete("", "services", NS, "kernel")
         await until(lambda: net.address(NS, "kernel") is None)
-        assert "kernel" not in [key.split("/")[1] for key in net.pool.holders()]
+        assert "kernel" not in [key.split("/")[1] for key in POOLS[id(net)].holders()]
         with pytest.raises(ApiError):
             store.get("", "endpoints", NS, "kernel")
 

@@ -19,7 +19,7 @@ import kubernetes.client
 import kubernetes.watch
 import pytest
 
-from kernel_queue_fake_cluster.apiserver import resources
+from kernel_queue_fake_cluster.apiserver import pod_rules, resources
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.server import Server
 from kernel_queue_fake_cluster.apiserver.store import Store
@@ -520,10 +520,11 @@ async def test_deletecollection_deletes_only_the_selected_objects(cluster: Serve
 
 
 async def test_delete_options_carry_the_grace_period(cluster: Server) -> None:
-    graces: list[int] = []
-    cluster.store.add_delete_hook("", "pods", lambda obj, grace: graces.append(grace) is None)
+    pod_rules.install(cluster.store)
     for name in ("a", "b"):
-        cluster.store.create("", "pods", "default", pod(name))
+        bound = pod(name)
+        bound["spec"] = {"nodeName": "node-1", "containers": bound["spec"]["containers"]}
+        cluster.store.create("", "pods", "default", bound)
     client = Client(cluster.url, "sync")
     try:
         options = kubernetes.client.V1DeleteOptions(
@@ -531,10 +532,10 @@ async def test_delete_options_carry_the_grace_period(cluster: Server) -> None:
         )
         terminating = await client(client.core.delete_namespaced_pod, "a", "default", body=options)
         assert terminating.metadata.deletion_timestamp is not None
+        assert terminating.metadata.deletion_grace_period_seconds == 7
         await client(client.core.delete_namespaced_pod, "b", "default", grace_period_seconds=0)
     finally:
         await client.close()
-    assert graces == [7]
     pods = cluster.store.list_objects("", "pods", "default")[0]
     assert [p["metadata"]["name"] for p in pods] == ["a"]
 

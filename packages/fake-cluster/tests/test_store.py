@@ -142,26 +142,29 @@ async def test_finalizers_hold_a_deleted_object_until_the_last_one_goes() -> Non
     assert created["metadata"]["uid"]
 
 
-async def test_a_delete_hook_takes_over_a_graceful_pod_delete_until_a_grace_zero_delete() -> None:
+async def test_a_graceful_kind_is_only_marked_until_a_grace_zero_delete() -> None:
     store = make_store()
     store.create(*PODS, "default", pod("p"))
-    graces: list[int] = []
+    asked: list[int | None] = []
 
-    def kubelet(obj: Obj, grace: int) -> bool:
-        graces.append(grace)
-        return True
+    def strategy(obj: Obj, requested: int | None) -> int:
+        asked.append(requested)
+        return 20 if requested is None else requested
 
-    store.add_delete_hook(*PODS, kubelet)
+    store.add_graceful(*PODS, strategy)
     subscription = store.watch(*PODS, "default", since=store.resource_version)
-    terminating = store.delete(*PODS, "default", "p", grace_seconds=20)
-    assert graces == [20]
+    terminating = store.delete(*PODS, "default", "p")
     assert terminating["metadata"]["deletionGracePeriodSeconds"] == 20
     assert terminating["metadata"]["deletionTimestamp"]
-    assert store.delete(*PODS, "default", "p", grace_seconds=20) == terminating  # still going
+    assert store.delete(*PODS, "default", "p", grace_seconds=25) == terminating  # not longer
+    shorter = store.delete(*PODS, "default", "p", grace_seconds=5)
+    assert shorter["metadata"]["deletionGracePeriodSeconds"] == 5
+    assert shorter["metadata"]["deletionTimestamp"] == terminating["metadata"]["deletionTimestamp"]
     store.delete(*PODS, "default", "p", grace_seconds=0)  # the kubelet's final delete
-    assert graces == [20]
+    assert asked == [None, 25, 5, 0]
     assert store.list_objects(*PODS, "default")[0] == []
-    assert await drained(subscription) == [("MODIFIED", "p"), ("DELETED", "p")]
+    events = [("MODIFIED", "p"), ("MODIFIED", "p"), ("DELETED", "p")]
+    assert await drained(subscription) == events
 
 
 async def test_a_watch_from_a_resource_version_replays_only_later_events() -> None:

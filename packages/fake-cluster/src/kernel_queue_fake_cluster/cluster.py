@@ -1,14 +1,16 @@
-"""`FakeCluster`: the fake API server, Kueue and kubelet wired together, in a loop or a thread.
+"""`FakeCluster`: the fake API server, Kueue and a node agent wired together, in a loop or a thread.
 
 This is the test kit's face: start it, point a Kubernetes client at `url` or `kubeconfig`, set
 up queues, inject faults, read `stats`. Everything it owns (store, controllers, HTTP server)
-runs on one event loop; from another thread use `call()`.
+runs on one event loop (the node agent too, talking to the server over HTTP); from another thread
+use `call()`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import secrets
 import shutil
 import tempfile
 import threading
@@ -21,7 +23,6 @@ import yaml
 from kernel_queue_fake_cluster.apiserver import (
     addresses,
     endpoints,
-    nodes,
     pod_rules,
     pod_security,
     rbac,
@@ -30,14 +31,16 @@ from kernel_queue_fake_cluster.apiserver import (
 from kernel_queue_fake_cluster.apiserver import crds as crd_files
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
-from kernel_queue_fake_cluster.apiserver.server import Server, Stats
+from kernel_queue_fake_cluster.apiserver.server import LogProvider, Server, Stats
 from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.kueue import conversion, releases, visibility
 from kernel_queue_fake_cluster.kueue.controller import FakeKueue
-from kernel_queue_fake_cluster.node.kubelet import FakeKubelet
+from kernel_queue_fake_cluster.node import client as node_client
+from kernel_queue_fake_cluster.node.agent import NodeAgent
 
 T = TypeVar("T")
 KUEUE_GROUP = "kueue.x-k8s.io"
+NODE_NAME = "fake-node"
 SERVICE_IP_POOL = "127.20.0.0/16"
 
 
@@ -55,10 +58,13 @@ class FakeCluster:
     controller, the CRDs served as they are.
     `visibility`: serve the visibility API at these versions instead of the release's (as does
     `kueue.visibility.VERSIONS` when a test sets it).
-    `kubelet`: run one. `manual_admission`: Kueue admits only on `kueue.admit()`.
+    `kubelet`: run a node agent (`NodeAgent`, as `kubelet`) in this loop, against this server's
+    URL over HTTP; it binds pods itself (there is no scheduler) and, with RBAC on, authenticates
+    with a token of its own in `system:masters`. `manual_admission`: Kueue admits only on
+    `kueue.admit()`.
     `tokens`: bearer token → user name, which turns RBAC on with `rbac_objects` as policy.
     `image_paths`: image (fnmatch pattern) → directory put first on a container's PATH, so
-    pods of that image run another virtualenv's `python` (see `FakeKubelet`).
+    pods of that image run another virtualenv's `python` (see `NodeAgent`).
     """
 
     def __init__(
@@ -90,17 +96,27 @@ class FakeCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         self.store = Store(history=history)
         self._tokens = dict(tokens) if tokens is not None else None
-        self.server = Server(self.store, tokens=tokens, rbac_objects=rbac_objects, port=port)
+        self._agent_token = secrets.token_hex(16)
+        users: dict[str, str | rbac.User] | None = None
+        if tokens is not None:
+            agent = rbac.User(f"system:node:{NODE_NAME}", ("system:nodes", rbac.SUPERUSER_GROUP))
+            users = {**tokens, self._agent_token: agent}
+        self.server = Server(
+            self.store,
+            tokens=users,
+            rbac_objects=rbac_objects,
+            port=port,
+            system_agents=(node_client.USER_AGENT.split("/")[0],),
+        )
         self.kueue = (
             FakeKueue(self.store, manual=manual_admission, release=self.release)
             if self.release is not None
             else None
         )
-        self.kubelet = (
-            FakeKubelet(self.store, self.root / "node", image_paths=image_paths)
-            if kubelet
-            else None
-        )
+        self._image_paths = dict(image_paths or {})
+        self.kubelet: NodeAgent | None = None
+        """The node agent, once started (`kubelet=True`)."""
+        self._with_kubelet = kubelet
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
@@ -122,20 +138,32 @@ class FakeCluster:
         pod_rules.install(self.store)  # the apiserver's own pod rules, with or without a kubelet
         endpoints.install(self.store)  # kube-controller-manager's Endpoints controller
         pod_security.install(self.store)  # ServiceAccount and Pod Security admission, last
-        if self.kubelet is None:  # the apiserver allocates ClusterIPs even with no node
-            addresses.ClusterIPs(self.store, SERVICE_IP_POOL).install()
-        if self.kubelet is not None:
-            self.kubelet.install()
-            nodes.register(self.store, self.kubelet.node_name)  # as a kubelet registers its Node
-            self.server.serve_logs(self.kubelet.logs)
+        addresses.ClusterIPs(self.store, SERVICE_IP_POOL).install()  # the apiserver's
         await self.server.start()
         self._write_kubeconfig()
+        if self._with_kubelet:
+            token = self._agent_token if self._tokens is not None else None
+            agent = NodeAgent(
+                node_client.ClientConfig(self.url, token=token),
+                self.root / "node",
+                node_name=NODE_NAME,
+                bind=True,
+                image_paths=self._image_paths,
+            )
+            self.server.serve_logs(_logs_of(agent))
+            try:
+                self.kubelet = await agent.start()
+            except BaseException:
+                await agent.aclose()
+                await self.server.stop()
+                raise
         return self
 
     async def stop(self) -> None:
         """Stop every process, stream and listener; remove the cluster directory if it made it."""
         if self.kubelet is not None:
             await self.kubelet.aclose()
+            self.kubelet = None
         await self.server.stop()
         self.store.close_watches()
         if self._own_root:
@@ -387,6 +415,18 @@ class FakeCluster:
 
     def _namespaced(self, group: str, plural: str) -> bool:
         return self.store.type(group, plural).namespaced
+
+
+def _logs_of(agent: NodeAgent) -> LogProvider:
+    """The agent's `logs`, its errors said as the API server's."""
+
+    def logs(namespace: str, name: str, container: str | None, tail: int | None) -> str:
+        try:
+            return agent.logs(namespace, name, container, tail)
+        except node_client.ApiError as exc:
+            raise ApiError(exc.code, exc.reason, exc.message) from None
+
+    return logs
 
 
 def _documents(manifests: str | Iterable[Obj]) -> Iterable[Obj]:

@@ -20,8 +20,19 @@ class ClusterIPs:
         self.store, self.pool = store, AddressPool(pool)
 
     def install(self) -> None:
-        """Give each new Service a ClusterIP at admission (no forwarding: that is the node's)."""
+        """Give each new Service a ClusterIP at admission (no forwarding: that is the node's),
+        and free it when the Service is gone."""
         self.store.add_admission("", "services", self._admit)
+        self.store.add_listener("", "services", self._on_service)
+
+    def _on_service(self, kind: str, service: Obj) -> None:
+        meta = service["metadata"]
+        key = (meta["namespace"], meta["name"])
+        if kind == "DELETED" and not any(
+            (s["metadata"]["namespace"], s["metadata"]["name"]) == key
+            for s in self.store.objects("", "services")
+        ):
+            self.pool.release(f"{key[0]}/{key[1]}")
 
     def _admit(self, operation: str, new: Obj | None, old: Obj | None) -> Obj | None:
         if new is None:

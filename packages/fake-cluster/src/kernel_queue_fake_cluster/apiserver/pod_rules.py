@@ -1,9 +1,11 @@
 """The apiserver's own pod rules, with or without a node: admission of pods and their conditions.
 
 `install` adds the apiserver's pod admission (defaults, Pending status, SchedulingGated, the
-gate-removal rule, spec immutability); `bind` is the `pods/{name}/binding` subresource a
-scheduler (or the node agent of a plane without one) binds a pod to a node with. What a spec
-means to the kubelet (env, volumes) is the node agent's (`node/pod_env.py`, `node/volumes.py`).
+gate-removal rule, spec immutability) and graceful deletion (`grace_period`: a pod bound to a
+node and not finished only gets `deletionTimestamp` until its kubelet deletes it with grace 0);
+`bind` is the `pods/{name}/binding` subresource a scheduler (or the node agent of a plane without
+one) binds a pod to a node with. What a spec means to the kubelet (env, volumes) is the node
+agent's (`node/pod_env.py`, `node/volumes.py`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from kernel_queue_fake_cluster.apiserver.errors import ApiError, invalid
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
 from kernel_queue_fake_cluster.apiserver.store import Store
-from kernel_queue_fake_cluster.common.pods import condition, gates, scheduling_gated
+from kernel_queue_fake_cluster.common.pods import condition, gates, scheduling_gated, terminal
 
 FAKE_MOUNT_PREFIX = "KUBE_FAKE_MOUNT_"
 _INSTALLED: weakref.WeakSet[Store] = weakref.WeakSet()
@@ -32,7 +34,8 @@ def install(store: Store) -> None:
     """Add the pod admission rules to `store` (once per store; later calls do nothing).
 
     Install it after webhooks that add scheduling gates on CREATE (the fake Kueue), so the
-    SchedulingGated condition sees them; the fake kubelet also sets it after the commit.
+    SchedulingGated condition sees them; the node agent also sets it after the commit when it
+    plays the scheduler.
     """
     if store in _INSTALLED:
         return
@@ -47,6 +50,18 @@ def install(store: Store) -> None:
         return _defaulted(new) if old is None else None
 
     store.add_admission("", "pods", admit)
+    store.add_graceful("", "pods", grace_period)
+
+
+def grace_period(pod: Obj, requested: int | None) -> int:
+    """The grace period a DELETE gives a pod, as the apiserver's pod strategy decides: the
+    request's, else `terminationGracePeriodSeconds`; 0 for a pod no node took and for one
+    that finished (Succeeded, Failed): those go at once."""
+    spec = pod.get("spec") or {}
+    period = int(spec.get("terminationGracePeriodSeconds", 30) if requested is None else requested)
+    if not spec.get("nodeName") or terminal(pod):
+        return 0
+    return max(period, 1) if period < 0 else period
 
 
 def bind(store: Store, namespace: str, name: str, binding: Obj) -> Obj:

@@ -28,7 +28,9 @@ from kernel_queue_fake_cluster.common import selectors
 
 AdmissionHook = Callable[[str, Obj | None, Obj | None], Obj | None]
 Listener = Callable[[str, Obj], None]
-DeleteHook = Callable[[Obj, int], bool]
+GraceStrategy = Callable[[Obj, int | None], int]
+"""`strategy(obj, requested)`: the grace period (seconds) a DELETE asking for `requested` (None:
+the object's own) gives `obj`; 0 deletes at once (finalizers aside)."""
 
 
 class Store:
@@ -41,7 +43,7 @@ class Store:
         self._changes = ChangeLog(history)
         self._admission: dict[tuple[str, str], list[AdmissionHook]] = {}
         self._listeners: dict[tuple[str, str], list[Listener]] = {}
-        self._delete_hooks: dict[tuple[str, str], list[DeleteHook]] = {}
+        self._graceful: dict[tuple[str, str], GraceStrategy] = {}
         self.versions = versions.Versions()
         """How objects are converted between the served versions of their kind."""
 
@@ -79,10 +81,12 @@ class Store:
         webhook); without one only `apiVersion` changes."""
         self.versions.add(group, plural, converter)
 
-    def add_delete_hook(self, group: str, plural: str, hook: DeleteHook) -> None:
-        """`hook(obj, grace_seconds) -> True` takes over a graceful delete (a kubelet stopping a
-        running pod): the object only gets `deletionTimestamp` until deleted again with grace 0."""
-        self._delete_hooks.setdefault((group, plural), []).append(hook)
+    def add_graceful(self, group: str, plural: str, strategy: GraceStrategy) -> None:
+        """Delete (group, plural) gracefully, as the apiserver does pods: a DELETE to which
+        `strategy` gives a grace period > 0 only sets `deletionTimestamp` and
+        `deletionGracePeriodSeconds`; the object stays until deleted again with grace 0 (a
+        kubelet's last word), then until no finalizer holds it. Other kinds go at once."""
+        self._graceful[(group, plural)] = strategy
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -231,8 +235,9 @@ class Store:
         uid: str | None = None,
     ) -> Obj:
         """DELETE: remove, or mark with `deletionTimestamp` while finalizers or a graceful
-        termination (delete hooks) hold the object; `uid`: a precondition (409 Conflict when the
-        object is another of that name). Returns the object as it now stands."""
+        termination (`add_graceful`) hold the object; a later DELETE may only shorten the grace
+        period. `uid`: a precondition (409 Conflict when the object is another of that name).
+        Returns the object as it now stands."""
         rtype = self.type(group, plural)
         old = self.get(group, plural, namespace, name)
         if uid is not None and uid != old["metadata"]["uid"]:
@@ -245,18 +250,16 @@ class Store:
             )
         self._admit(rtype, "DELETE", None, old)
         meta = old["metadata"]
-        if grace_seconds is None:
-            grace_seconds = int((old.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
-        if meta.get("deletionTimestamp") and grace_seconds != 0:
-            return old  # already terminating; only a grace-0 delete can cut it short
-        if grace_seconds > 0 and meta.get("deletionTimestamp") is None:
-            for hook in self._delete_hooks.get(rtype.key, []):
-                if hook(copy.deepcopy(old), grace_seconds):
-                    new = copy.deepcopy(old)
-                    new["metadata"].update(
-                        deletionTimestamp=now_rfc3339(), deletionGracePeriodSeconds=grace_seconds
-                    )
-                    return self._commit(rtype, "MODIFIED", new, old)
+        strategy = self._graceful.get(rtype.key)
+        grace = strategy(copy.deepcopy(old), grace_seconds) if strategy is not None else 0
+        current = meta.get("deletionGracePeriodSeconds")
+        if meta.get("deletionTimestamp") and current is not None and grace >= current:
+            return old  # already being deleted: a later DELETE may only shorten the grace
+        if grace > 0:
+            new = copy.deepcopy(old)
+            new["metadata"]["deletionGracePeriodSeconds"] = grace
+            new["metadata"].setdefault("deletionTimestamp", now_rfc3339())
+            return self._commit(rtype, "MODIFIED", new, old)
         if meta.get("finalizers"):
             new = copy.deepcopy(old)
             new["metadata"]["deletionGracePeriodSeconds"] = 0

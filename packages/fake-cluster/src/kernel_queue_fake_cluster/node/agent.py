@@ -1,16 +1,20 @@
-"""The fake kubelet (and scheduler of its single node): pods run as local processes.
+"""The node agent: one Kubernetes node whose pods run as local processes, driven only through the
+Kubernetes HTTP API, so the same agent serves the fake API server and a real one.
 
-`FakeKubelet` has each ungated pod bound and prepared (`pod_startup`), runs its containers as
-process groups, restarts them per policy, serves their logs and stops pods on graceful delete
-(SIGTERM, SIGKILL after the grace); `pod_status` writes what it sees. It owns the
-`ServiceNetwork`. Everything runs on the store's event loop; no threads of its own.
+`NodeAgent` registers its Node (and renews its Lease where the API serves Leases), watches pods,
+Secrets, ConfigMaps, claims and Services (`informer.py`), binds ungated pods itself when there
+is no scheduler (`bind`) or runs those a scheduler bound to it, prepares them (`pod_startup`),
+runs their containers as process groups, restarts them per policy, patches their status
+(`pod_status`), serves their logs (in-process, and over HTTPS at the kubelet endpoint when asked:
+`logs.py`) and stops them on graceful deletion: SIGTERM, SIGKILL after the grace period, the
+final status, then a DELETE with grace 0. It owns the `ServiceNetwork` (kube-proxy's job).
+Everything runs on one event loop; no threads of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 import os
 import shutil
@@ -19,23 +23,40 @@ from collections.abc import Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver import pod_rules
-from kernel_queue_fake_cluster.apiserver.errors import ApiError
-from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
-from kernel_queue_fake_cluster.apiserver.store import Store
+import aiohttp
+
 from kernel_queue_fake_cluster.common import addresses, pods
-from kernel_queue_fake_cluster.node import network, pod_startup, volumes
-from kernel_queue_fake_cluster.node.pod_startup import PodStarter
+from kernel_queue_fake_cluster.common.objects import Obj, now_rfc3339
+from kernel_queue_fake_cluster.node import pod_startup, registration, volumes
+from kernel_queue_fake_cluster.node.client import (
+    STRATEGIC_MERGE_PATCH,
+    ApiError,
+    Client,
+    ClientConfig,
+    path,
+)
+from kernel_queue_fake_cluster.node.informer import Informer
+from kernel_queue_fake_cluster.node.network import ServiceNetwork
+from kernel_queue_fake_cluster.node.pod_startup import Caches, PodStarter
 from kernel_queue_fake_cluster.node.pod_status import ContainerRecord, PodRecord, StatusManager
+from kernel_queue_fake_cluster.node.registration import Capacity, Heartbeat
 
 log = logging.getLogger(__name__)
 
 NODE_NAME = "fake-node"
+WATCHED = ("secrets", "configmaps", "persistentvolumeclaims", "services", "pods")
+"""The kinds the agent keeps caches of (pods last: their handlers read the others)."""
+UNKNOWN_AT_TERMINATION = "The container could not be located when the pod was terminated"
 
 
-class FakeKubelet:
-    """One node (`fake-node`, host IP 127.0.0.1) running every pod of `store` on this machine.
+class NodeAgent:
+    """Node `node_name` (host IP 127.0.0.1) of the API server `config` names, running its pods
+    on this machine.
 
+    Which pods: with `bind` (a plane without a scheduler, as the fake's) every ungated pod not
+    bound elsewhere, which the agent binds through `pods/{name}/binding` (held as Unschedulable
+    while an `unschedulable` fault matches or a claim is missing or unbound); without, the pods
+    whose `spec.nodeName` is `node_name`. The Node offers `capacity`.
     Processes: `command` + `args` (`$(VAR)` expanded, mountPaths rewritten; no `command` is a
     CreateContainerError), one session each, stdout+stderr appended to `pods/<uid>/logs/<name>.log`
     under `root_dir`; cwd is `workingDir` (rewritten; a path missing here becomes
@@ -47,7 +68,8 @@ class FakeKubelet:
     `KUBE_FAKE_MOUNT_<PATH>` per volumeMount, `envFrom`, `env`. Nothing else of this process.
     Volumes: `pvc/<namespace>/<claim>` (kept; the claim must exist, else Unschedulable),
     `pods/<uid>/volumes/<name>` for emptyDir, Secret, ConfigMap, downwardAPI, projected (files
-    0600 unless a mode is given; removed with the pod); hostPath as is.
+    0600 unless a mode is given; removed with the pod); hostPath as is. Each pod gets its own
+    loopback IP from `pod_ip_pool`.
     Not simulated: images and image pulls (see `fail_image`), init containers, liveness and
     startup probes, exec/grpc readiness probes (pass; httpGet is a TCP connect), preStop hooks,
     resource limits (no OOMKilled), activeDeadlineSeconds, Service env links, updates of mounted
@@ -55,31 +77,46 @@ class FakeKubelet:
 
     `probe_floor`: seconds between readiness checks until the first success (then periodSeconds),
     and the base of the restart backoff (Always/OnFailure). `pull_backoff`: ErrImagePull to
-    ImagePullBackOff. Call `install()` once, on the running loop; `await aclose()` at the end.
+    ImagePullBackOff. `logs_port`: serve `/containerLogs/...` over HTTPS on 127.0.0.1 at this
+    port (0: any free one), the Node's kubelet endpoint, for a real API server's `kubectl logs`;
+    None: no such server (the fake API server asks `logs()` in-process). `lease_interval`:
+    seconds between Lease renewals. `await start()` on the running loop; `await aclose()` at the
+    end (every pod process group killed, the pods' directories removed, claims kept).
     """
 
     def __init__(
         self,
-        store: Store,
+        config: ClientConfig | str,
         root_dir: str | os.PathLike[str],
         *,
+        node_name: str = NODE_NAME,
+        bind: bool = False,
+        capacity: Capacity | None = None,
+        image_paths: Mapping[str, str] | None = None,
         pod_ip_pool: str = "127.10.0.0/16",
-        service_ip_pool: str = "127.20.0.0/16",
         probe_floor: float = 0.05,
         pull_backoff: float = 0.5,
         service_hold_seconds: float = 30.0,
-        node_name: str = NODE_NAME,
-        image_paths: Mapping[str, str] | None = None,
+        logs_port: int | None = None,
+        lease_interval: float = 10.0,
     ) -> None:
-        self.store, self.root = store, Path(root_dir)
+        self.config = ClientConfig(config) if isinstance(config, str) else config
+        self.client = Client(self.config)
+        self.root, self.node_name, self.bind = Path(root_dir), node_name, bind
+        self.capacity, self.logs_port = capacity or Capacity(), logs_port
+        self.probe_floor, self.pull_backoff = probe_floor, pull_backoff
         self.pod_ips = addresses.AddressPool(pod_ip_pool)
-        self.network = network.ServiceNetwork(
-            store, pool=service_ip_pool, hold_seconds=service_hold_seconds
+        self.informers = {plural: Informer(self.client, plural) for plural in WATCHED}
+        self.pods = self.informers["pods"]
+        self.network = ServiceNetwork(
+            self.informers["services"], self.pods, hold_seconds=service_hold_seconds
         )
-        self.probe_floor, self.pull_backoff, self.node_name = probe_floor, pull_backoff, node_name
-        self.status = StatusManager(store, node_name=node_name, probe_floor=probe_floor)
+        self.status = StatusManager(
+            self.client, self.pods.get, node_name=node_name, probe_floor=probe_floor, bind=bind
+        )
         self.startup = PodStarter(
-            store,
+            self.client,
+            Caches(self.informers),
             self.root,
             self.status,
             self.pod_ips,
@@ -87,31 +124,60 @@ class FakeKubelet:
             pull_backoff=pull_backoff,
             image_paths=image_paths,
         )
+        self.heartbeat = Heartbeat(self.client, node_name, interval=lease_interval)
+        self.node: Obj | None = None
+        """The Node as registered."""
         # the fault API: `PodStarter` owns the faults, as the holds they cause
         self.unschedulable = self.startup.unschedulable
         self.fail_image = self.startup.fail_image
         self.clear_faults = self.startup.clear_faults
+        self._logs: Any = None  # the HTTPS log server (`logs.LogServer`) while serving
         self._pods: dict[str, PodRecord] = {}
+        self._released: set[str] = set()  # pods it deleted without having run them
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     def claim_dir(self, namespace: str, claim: str) -> Path:
         """The directory that holds the files of claim `claim` in `namespace`."""
         return volumes.claim_dir(self.root, namespace, claim)
 
-    def install(self) -> None:
-        """Pod admission rules, pod/volume-source listeners, the graceful-delete hook, Services."""
-        pod_rules.install(self.store)
-        self.store.add_listener("", "pods", self._on_pod)
-        for plural in ("secrets", "configmaps", "persistentvolumeclaims"):
-            self.store.add_listener("", plural, lambda kind, obj: self.startup.notify())
-        self.store.add_delete_hook("", "pods", self._on_delete)
-        self.network.install()
-        for pod in list(self.store.objects("", "pods")):
-            self._on_pod("ADDED", copy.deepcopy(pod))
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self, *, within: float = 60.0) -> NodeAgent:
+        """Register the Node, fill the caches, then take pods; return once it runs them."""
+        self.startup.start()
+        self.root.mkdir(parents=True, exist_ok=True)
+        port = 0
+        if self.logs_port is not None:
+            from kernel_queue_fake_cluster.node import logs
+
+            self._logs = logs.LogServer(self, self.root / "tls")
+            port = await self._logs.start(self.logs_port)
+        self.node = await registration.register(
+            self.client, self.node_name, self.capacity, port=port
+        )
+        for plural, informer in self.informers.items():
+            if plural == "services":
+                informer.add_handler(self.network.on_service)
+            elif plural != "pods":
+                informer.add_handler(lambda kind, obj: self.startup.notify())
+        self.pods.add_handler(self._on_pod)
+        self.pods.add_handler(self.network.on_pod)
+        async with asyncio.timeout(within):
+            for plural in WATCHED[:-1]:
+                self.informers[plural].start()
+            for plural in WATCHED[:-1]:
+                await self.informers[plural].synced.wait()
+            self.pods.start()
+            await self.pods.synced.wait()
+        self._spawn(None, self.heartbeat.run())
+        return self
 
     async def aclose(self) -> None:
-        """Kill every container process (and its session), stop probes and the Service network."""
-        self.status.closed = True
+        """Kill every container process (and its session), stop probes, watches, the Service
+        network and the log server; remove the pods' directories (claims stay)."""
+        self._closed = True
+        await self.status.aclose()
         records = list(self._pods.values())
         for record in records:
             record.gone = True
@@ -122,16 +188,27 @@ class FakeKubelet:
         await asyncio.gather(*tasks, return_exceptions=True)
         for record in records:
             await _reap(record)
+            shutil.rmtree(record.dir, ignore_errors=True)
         self._pods.clear()
         for key in self.pod_ips.holders():
             self.pod_ips.release(key)
+        for informer in self.informers.values():
+            await informer.stop()
         await self.network.aclose()
+        if self._logs is not None:
+            await self._logs.stop()
+            self._logs = None
+        await self.client.close()
+        with contextlib.suppress(OSError):
+            (self.root / "pods").rmdir()  # empty now, unless something else is there
 
-    # -- logs ------------------------------------------------------------------------------
+    # -- logs --------------------------------------------------------------------------------
 
     def log_path(self, namespace: str, name: str, container: str | None = None) -> Path:
         """The file a container's stdout and stderr go to; errors as the API server's."""
-        pod = self.store.get("", "pods", namespace, name)
+        pod = self.pods.get(namespace, name)
+        if pod is None:
+            raise ApiError(404, "NotFound", f'pods "{name}" not found')
         names = [c["name"] for c in pod["spec"]["containers"]]
         if container is None and len(names) != 1:
             choices = " ".join(names)
@@ -159,50 +236,46 @@ class FakeKubelet:
             return text
         return "".join(text.splitlines(keepends=True)[-tail_lines:]) if tail_lines > 0 else ""
 
-    # -- store hooks -----------------------------------------------------------------------
+    def running(self, namespace: str, name: str, container: str) -> bool:
+        """Whether the container of that pod runs now (a followed log goes on)."""
+        pod = self.pods.get(namespace, name)
+        record = self._pods.get(pod["metadata"]["uid"]) if pod else None
+        found = record.containers.get(container) if record else None
+        return found is not None and found.running
+
+    # -- pods --------------------------------------------------------------------------------
 
     def _on_pod(self, kind: str, pod: Obj) -> None:
-        if self.status.closed:
+        if self._closed:
             return
         self.startup.notify()
-        meta = pod["metadata"]
+        meta, spec = pod["metadata"], pod.get("spec") or {}
         record = self._pods.get(meta["uid"])
         if kind == "DELETED":
+            self._released.discard(meta["uid"])
             self._forget(meta["uid"])
         elif record is not None:
-            force = meta.get("deletionTimestamp") and not meta.get("deletionGracePeriodSeconds")
-            if (
-                force
-                and not record.terminating
-                and any(c.running for c in record.containers.values())
-            ):
-                record.terminating = True
-                self._spawn(record, self._terminate(record, 0))
-        elif not self._runnable(pod):
+            if meta.get("deletionTimestamp"):
+                grace = int(meta.get("deletionGracePeriodSeconds") or 0)
+                if not record.terminating:
+                    record.terminating = True
+                    self._spawn(record, self._terminate(record, grace))
+                elif grace == 0 and any(c.running for c in record.containers.values()):
+                    _kill_all(record)  # a forced delete cuts the grace period short
+        elif meta.get("deletionTimestamp"):
+            if spec.get("nodeName") == self.node_name and meta["uid"] not in self._released:
+                self._released.add(meta["uid"])
+                self._spawn(None, self._release(pod))
+        elif pods.terminal(pod) or spec.get("nodeName") not in (None, "", self.node_name):
             return
+        elif not spec.get("nodeName") and not self.bind:
+            return  # the scheduler's to place
         elif pods.gates(pod):
             self.status.mark_gated(pod)
         else:
             record = self._record(pod)
             self._pods[record.uid] = record
-            self._spawn(record, self._run(record))
-
-    def _runnable(self, pod: Obj) -> bool:
-        """Not being deleted, not finished, and not bound to another node."""
-        if pod["metadata"].get("deletionTimestamp"):
-            return False
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            return False
-        return (pod.get("spec") or {}).get("nodeName") in (None, "", self.node_name)
-
-    def _on_delete(self, pod: Obj, grace: int) -> bool:
-        record = self._pods.get(pod["metadata"]["uid"])
-        if record is None or not any(c.running for c in record.containers.values()):
-            return False  # never started, or finished: the store removes it at once
-        if not record.terminating:
-            record.terminating = True
-            self._spawn(record, self._terminate(record, grace))
-        return True
+            record.runner = self._spawn(record, self._run(record))
 
     def _record(self, pod: Obj) -> PodRecord:
         meta, spec = pod["metadata"], pod["spec"]
@@ -229,10 +302,29 @@ class FakeKubelet:
         shutil.rmtree(record.dir, ignore_errors=True)  # emptyDir, Secret files, logs
         self.pod_ips.release(record.uid)
 
-    # -- lifecycle -------------------------------------------------------------------------
+    async def _release(self, pod: Obj) -> None:
+        """A pod bound here and being deleted that the agent never ran: Failed (as a kubelet's
+        TerminatePod says), then the final DELETE."""
+        meta = pod["metadata"]
+        namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        with contextlib.suppress(ApiError, aiohttp.ClientError, TimeoutError, OSError):
+            if not pods.terminal(pod):
+                body = {"metadata": {"uid": uid}, "status": {"phase": "Failed"}}
+                target = path("pods", namespace, name, "status")
+                await self.client.patch(target, body, STRATEGIC_MERGE_PATCH)
+            await self.client.delete(path("pods", namespace, name), grace=0, uid=uid)
+
+    # -- lifecycle of one pod ----------------------------------------------------------------
 
     async def _run(self, record: PodRecord) -> None:
-        if await self.startup.schedule(record) and await self.startup.prepare(record):
+        pod = self.status.live(record)
+        if pod is None:
+            return
+        if pod["spec"].get("nodeName") == self.node_name:
+            self.startup.take(record)  # bound already (by a scheduler, or before a restart)
+        elif not await self.startup.schedule(record):
+            return
+        if await self.startup.prepare(record):
             await self._start(record)
 
     async def _start(self, record: PodRecord) -> None:
@@ -271,15 +363,10 @@ class FakeKubelet:
             return False
         finally:
             os.close(output)
-        if record.gone or self.status.live(record) is None:  # deleted while it was starting
-            record.terminating = True
+        if record.gone:  # the pod went (or the agent closes) while it was starting
             _killpg(container.process.pid)
-            if record.gone:
-                await container.process.wait()
-                return False
-        elif record.terminating:
-            with contextlib.suppress(ProcessLookupError):
-                container.process.send_signal(signal.SIGTERM)
+            await container.process.wait()
+            return False
         self.status.event_for(record, "Normal", "Started", f"Started container {container.name}")
         return True
 
@@ -313,24 +400,40 @@ class FakeKubelet:
             self.status.publish(record)
 
     async def _terminate(self, record: PodRecord, grace: int) -> None:
-        """Graceful stop: SIGTERM, SIGKILL after `grace` s, final status, then delete with 0."""
-        watchers = [c.watcher for c in record.containers.values() if c.running and c.watcher]
-        for container in record.containers.values():
-            if container.running and container.process is not None:
-                self.status.event_for(
-                    record, "Normal", "Killing", f"Stopping container {container.name}"
-                )
-                with contextlib.suppress(ProcessLookupError):
-                    container.process.send_signal(signal.SIGTERM if grace else signal.SIGKILL)
+        """Graceful stop: SIGTERM, SIGKILL after `grace` s, the final status, then the DELETE
+        with grace 0 (the object goes once no finalizer holds it)."""
+        self.startup.notify()  # holds (scheduling, image pulls) see the deletion and give up
+        runner = record.runner
+        if runner is not None and not runner.done():
+            await asyncio.wait((runner,))
+        if not record.bound:
+            return  # never bound here: the API server deleted it at once, finalizers aside
+        running = [c for c in record.containers.values() if c.running and c.process]
+        watchers = [c.watcher for c in running if c.watcher is not None]
+        for container in running:
+            self.status.event_for(
+                record, "Normal", "Killing", f"Stopping container {container.name}"
+            )
+            assert container.process is not None
+            with contextlib.suppress(ProcessLookupError):
+                container.process.send_signal(signal.SIGTERM if grace else signal.SIGKILL)
         if watchers:
             _, pending = await asyncio.wait(watchers, timeout=grace)
             if pending:
                 _kill_all(record)
                 await asyncio.wait(pending, timeout=10)
+        for container in record.containers.values():
+            if container.exit_code is None and not container.running:  # never started
+                container.exit_code, container.exit_reason = 137, "ContainerStatusUnknown"
+                container.message = UNKNOWN_AT_TERMINATION
+            container.waiting = None
         self.status.publish(record)
-        if self.status.live(record, deleting=True) is not None:
-            with contextlib.suppress(ApiError):
-                self.store.delete("", "pods", record.namespace, record.name, grace_seconds=0)
+        await self.status.flush(record)
+        pod = self.status.live(record, deleting=True)
+        if pod is not None:
+            with contextlib.suppress(ApiError, aiohttp.ClientError, TimeoutError, OSError):
+                target = path("pods", record.namespace, record.name)
+                await self.client.delete(target, grace=0, uid=record.uid)
 
     def _spawn(
         self, record: PodRecord | None, work: Coroutine[Any, Any, None]
@@ -384,4 +487,4 @@ def _group_alive(pgid: int) -> bool:
 
 def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
-        log.error("fake kubelet task failed", exc_info=task.exception())
+        log.error("node agent task failed", exc_info=task.exception())

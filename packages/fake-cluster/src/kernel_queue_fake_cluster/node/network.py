@@ -1,8 +1,9 @@
-"""Services on the fake node: the job of kube-proxy, over loopback addresses.
+"""Services on the node: the job of kube-proxy, over loopback addresses.
 
-`ServiceNetwork` has the apiserver allocate each Service's ClusterIP (`addresses.ClusterIPs`),
-keeps its `Endpoints` in step (`endpoints`), and forwards TCP from clusterIP:port to a ready
-pod, so a replaced pod is reached at the same address. It runs on the store's event loop.
+`ServiceNetwork` listens on each Service's ClusterIP (the API server allocates it; on a plane
+whose service range is loopback, 127.20.0.0/16, the agent can listen there) and forwards TCP
+from clusterIP:port to a ready pod's podIP:targetPort, so a replaced pod is reached at the same
+address. It reads Services and pods from the agent's informers; it runs on the agent's loop.
 """
 
 from __future__ import annotations
@@ -10,16 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import ipaddress
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from kernel_queue_fake_cluster.apiserver.addresses import ClusterIPs
-from kernel_queue_fake_cluster.apiserver.errors import ApiError
-from kernel_queue_fake_cluster.apiserver.kinds import Obj
-from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.common import selectors
+from kernel_queue_fake_cluster.common.objects import Obj
 from kernel_queue_fake_cluster.common.pods import pod_ready, target_port
 
 log = logging.getLogger(__name__)
@@ -46,25 +45,33 @@ class _Link:
             writer.close()
 
 
+class Objects(Protocol):
+    """Where the network reads Services or pods: an informer."""
+
+    def get(self, namespace: str | None, name: str) -> Obj | None: ...
+
+    def objects(self) -> Iterator[Obj]: ...
+
+
 class ServiceNetwork:
-    """ClusterIP allocation, Endpoints and TCP forwarding for every Service of one store.
+    """TCP forwarding for every Service the agent sees whose ClusterIP is a loopback address.
 
     A connection to clusterIP:port goes to a ready endpoint (round robin); with none ready it is
     held up to `hold_seconds` for one, then closed. Forwarded connections close when their pod
-    is removed or terminates. Headless (`clusterIP: None`) and ExternalName Services get no
-    address and no listener; UDP ports are not forwarded.
+    is removed or terminates. Headless (`clusterIP: None`) and ExternalName Services, and
+    ClusterIPs outside 127.0.0.0/8, get no listener; UDP ports are not forwarded. Feed it the
+    informers' events (`on_service`, `on_pod`).
     """
 
     def __init__(
         self,
-        store: Store,
+        services: Objects,
+        pods: Objects,
         *,
-        pool: str = "127.20.0.0/16",
         hold_seconds: float = 30.0,
         connect_timeout: float = 5.0,
     ) -> None:
-        self.store, self.cluster_ips = store, ClusterIPs(store, pool)
-        self.pool = self.cluster_ips.pool
+        self.services, self.pods = services, pods
         self.hold_seconds, self.connect_timeout = hold_seconds, connect_timeout
         self._services: dict[tuple[str, str], _Service] = {}
         self._links: dict[str, set[_Link]] = {}
@@ -72,14 +79,6 @@ class ServiceNetwork:
         self._writers: set[asyncio.StreamWriter] = set()  # every forwarded stream, both ends
         self._changed = asyncio.Event()
         self._closed = False
-
-    def install(self) -> None:
-        """Hook into the store: Service admission (ClusterIPs), Service and pod listeners."""
-        self.cluster_ips.install()
-        self.store.add_listener("", "services", self._on_service)
-        self.store.add_listener("", "pods", self._on_pod)
-        for service in list(self.store.objects("", "services")):
-            self._on_service("ADDED", service)
 
     def address(self, namespace: str, name: str) -> str | None:
         """The ClusterIP a Service listens on, once its listeners are being set up."""
@@ -93,9 +92,8 @@ class ServiceNetwork:
 
     def ready_backends(self, namespace: str, name: str, port: int) -> list[tuple[str, str, int]]:
         """(pod uid, pod IP, target port) of the Service's ready endpoints for `port`."""
-        try:
-            service = self.store.get("", "services", namespace, name)
-        except ApiError:
+        service = self.services.get(namespace, name)
+        if service is None:
             return []
         entry = next((p for p in service["spec"].get("ports") or [] if p["port"] == port), None)
         selector = service["spec"].get("selector")
@@ -103,7 +101,7 @@ class ServiceNetwork:
             return []
         match = selectors.selector_dict({"matchLabels": selector})
         found = []
-        for pod in self.store.objects("", "pods"):
+        for pod in self.pods.objects():
             if pod["metadata"].get("namespace") == namespace and match(pod) and pod_ready(pod):
                 target = target_port(entry, pod)
                 if target is not None:
@@ -111,7 +109,7 @@ class ServiceNetwork:
         return sorted(found, key=lambda b: b[1])
 
     async def aclose(self) -> None:
-        """Close every listener and forwarded connection; stop reacting to the store."""
+        """Close every listener and forwarded connection; stop reacting to the informers."""
         self._closed = True
         for state in self._services.values():
             for server in state.servers.values():
@@ -129,12 +127,11 @@ class ServiceNetwork:
                 await server.wait_closed()
             state.servers.clear()
         self._services.clear()
-        for key in self.pool.holders():
-            self.pool.release(key)
 
     # -- listeners -------------------------------------------------------------------------
 
-    def _on_service(self, kind: str, service: Obj) -> None:
+    def on_service(self, kind: str, service: Obj) -> None:
+        """A Service changed (an informer's handler)."""
         if self._closed:
             return
         meta = service["metadata"]
@@ -144,19 +141,19 @@ class ServiceNetwork:
             if state is not None and state.uid == meta["uid"]:
                 self._services.pop(key)
                 self._spawn(self._stop(state))
-            if not any(
-                (s["metadata"]["namespace"], s["metadata"]["name"]) == key
-                for s in self.store.objects("", "services")
-            ):
-                self.pool.release(f"{key[0]}/{key[1]}")
             return
         ip = service.get("spec", {}).get("clusterIP")
-        if state is None and ip and ip != "None":
-            state = self._services[key] = _Service(meta["uid"], ip)
+        if state is not None and (state.uid != meta["uid"] or state.ip != ip):  # replaced
+            self._services.pop(key)
+            self._spawn(self._stop(state))
+            state = None
+        if state is None and _loopback(ip):
+            state = self._services[key] = _Service(meta["uid"], str(ip))
         if state is not None:
             self._spawn(self._sync(key, state))
 
-    def _on_pod(self, kind: str, pod: Obj) -> None:
+    def on_pod(self, kind: str, pod: Obj) -> None:
+        """A pod changed (an informer's handler)."""
         if self._closed:
             return
         meta, phase = pod["metadata"], (pod.get("status") or {}).get("phase")
@@ -177,15 +174,12 @@ class ServiceNetwork:
     async def _sync(self, key: tuple[str, str], state: _Service) -> None:
         """Bind one listener per TCP Service port; close those of removed ports."""
         async with state.lock:
-            try:
-                service = self.store.get("", "services", *key)
-                ports = {
-                    int(p["port"])
-                    for p in service["spec"].get("ports") or []
-                    if p.get("protocol", "TCP") == "TCP"
-                }
-            except ApiError:
-                ports = set()
+            service = self.services.get(*key)
+            ports = {
+                int(p["port"])
+                for p in ((service or {}).get("spec") or {}).get("ports") or []
+                if p.get("protocol", "TCP") == "TCP"
+            }
             if self._services.get(key) is not state:
                 ports = set()
             for port in set(state.servers) - ports:
@@ -275,3 +269,11 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             writer.write_eof()
     except (ConnectionError, OSError, RuntimeError):
         writer.close()
+
+
+def _loopback(ip: Any) -> bool:
+    """Whether `ip` is an address this machine's `lo` answers (127.0.0.0/8)."""
+    try:
+        return ipaddress.ip_address(str(ip)).is_loopback
+    except ValueError:
+        return False

@@ -17,9 +17,19 @@ from typing import Any, Protocol
 
 from kernel_queue import quantities
 
-from kernel_queue_fake_cluster.apiserver.errors import ApiError
-from kernel_queue_fake_cluster.apiserver.kinds import Obj
-from kernel_queue_fake_cluster.apiserver.store import Store
+from kernel_queue_fake_cluster.common.objects import Obj
+
+
+class Objects(Protocol):
+    """What the agent knows of the objects a pod refers to (its informers' caches)."""
+
+    def get(self, plural: str, namespace: str, name: str) -> Obj | None:
+        """The object (`secrets`, `configmaps`, `persistentvolumeclaims`), None if absent."""
+        ...
+
+    def served(self, plural: str) -> bool:
+        """Whether the API server serves the kind at all."""
+        ...
 
 
 class Mounts(Protocol):
@@ -43,7 +53,7 @@ class ConfigError(Exception):
 
 
 def container_env(
-    store: Store, pod: Obj, container: Obj, mounts: Mounts, base: Mapping[str, str]
+    objects: Objects, pod: Obj, container: Obj, mounts: Mounts, base: Mapping[str, str]
 ) -> tuple[dict[str, str], dict[str, str]]:
     """`(env for the process, env as the spec means it)`: `base` + mount variables, then
     `envFrom`, then `env` in order. `$(VAR)` expands against earlier spec values; literal values
@@ -55,14 +65,14 @@ def container_env(
         for kind in ("configMapRef", "secretRef"):
             if kind in source:
                 ref = source[kind]
-                data = lookup(store, kind, namespace, ref.get("name", ""), ref.get("optional"))
+                data = lookup(objects, kind, namespace, ref.get("name", ""), ref.get("optional"))
                 for key, value in (data or {}).items():
                     name = source.get("prefix", "") + key
                     env[name] = raw[name] = value
     for item in container.get("env") or []:
         name = item["name"]
         if "valueFrom" in item:
-            found = _value_from(store, pod, container, item["valueFrom"])
+            found = _value_from(objects, pod, container, item["valueFrom"])
             if found is None:
                 continue
             env[name] = raw[name] = found
@@ -83,21 +93,20 @@ def expand(text: str, env: Mapping[str, str]) -> str:
     return re.sub(r"\$\$|\$\(([A-Za-z_][-._A-Za-z0-9]*)\)", one, text)
 
 
-def lookup(store: Store, kind: str, namespace: str, name: str, optional: Any) -> dict[str, str]:
+def lookup(objects: Objects, kind: str, namespace: str, name: str, optional: Any) -> dict[str, str]:
     """Decoded data of a Secret (`secretRef`/`secretKeyRef`/`secret`) or ConfigMap, or {}."""
-    found = lookup_bytes(store, kind, namespace, name, optional)
+    found = lookup_bytes(objects, kind, namespace, name, optional)
     return {k: v.decode("utf-8", errors="replace") for k, v in found.items()}
 
 
 def lookup_bytes(
-    store: Store, kind: str, namespace: str, name: str, optional: Any
+    objects: Objects, kind: str, namespace: str, name: str, optional: Any
 ) -> dict[str, bytes]:
     """`lookup`, each value as the bytes it stands for (a ConfigMap's binaryData exactly)."""
     secret = kind.startswith("secret")
     plural = "secrets" if secret else "configmaps"
-    try:
-        obj = store.get("", plural, namespace, name)
-    except ApiError:
+    obj = objects.get(plural, namespace, name)
+    if obj is None:
         if optional:
             return {}
         raise ConfigError(
@@ -116,12 +125,12 @@ def _decode(value: Any) -> bytes:
     return base64.b64decode(str(value))
 
 
-def _value_from(store: Store, pod: Obj, container: Obj, source: Obj) -> str | None:
+def _value_from(objects: Objects, pod: Obj, container: Obj, source: Obj) -> str | None:
     namespace = pod["metadata"]["namespace"]
     for kind, label in (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")):
         if kind in source:
             ref = source[kind]
-            data = lookup(store, kind, namespace, ref.get("name", ""), ref.get("optional"))
+            data = lookup(objects, kind, namespace, ref.get("name", ""), ref.get("optional"))
             if ref.get("key") in data:
                 return data[ref["key"]]
             if ref.get("optional"):

@@ -1,8 +1,10 @@
 """Getting a pod to where its containers can start, and the simulated faults that hold it there.
 
-`PodStarter` binds each pod to the node (held while an `unschedulable` `Fault` matches or a
-claim is missing or unbound), mounts its volumes, "pulls" its images (held by `fail_image` faults:
-ErrImagePull, then ImagePullBackOff) and resolves each container's argv, env and working dir.
+`PodStarter` binds each pod to the node through `pods/{name}/binding` when the agent plays the
+scheduler (held while an `unschedulable` `Fault` matches or a claim is missing or unbound), or
+takes a pod the scheduler bound to it; then mounts its volumes, "pulls" its images (held by
+`fail_image` faults: ErrImagePull, then ImagePullBackOff) and resolves each container's argv,
+env and working dir from what the agent's caches say of Secrets, ConfigMaps and claims.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernel_queue_fake_cluster.apiserver.errors import ApiError
-from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
-from kernel_queue_fake_cluster.apiserver.store import Store
+import aiohttp
+
 from kernel_queue_fake_cluster.common import addresses, selectors
+from kernel_queue_fake_cluster.common.objects import Obj, now_rfc3339
 from kernel_queue_fake_cluster.node import pod_env, volumes
+from kernel_queue_fake_cluster.node.client import ApiError, Client, path
+from kernel_queue_fake_cluster.node.informer import Informer
 from kernel_queue_fake_cluster.node.pod_status import ContainerRecord, PodRecord, StatusManager
 
 log = logging.getLogger(__name__)
@@ -86,15 +90,69 @@ class Fault:
             self.owner.clear_faults(self)
 
 
+class Caches:
+    """The `pod_env.Objects` the agent's informers hold (Secrets, ConfigMaps, claims)."""
+
+    def __init__(self, informers: Mapping[str, Informer]) -> None:
+        self.informers = informers
+
+    def get(self, plural: str, namespace: str, name: str) -> Obj | None:
+        informer = self.informers.get(plural)
+        return informer.get(namespace, name) if informer is not None else None
+
+    def served(self, plural: str) -> bool:
+        informer = self.informers.get(plural)
+        return informer is not None and informer.served
+
+    async def fetch(self, pod: Obj) -> None:
+        """Bring the objects `pod` refers to into the caches if the watches have not yet."""
+        namespace, wanted = pod["metadata"]["namespace"], references(pod)
+        await asyncio.gather(
+            *(
+                self.informers[plural].fetch(namespace, name)
+                for plural, name in wanted
+                if plural in self.informers and self.get(plural, namespace, name) is None
+            )
+        )
+
+
+def references(pod: Obj) -> set[tuple[str, str]]:
+    """(plural, name) of each Secret, ConfigMap and claim the pod's volumes and env name."""
+    found: set[tuple[str, str]] = set()
+    spec = pod.get("spec") or {}
+    for volume in spec.get("volumes") or []:
+        for source in (volume.get("projected") or {}).get("sources") or [volume]:
+            if "secret" in source:
+                found.add(("secrets", source["secret"].get("secretName") or ""))
+            if "configMap" in source:
+                found.add(("configmaps", source["configMap"].get("name") or ""))
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        if claim:
+            found.add(("persistentvolumeclaims", claim))
+    for container in spec.get("containers") or []:
+        for source in container.get("envFrom") or []:
+            for kind, plural in (("secretRef", "secrets"), ("configMapRef", "configmaps")):
+                if kind in source:
+                    found.add((plural, source[kind].get("name") or ""))
+        for item in container.get("env") or []:
+            ref = item.get("valueFrom") or {}
+            for kind, plural in (("secretKeyRef", "secrets"), ("configMapKeyRef", "configmaps")):
+                if kind in ref:
+                    found.add((plural, ref[kind].get("name") or ""))
+    return {(plural, name) for plural, name in found if name}
+
+
 class PodStarter:
-    """Schedules and prepares the kubelet's pods (`schedule`, then `prepare`); owns the faults.
+    """Schedules (or takes) and prepares the agent's pods (`schedule`, then `prepare`); owns
+    the faults.
 
     Both re-check whenever `notify()` says something changed (a pod, Secret, ConfigMap or claim,
-    a cleared fault), and at least every second. The fault API is `FakeKubelet`'s."""
+    a cleared fault), and at least every second. The fault API is `NodeAgent`'s."""
 
     def __init__(
         self,
-        store: Store,
+        client: Client,
+        caches: Caches,
         root: Path,
         status: StatusManager,
         pod_ips: addresses.AddressPool,
@@ -103,11 +161,13 @@ class PodStarter:
         pull_backoff: float,
         image_paths: Mapping[str, str] | None = None,
     ) -> None:
-        self.store, self.root, self.status, self.pod_ips = store, root, status, pod_ips
+        self.client, self.caches, self.root = client, caches, root
+        self.status, self.pod_ips = status, pod_ips
         self.node_name, self.pull_backoff = node_name, pull_backoff
         self.image_paths = dict(image_paths or {})
         self._faults: list[Fault] = []
         self._changed = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- faults ----------------------------------------------------------------------------
 
@@ -147,46 +207,107 @@ class PodStarter:
         return fault
 
     def notify(self) -> None:
-        """Wake the holds to re-check: something they wait on may have changed."""
+        """Wake the holds to re-check: something they wait on may have changed. Safe to call
+        from another thread (a test's) once the agent started."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is not loop:
+                loop.call_soon_threadsafe(self.notify)
+                return
         self._changed.set()
+        self._changed = asyncio.Event()
+
+    def start(self) -> None:
+        """Remember the running loop (for `notify` from other threads)."""
+        self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
 
     # -- scheduling and preparation --------------------------------------------------------
 
     async def schedule(self, record: PodRecord) -> bool:
+        """Bind the pod to this node (the agent as the scheduler), held while a fault or its
+        claims keep it unschedulable; False if it went away or another node took it."""
         while True:
             changed = self._changed
             pod = self.status.live(record)
             if pod is None:
                 return False
+            await self.caches.fetch(pod)
             message = next(
                 (f.message for f in self._faults if f.kind == "unschedulable" and f.matches(pod)),
                 "",
             )
-            if volumes.unbound_claims(self.store, pod):
+            if volumes.unbound_claims(self.caches, pod):
                 message = UNBOUND_CLAIMS
-            for claim in volumes.missing_claims(self.store, pod)[:1]:
+            for claim in volumes.missing_claims(self.caches, pod)[:1]:
                 message = f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found.'
+            if (pod.get("spec") or {}).get("nodeName"):  # bound meanwhile, by someone else
+                return self._taken_elsewhere(record, pod)
             if not message:
-                break
-            if message != record.unschedulable:
+                bound = await self._bind(record, pod)
+                if bound is not None:
+                    break  # else the API failed: wait, and try again
+            elif message != record.unschedulable:
                 record.unschedulable = message
                 self.status.publish(record)
                 self.status.event(pod, "Warning", "FailedScheduling", message, "default-scheduler")
             await _wait(changed, 1.0)
-        record.unschedulable = ""
-        pod["spec"]["nodeName"] = self.node_name
-        try:
-            self.store.replace("", "pods", record.namespace, record.name, pod)
-        except ApiError as exc:
-            log.warning("cannot bind pod %s/%s: %s", record.namespace, record.name, exc)
+        if not bound:
             return False
-        record.ip, record.bound = self.pod_ips.allocate(record.uid), True
-        record.start_time = now_rfc3339()
+        record.unschedulable = ""
         where = f"Successfully assigned {record.namespace}/{record.name} to {self.node_name}"
         self.status.event(pod, "Normal", "Scheduled", where, "default-scheduler")
-        self.status.publish(record)
+        self.take(record)
         return True
+
+    async def _bind(self, record: PodRecord, pod: Obj) -> bool | None:
+        """POST the binding: True when bound here, False when it cannot be (bound elsewhere,
+        gone), None when the API failed (try again)."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": record.name, "namespace": record.namespace, "uid": record.uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": self.node_name},
+        }
+        try:
+            await self.client.create(path("pods", record.namespace, record.name, "binding"), body)
+            return True
+        except ApiError as exc:
+            if exc.code not in (404, 409):
+                log.warning("cannot bind pod %s/%s: %s", record.namespace, record.name, exc)
+                return None
+            failure = exc
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            log.warning("cannot bind pod %s/%s: %s", record.namespace, record.name, exc)
+            return None
+        try:  # a 409: taken already? (this agent's earlier try whose answer was lost)
+            now = await self.client.get(path("pods", record.namespace, record.name))
+        except (ApiError, aiohttp.ClientError, TimeoutError, OSError):
+            return False
+        mine = bool(
+            now["metadata"]["uid"] == record.uid and now["spec"].get("nodeName") == self.node_name
+        )
+        if not mine:
+            log.info("pod %s/%s not bound: %s", record.namespace, record.name, failure.message)
+        return mine
+
+    def _taken_elsewhere(self, record: PodRecord, pod: Obj) -> bool:
+        if pod["spec"]["nodeName"] != self.node_name:
+            return False
+        record.unschedulable = ""
+        self.take(record)
+        return True
+
+    def take(self, record: PodRecord) -> None:
+        """The pod is this node's now (bound by the agent or by a scheduler): its IP and start
+        time, in the status."""
+        record.ip, record.bound = self.pod_ips.allocate(record.uid), True
+        record.start_time = now_rfc3339()
+        self.status.publish(record)
 
     async def prepare(self, record: PodRecord) -> bool:
         """Mount volumes, pull images (faults), resolve env: retry until every container can
@@ -200,8 +321,10 @@ class PodStarter:
                 return False
             faults = [f for f in self._faults if f.kind == "image" and f.matches(pod)]
             blocked, wait = False, 1.0
+            await self.caches.fetch(pod)
+            pod = record.view(pod, self.node_name)
             try:
-                dirs = volumes.prepare_volumes(self.store, pod, self.root, record.dir)
+                dirs = volumes.prepare_volumes(self.caches, pod, self.root, record.dir)
             except pod_env.ConfigError as exc:  # FailedMount: one event, on the first container
                 dirs, blocked = {}, True
                 for i, container in enumerate(record.containers.values()):
@@ -258,7 +381,7 @@ class PodStarter:
         spec = container.spec
         mounts = volumes.Mounts.of(spec, dirs)
         container.env, raw = pod_env.container_env(
-            self.store, pod, spec, mounts, base_env(record.name, self._bin_dir(spec))
+            self.caches, pod, spec, mounts, base_env(record.name, self._bin_dir(spec))
         )
         command = [str(a) for a in (spec.get("command") or [])]
         if not command:

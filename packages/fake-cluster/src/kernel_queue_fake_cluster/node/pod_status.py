@@ -1,26 +1,33 @@
-"""The pod status the fake kubelet reports, and the records it derives it from.
+"""The pod status the node agent reports, and the records it derives it from.
 
-`ContainerRecord` and `PodRecord` hold what the kubelet knows of a pod it runs. `StatusManager`
-reads the live pod, probes readiness, writes `.status` (phase, conditions and containerStatuses,
-keeping foreign conditions; the SchedulingGated condition) and posts the pod's Events.
+`ContainerRecord` and `PodRecord` hold what the agent knows of a pod it runs. `StatusManager`
+reads the live pod from the agent's pod cache, probes readiness, writes `.status` as a strategic
+merge patch of `pods/{name}/status` (phase, IPs, containerStatuses and the agent's own
+conditions, merged by type, so the conditions of other writers stay: Kueue's TerminationTarget,
+the scheduler's PodScheduled), one write at a time per pod with the latest state, and posts the
+pod's Events in order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernel_queue_fake_cluster.apiserver.errors import ApiError
-from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
-from kernel_queue_fake_cluster.apiserver.store import Store
+import aiohttp
+
 from kernel_queue_fake_cluster.common import pods
+from kernel_queue_fake_cluster.common.objects import Obj, now_rfc3339
+from kernel_queue_fake_cluster.node.client import STRATEGIC_MERGE_PATCH, ApiError, Client, path
+
+log = logging.getLogger(__name__)
 
 HOST_IP = "127.0.0.1"
-_OURS = ("Initialized", "Ready", "ContainersReady", "PodScheduled")
 
 
 @dataclass
@@ -80,7 +87,7 @@ class ContainerRecord:
 
 @dataclass
 class PodRecord:
-    """What the kubelet knows of one pod it runs (by uid), and the tasks working on it."""
+    """What the agent knows of one pod it runs (by uid), and the tasks working on it."""
 
     uid: str
     namespace: str
@@ -95,74 +102,141 @@ class PodRecord:
     terminating: bool = False
     gone: bool = False
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    runner: asyncio.Task[None] | None = None  # scheduling, preparing and starting it
+    transitions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Condition type -> (status, lastTransitionTime) as last written by the agent."""
+    wanted: Obj | None = None  # the status patch to write next
+    written: Obj | None = None  # the last status patch the API server took
+    writer: asyncio.Task[None] | None = None
+
+    def view(self, pod: Obj, node_name: str) -> Obj:
+        """`pod` as the agent sees it once it took it: bound to the node, with its IPs (for the
+        downward API, before the API server has them)."""
+        seen = {**pod, "spec": {**pod.get("spec", {})}, "status": {**pod.get("status", {})}}
+        if self.bound:
+            seen["spec"]["nodeName"] = node_name
+            seen["status"].update(
+                hostIP=HOST_IP, hostIPs=[{"ip": HOST_IP}], podIP=self.ip, podIPs=[{"ip": self.ip}]
+            )
+        return seen
 
 
 class StatusManager:
-    """The kubelet's reads and writes of its pods in `store`: the live object, `.status`,
-    readiness from probes (`probe_floor` as in `FakeKubelet`) and Events (from `node_name`)."""
+    """The agent's reads and writes of its pods' status: the live object from `live_pod`
+    (the pod cache), `.status` patches, readiness from probes (`probe_floor` as in
+    `NodeAgent`) and Events (from `node_name`). `bind`: the agent is also the scheduler (it
+    writes PodScheduled while a pod cannot be bound, and SchedulingGated)."""
 
-    def __init__(self, store: Store, *, node_name: str, probe_floor: float) -> None:
-        self.store, self.node_name, self.probe_floor = store, node_name, probe_floor
-        self.closed = False  # set by `FakeKubelet.aclose`: every pod reads as gone
+    def __init__(
+        self,
+        client: Client,
+        live_pod: Callable[[str, str], Obj | None],
+        *,
+        node_name: str,
+        probe_floor: float,
+        bind: bool,
+    ) -> None:
+        self.client, self.live_pod, self.node_name = client, live_pod, node_name
+        self.probe_floor, self.bind = probe_floor, bind
+        self.closed = False  # set by `NodeAgent.aclose`: every pod reads as gone
+        self._events: asyncio.Queue[tuple[str, Obj]] = asyncio.Queue()
+        self._sender: asyncio.Task[None] | None = None
+        self._events_served = True
 
     def live(self, record: PodRecord, *, deleting: bool = False) -> Obj | None:
-        """The pod as stored now, or None if it is gone (or being deleted, unless `deleting`)."""
+        """The pod as last seen, or None if it is gone (or being deleted, unless `deleting`)."""
         if record.gone or self.closed:
             return None
-        try:
-            pod = self.store.get("", "pods", record.namespace, record.name)
-        except ApiError:
-            return None
-        if pod["metadata"]["uid"] != record.uid:
+        pod = self.live_pod(record.namespace, record.name)
+        if pod is None or pod["metadata"]["uid"] != record.uid:
             return None
         return pod if deleting or not pod["metadata"].get("deletionTimestamp") else None
 
+    # -- status ------------------------------------------------------------------------------
+
     def publish(self, record: PodRecord) -> None:
-        """Write the record's view of the pod into `.status`, keeping foreign conditions."""
-        pod = self.live(record, deleting=True)
-        if pod is None:
+        """Write the record's view of the pod into `.status` (soon: one write at a time per
+        pod, always the latest state; nothing when it did not change)."""
+        if record.gone or self.closed:
             return
-        old = pod.get("status") or {}
-        status, now = dict(old), now_rfc3339()
-        status["phase"] = _phase(record)
+        status = self._status(record)
+        if status == (record.written or {}).get("status"):
+            record.wanted = None
+            return
+        record.wanted = {"metadata": {"uid": record.uid}, "status": status}
+        if record.writer is None or record.writer.done():
+            record.writer = asyncio.get_running_loop().create_task(self._write(record))
+            record.tasks.add(record.writer)
+            record.writer.add_done_callback(record.tasks.discard)
+
+    async def flush(self, record: PodRecord) -> None:
+        """Wait until what `publish` was told is written (or given up)."""
+        while record.writer is not None and not record.writer.done():
+            await asyncio.wait((record.writer,))
+
+    async def _write(self, record: PodRecord) -> None:
+        target = path("pods", record.namespace, record.name, "status")
+        failures = 0
+        while record.wanted is not None and not self.closed and not record.gone:
+            body, record.wanted = record.wanted, None
+            try:
+                await self.client.patch(target, body, STRATEGIC_MERGE_PATCH)
+            except ApiError as exc:
+                if exc.code in (404, 409, 422):  # gone, or another pod of that name
+                    return
+                log.warning("status of pod %s/%s: %s", record.namespace, record.name, exc)
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                log.warning("status of pod %s/%s: %s", record.namespace, record.name, exc)
+            else:
+                record.written, failures = body, 0
+                continue
+            failures += 1
+            if failures > 20:
+                return
+            record.wanted = record.wanted or body
+            await asyncio.sleep(min(0.05 * 2**failures, 2.0))
+
+    def _status(self, record: PodRecord) -> Obj:
+        now = now_rfc3339()
+        status: Obj = {"phase": _phase(record)}
         if record.bound:
             ip = record.ip
             status.update(hostIP=HOST_IP, hostIPs=[{"ip": HOST_IP}], podIP=ip, podIPs=[{"ip": ip}])
             status["startTime"] = record.start_time
             status["containerStatuses"] = [c.status() for c in record.containers.values()]
-        ours = _conditions(record, status["phase"], now)
-        before = {c.get("type"): c for c in old.get("conditions") or []}
-        for found in ours:
-            previous = before.get(found["type"])
-            if previous is not None and previous.get("status") == found["status"]:
-                found["lastTransitionTime"] = previous.get("lastTransitionTime", now)
-        others = [c for c in old.get("conditions") or [] if c.get("type") not in _OURS]
-        status["conditions"] = ours + others
-        if status != old:
-            pod["status"] = status
-            with contextlib.suppress(ApiError):
-                self.store.replace(
-                    "", "pods", record.namespace, record.name, pod, subresource="status"
-                )
+        conditions = _conditions(record, status["phase"], now)
+        for found in conditions:
+            previous = record.transitions.get(found["type"])
+            if previous is not None and previous[0] == found["status"]:
+                found["lastTransitionTime"] = previous[1]
+            record.transitions[found["type"]] = (found["status"], found["lastTransitionTime"])
+            for key in ("reason", "message"):
+                found.setdefault(key, None)  # a patch: null removes what an earlier one set
+        if conditions:
+            status["conditions"] = conditions
+        return status
 
     def mark_gated(self, pod: Obj) -> None:
-        """The scheduler's SchedulingGated condition, in case a webhook gated the pod late."""
-        conditions = (pod.get("status") or {}).get("conditions") or []
-        if any(c.get("reason") == "SchedulingGated" for c in conditions):
+        """The scheduler's SchedulingGated condition, in case a webhook gated the pod late
+        (the agent plays the scheduler only when it binds)."""
+        found = pods.find_condition(pod, "PodScheduled") or {}
+        if not self.bind or self.closed or found.get("reason") == "SchedulingGated":
             return
-        status = pod.setdefault("status", {"phase": "Pending"})
-        others = [c for c in conditions if c.get("type") != "PodScheduled"]
-        status["conditions"] = [*others, pods.scheduling_gated(now_rfc3339())]
-        with contextlib.suppress(ApiError):
-            meta = pod["metadata"]
-            self.store.replace(
-                "", "pods", meta["namespace"], meta["name"], pod, subresource="status"
-            )
+        meta = pod["metadata"]
+        body = {
+            "metadata": {"uid": meta["uid"]},
+            "status": {"conditions": [pods.scheduling_gated(now_rfc3339())]},
+        }
+        target = path("pods", meta["namespace"], meta["name"], "status")
+        self._later(self.client.patch(target, body, STRATEGIC_MERGE_PATCH))
+
+    # -- events ------------------------------------------------------------------------------
 
     def event(
         self, pod: Obj, kind: str, reason: str, message: str, source: str = "kubelet"
     ) -> None:
-        if ("", "events") not in self.store.types:
+        """Post an Event about `pod` (soon, after the ones posted before it)."""
+        if self.closed or not self._events_served:
             return
         meta, now = pod["metadata"], now_rfc3339()
         body = {
@@ -184,12 +258,44 @@ class StatusManager:
             "reportingComponent": source,
             "reportingInstance": self.node_name,
         }
-        with contextlib.suppress(ApiError):
-            self.store.create("", "events", meta["namespace"], body)
+        self._events.put_nowait((meta["namespace"], body))
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.get_running_loop().create_task(self._send_events())
 
     def event_for(self, record: PodRecord, kind: str, reason: str, message: str) -> None:
         meta = {"namespace": record.namespace, "name": record.name, "uid": record.uid}
         self.event({"metadata": meta}, kind, reason, message)
+
+    async def _send_events(self) -> None:
+        while not self._events.empty() and not self.closed:
+            namespace, body = self._events.get_nowait()
+            try:
+                await self.client.create(path("events", namespace), body)
+            except ApiError as exc:
+                if exc.code == 404 and 'namespaces "' not in exc.message:
+                    self._events_served = False  # the API serves no Events
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                log.debug("event %s: %s", body["reason"], exc)
+
+    async def drain(self) -> None:
+        """Wait for the Events posted so far to be sent."""
+        if self._sender is not None and not self._sender.done():
+            await asyncio.wait((self._sender,))
+
+    def _later(self, work: Any) -> None:
+        async def quietly() -> None:
+            with contextlib.suppress(ApiError, aiohttp.ClientError, TimeoutError, OSError):
+                await work
+
+        asyncio.get_running_loop().create_task(quietly())
+
+    async def aclose(self) -> None:
+        """Stop writing; give the Events already posted a moment to go out."""
+        if self._sender is not None and not self._sender.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._sender), 1.0)
+            self._sender.cancel()
+        self.closed = True
 
     # -- readiness -------------------------------------------------------------------------
 
@@ -263,7 +369,6 @@ def _conditions(record: PodRecord, phase: str, now: str) -> list[Obj]:
         pods.condition("Initialized", True, now),
         pods.condition("Ready", not unready, now, *why),
         pods.condition("ContainersReady", not unready, now, *why),
-        pods.condition("PodScheduled", True, now),
     ]
 
 

@@ -14,41 +14,37 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernel_queue_fake_cluster.apiserver.errors import ApiError
-from kernel_queue_fake_cluster.apiserver.kinds import Obj
-from kernel_queue_fake_cluster.apiserver.store import Store
+from kernel_queue_fake_cluster.common.objects import Obj
 from kernel_queue_fake_cluster.node import pod_env
+from kernel_queue_fake_cluster.node.pod_env import Objects
 
 FAKE_MOUNT_PREFIX = "KUBE_FAKE_MOUNT_"
 
 
-def missing_claims(store: Store, pod: Obj) -> list[str]:
+def missing_claims(objects: Objects, pod: Obj) -> list[str]:
     """Claims the pod needs that do not exist (not checked when PVCs are not served)."""
-    return [name for name, claim in _claims(store, pod) if claim is None]
+    return [name for name, claim in _claims(objects, pod) if claim is None]
 
 
-def unbound_claims(store: Store, pod: Obj) -> list[str]:
+def unbound_claims(objects: Objects, pod: Obj) -> list[str]:
     """Claims the pod needs whose status says Pending: no volume bound to them (the fake binds
     every claim at once unless a test or an admin writes that status)."""
     return [
         name
-        for name, claim in _claims(store, pod)
+        for name, claim in _claims(objects, pod)
         if claim is not None and (claim.get("status") or {}).get("phase") == "Pending"
     ]
 
 
-def _claims(store: Store, pod: Obj) -> list[tuple[str, Obj | None]]:
+def _claims(objects: Objects, pod: Obj) -> list[tuple[str, Obj | None]]:
     """The pod's claims by name, each with its object (None where it does not exist)."""
-    if ("", "persistentvolumeclaims") not in store.types:
+    if not objects.served("persistentvolumeclaims"):
         return []
     found: list[tuple[str, Obj | None]] = []
     for volume in (pod.get("spec") or {}).get("volumes") or []:
         name = (volume.get("persistentVolumeClaim") or {}).get("claimName")
         if name:
-            try:
-                claim = store.get("", "persistentvolumeclaims", pod["metadata"]["namespace"], name)
-            except ApiError:
-                claim = None
+            claim = objects.get("persistentvolumeclaims", pod["metadata"]["namespace"], name)
             found.append((name, claim))
     return found
 
@@ -58,7 +54,9 @@ def claim_dir(cluster_dir: Path, namespace: str, claim: str) -> Path:
     return cluster_dir / "pvc" / namespace / claim
 
 
-def prepare_volumes(store: Store, pod: Obj, cluster_dir: Path, pod_dir: Path) -> dict[str, Path]:
+def prepare_volumes(
+    objects: Objects, pod: Obj, cluster_dir: Path, pod_dir: Path
+) -> dict[str, Path]:
     """Create each volume's directory (files for Secret/ConfigMap/downward API keys, mode 0600
     unless the spec says otherwise) and return volume name -> directory."""
     namespace, dirs = pod["metadata"]["namespace"], {}
@@ -76,11 +74,11 @@ def prepare_volumes(store: Store, pod: Obj, cluster_dir: Path, pod_dir: Path) ->
         sources = volume.get("projected", {}).get("sources") or [volume]
         if not any(k in volume for k in ("persistentVolumeClaim", "hostPath", "emptyDir")):
             for source in sources:
-                _project(store, pod, name, source, dirs[name], volume)
+                _project(objects, pod, name, source, dirs[name], volume)
     return dirs
 
 
-def _project(store: Store, pod: Obj, name: str, source: Obj, into: Path, volume: Obj) -> None:
+def _project(objects: Objects, pod: Obj, name: str, source: Obj, into: Path, volume: Obj) -> None:
     """Write one volume source's keys as files."""
     files: dict[str, bytes] = {}
     default_mode = volume.get("defaultMode", (volume.get("projected") or {}).get("defaultMode"))
@@ -90,7 +88,7 @@ def _project(store: Store, pod: Obj, name: str, source: Obj, into: Path, volume:
             ref_name = ref.get(key) or ref.get("name", "")
             try:
                 data = pod_env.lookup_bytes(
-                    store, kind, pod["metadata"]["namespace"], ref_name, ref.get("optional")
+                    objects, kind, pod["metadata"]["namespace"], ref_name, ref.get("optional")
                 )
             except pod_env.ConfigError as exc:
                 raise pod_env.ConfigError(
