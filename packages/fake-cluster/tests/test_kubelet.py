@@ -826,3 +826,145 @@ async def test_an_image_without_python_fails_to_start_as_a_real_kubelet_says(
         assert 'exec: "python": executable file not found in $PATH' in ended["message"]
         failed = [m for r, m in events(store, "nopython") if r == "Failed"]
         assert failed and 'exec: "python": executable file not found in $PATH' in failed[0]
+
+
+# -- the node agent's API semantics --------------------------------------------------------
+
+
+async def test_without_bind_the_agent_runs_only_the_pods_a_scheduler_bound_to_its_node(
+    tmp_path: Path,
+) -> None:
+    async with cluster(tmp_path, bind=False) as (store, kubelet):
+        store.create("", "pods", NS, python_pod("waiting", "print('bound later')"))
+        store.create("", "pods", NS, python_pod("elsewhere", "print(1)", nodeName="node-2"))
+        store.create("", "pods", NS, python_pod("here", "print('here')", nodeName="fake-node"))
+        await until(lambda: phase(store, "here") == "Succeeded", what="here Succeeded")
+        assert kubelet.logs(NS, "here") == "here\n"
+        for name in ("waiting", "elsewhere"):
+            status = store.get("", "pods", NS, name)["status"]
+            assert (status["phase"], "podIP" in status) == ("Pending", False)
+        assert "nodeName" not in store.get("", "pods", NS, "waiting")["spec"]
+
+        binding = {"target": {"kind": "Node", "name": "fake-node"}}  # the scheduler's
+        pod_rules.bind(store, NS, "waiting", binding)
+        await until(lambda: phase(store, "waiting") == "Succeeded", what="waiting Succeeded")
+        assert kubelet.logs(NS, "waiting") == "bound later\n"
+        assert store.get("", "pods", NS, "elsewhere")["status"]["phase"] == "Pending"
+        assert kubelet.heartbeat.served is False  # the fake serves no Leases: no renewals
+        node = store.get("", "nodes", None, "fake-node")
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+        assert node["status"]["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 0}}
+
+
+async def test_the_agent_binds_through_the_binding_subresource_and_the_scheduled_condition(
+    tmp_path: Path,
+) -> None:
+    async with cluster(tmp_path) as (store, _):
+        store.create("", "pods", NS, python_pod("p", "print(1)"))
+        await until(lambda: phase(store, "p") == "Succeeded", what="Succeeded")
+        pod = store.get("", "pods", NS, "p")
+        assert pod["spec"]["nodeName"] == "fake-node"
+        assert condition(pod, "PodScheduled") == {
+            "type": "PodScheduled",
+            "status": "True",
+            "lastProbeTime": None,
+            "lastTransitionTime": condition(pod, "PodScheduled")["lastTransitionTime"],
+        }
+
+
+async def test_a_status_write_keeps_the_conditions_other_writers_set(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as (store, _):
+        pod = python_pod(
+            "kept",
+            SERVE,
+            "0.4",
+            terminationGracePeriodSeconds=1,
+            container={
+                "ports": [{"name": "shell", "containerPort": 8765}],
+                "readinessProbe": {"tcpSocket": {"port": "shell"}, "periodSeconds": 1},
+            },
+        )
+        pod["metadata"]["finalizers"] = [FINALIZER]
+        store.create("", "pods", NS, pod)
+        await until(lambda: phase(store, "kept") == "Running", what="Running")
+        found = store.get("", "pods", NS, "kept")
+        assert condition(found, "Ready")["status"] == "False"
+        target = {"type": "TerminationTarget", "status": "True", "reason": "PreemptedByKueue"}
+        found["status"]["conditions"].append(target)  # Kueue's, as an eviction writes it
+        store.replace("", "pods", NS, "kept", found, subresource="status")
+
+        await until(lambda: condition(find(store, "kept"), "Ready").get("status") == "True")
+        assert condition(find(store, "kept"), "TerminationTarget") == target
+        store.delete("", "pods", NS, "kept")
+
+        def final() -> Obj | None:
+            found = store.get("", "pods", NS, "kept")
+            return found if found["metadata"]["deletionGracePeriodSeconds"] == 0 else None
+
+        ended = await until(final, what="the agent's final delete")
+        assert ended["status"]["phase"] == "Failed"  # the default SIGTERM action: 143
+        assert condition(ended, "TerminationTarget") == target
+        assert condition(ended, "Ready")["status"] == "False"
+
+
+async def test_a_graceful_delete_keeps_the_pod_until_the_agent_deletes_it_with_grace_0(
+    tmp_path: Path,
+) -> None:
+    async with cluster(tmp_path) as (store, kubelet):
+        store.create(
+            "", "pods", NS, python_pod("slow", TRAP, "0", terminationGracePeriodSeconds=30)
+        )
+        await logged(kubelet, "slow", "trapped")
+        seen: list[tuple[str, str | None, int | None]] = []
+
+        def record(kind: str, obj: Obj) -> None:
+            meta = obj["metadata"]
+            seen.append((kind, obj["status"].get("phase"), meta.get("deletionGracePeriodSeconds")))
+
+        store.add_listener("", "pods", record)
+        marked = store.delete("", "pods", NS, "slow")
+        assert marked["metadata"]["deletionGracePeriodSeconds"] == 30
+        assert find(store, "slow") is not None  # no finalizer, and still it stays
+        await until(lambda: find(store, "slow") is None, what="the agent's final delete")
+        assert seen[0] == ("MODIFIED", "Running", 30)
+        assert ("MODIFIED", "Succeeded", 30) in seen  # the final status, before the delete
+        assert seen[-1][:2] == ("DELETED", "Succeeded")
+
+        store.create("", "pods", NS, python_pod("forced", TRAP, "ignore"))
+        await logged(kubelet, "forced", "trapped")
+        status = store.get("", "pods", NS, "forced")["status"]
+        pid = int(status["containerStatuses"][0]["containerID"].removeprefix("fake://"))
+        store.delete("", "pods", NS, "forced", grace_seconds=0)
+        assert find(store, "forced") is None  # gone at once; the agent kills what it ran
+        await until(lambda: not _session_members({pid}), what="the process to be killed")
+
+
+async def test_a_deleted_pod_bound_here_that_the_agent_never_ran_is_failed_and_deleted(
+    tmp_path: Path,
+) -> None:
+    async with serving() as (store, server):
+        pod = python_pod("orphan", "print(1)", nodeName="fake-node")
+        pod["metadata"]["finalizers"] = [FINALIZER]
+        store.create("", "pods", NS, pod)
+        marked = store.delete("", "pods", NS, "orphan")  # bound: graceful, and no agent yet
+        assert marked["metadata"]["deletionGracePeriodSeconds"] == 30
+        agent = NodeAgent(server.url, tmp_path / "node", bind=True)
+        await agent.start()
+        try:
+            await until(
+                lambda: (
+                    store.get("", "pods", NS, "orphan")["metadata"].get(
+                        "deletionGracePeriodSeconds"
+                    )
+                    == 0
+                ),
+                what="the agent's final delete",
+            )
+            assert store.get("", "pods", NS, "orphan")["status"]["phase"] == "Failed"
+            assert not (tmp_path / "node" / "pods").exists()  # nothing of it ran
+            held = store.get("", "pods", NS, "orphan")
+            held["metadata"]["finalizers"] = []
+            store.replace("", "pods", NS, "orphan", held)
+            assert find(store, "orphan") is None
+        finally:
+            await agent.aclose()

@@ -168,3 +168,45 @@ async def test_the_cluster_s_own_components_meet_no_fault_and_are_not_counted() 
         assert sum(server.stats.requests.values()) == 0
         assert (server.stats.watches, server.stats.peak_watches) == (0, 0)
         assert server.faults.pending() == 2 and server.watches.expire == 1
+
+
+async def test_a_bound_pod_is_only_marked_until_its_kubelet_deletes_it_with_grace_0() -> None:
+    async with serving() as (store, _, client):
+        store.create(
+            "", "pods", NS, pod("bound", nodeName="node-1", terminationGracePeriodSeconds=45)
+        )
+        marked = await client.delete(path("pods", NS, "bound"))
+        assert marked["metadata"]["deletionTimestamp"]
+        assert marked["metadata"]["deletionGracePeriodSeconds"] == 45  # the pod's own
+        assert store.get("", "pods", NS, "bound")["metadata"]["deletionTimestamp"]
+        again = await client.delete(path("pods", NS, "bound"), grace=60)  # never longer
+        assert again["metadata"]["deletionGracePeriodSeconds"] == 45
+        shorter = await client.delete(path("pods", NS, "bound"), grace=5)
+        assert shorter["metadata"]["deletionGracePeriodSeconds"] == 5
+        uid = marked["metadata"]["uid"]
+        await client.delete(path("pods", NS, "bound"), grace=0, uid=uid)  # the kubelet's
+        assert store.list_objects("", "pods", NS)[0] == []
+
+        store.create("", "pods", NS, pod("held", nodeName="node-1"))
+        requested = await client.delete(path("pods", NS, "held"), grace=7)
+        assert requested["metadata"]["deletionGracePeriodSeconds"] == 7
+
+        store.create("", "pods", NS, pod("unbound"))
+        store.create("", "pods", NS, pod("forced", nodeName="node-1"))
+        store.create("", "pods", NS, pod("finished", nodeName="node-1"))
+        done = store.get("", "pods", NS, "finished")
+        done["status"]["phase"] = "Succeeded"
+        store.replace("", "pods", NS, "finished", done, subresource="status")
+        for name, grace in (("unbound", None), ("forced", 0), ("finished", None)):
+            await client.delete(path("pods", NS, name), grace=grace)  # each goes at once
+        assert [p["metadata"]["name"] for p in store.list_objects("", "pods", NS)[0]] == ["held"]
+
+        finalized = pod("finalized", nodeName="node-1")
+        finalized["metadata"]["finalizers"] = ["kueue.x-k8s.io/managed"]
+        store.create("", "pods", NS, finalized)
+        await client.delete(path("pods", NS, "finalized"), grace=0)
+        kept = store.get("", "pods", NS, "finalized")  # grace 0, but a finalizer holds it
+        assert kept["metadata"]["deletionGracePeriodSeconds"] == 0
+        kept["metadata"]["finalizers"] = []
+        store.replace("", "pods", NS, "finalized", kept)
+        assert [p["metadata"]["name"] for p in store.list_objects("", "pods", NS)[0]] == ["held"]

@@ -137,6 +137,11 @@ class NodeAgent:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
 
+    @property
+    def kubelet_port(self) -> int:
+        """The port of the HTTPS log endpoint (0 when it serves none)."""
+        return int(self._logs.port) if self._logs is not None else 0
+
     def claim_dir(self, namespace: str, claim: str) -> Path:
         """The directory that holds the files of claim `claim` in `namespace`."""
         return volumes.claim_dir(self.root, namespace, claim)
