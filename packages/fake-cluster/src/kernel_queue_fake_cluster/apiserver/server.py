@@ -3,7 +3,7 @@
 Maps `/api/v1/...` and `/apis/{group}/{version}/...` requests onto `store.Store` calls (path
 rules and discovery in `discovery.py`, the resource verbs in `crud.py`, watch streams in
 `watches.py`, RBAC rules in `rbac.py`), answers JSON with `Status` errors, serves extra routes
-(`add_route`: the fake Kueue's visibility API, the fake kubelet's pod logs), injects faults and
+(`add_route`: the fake Kueue's visibility API, the node agent's pod logs), injects faults and
 counts requests. Object semantics live in the store, not here; no threads.
 """
 
