@@ -13,12 +13,19 @@ from typing import Any
 import pytest
 
 from kernel_queue_fake_cluster.apiserver import pod_rules, resources
-from kernel_queue_fake_cluster.apiserver.kinds import Obj
+from kernel_queue_fake_cluster.apiserver.kinds import Obj, ResourceType
 from kernel_queue_fake_cluster.apiserver.server import Server
 from kernel_queue_fake_cluster.apiserver.store import Store
 from kernel_queue_fake_cluster.node import client as node_client
 from kernel_queue_fake_cluster.node.client import ApiError, Client, ClientConfig, path
 from kernel_queue_fake_cluster.node.informer import Informer
+from kernel_queue_fake_cluster.node.registration import (
+    LEASE_GROUP,
+    LEASE_NAMESPACE,
+    Capacity,
+    Heartbeat,
+    register,
+)
 
 NS = "default"
 GATE = "kueue.x-k8s.io/admission"
@@ -210,3 +217,53 @@ async def test_a_bound_pod_is_only_marked_until_its_kubelet_deletes_it_with_grac
         kept["metadata"]["finalizers"] = []
         store.replace("", "pods", NS, "finalized", kept)
         assert [p["metadata"]["name"] for p in store.list_objects("", "pods", NS)[0]] == ["held"]
+
+
+async def test_an_informer_resumes_a_dropped_watch_and_lists_again_after_410() -> None:
+    async with serving() as (store, server, client):
+        store.create("", "secrets", NS, {"metadata": {"name": "a"}})
+        informer = Informer(client, "secrets", namespace=NS)
+        seen: list[tuple[str, str]] = []
+        informer.add_handler(lambda kind, obj: seen.append((kind, obj["metadata"]["name"])))
+        informer.start()
+        try:
+            await informer.synced.wait()
+            assert seen == [("ADDED", "a")]
+            store.create("", "secrets", NS, {"metadata": {"name": "b"}})
+            await until(lambda: ("ADDED", "b") in seen)
+            server.drop_watches()  # resumed from the last resourceVersion: no list
+            store.create("", "secrets", NS, {"metadata": {"name": "c"}})
+            await until(lambda: ("ADDED", "c") in seen)
+            assert informer.lists == 1
+
+            server.expire_next_watch()
+            server.drop_watches()
+            await until(lambda: informer.lists == 2)  # 410 Expired: listed again
+            store.delete("", "secrets", NS, "a")
+            await until(lambda: ("DELETED", "a") in seen)
+            assert sorted(name for _, name in informer.cache) == ["b", "c"]
+            assert await informer.fetch(NS, "ghost") is None
+        finally:
+            await informer.stop()
+
+
+async def test_the_heartbeat_renews_the_node_lease_where_leases_are_served() -> None:
+    async with serving() as (store, _, client):
+        assert await Heartbeat(client, "node-1").run() is None  # not served: returns quietly
+        store.register(ResourceType(LEASE_GROUP, "leases", "Lease", status_subresource=False))
+        store.create("", "namespaces", None, {"metadata": {"name": LEASE_NAMESPACE}})
+        await register(client, "node-1", Capacity(gpus=1))
+        heartbeat = Heartbeat(client, "node-1", interval=0.05)
+        task = asyncio.get_running_loop().create_task(heartbeat.run())
+        try:
+            await until(lambda: heartbeat.renewals >= 2)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        lease = store.get(LEASE_GROUP, "leases", LEASE_NAMESPACE, "node-1")
+        assert lease["spec"]["holderIdentity"] == "node-1"
+        assert lease["spec"]["leaseDurationSeconds"] == 40
+        assert lease["metadata"]["ownerReferences"][0]["kind"] == "Node"
+        again = await register(client, "node-1", Capacity(gpus=3))  # a restarted agent's
+        assert again["status"]["capacity"]["nvidia.com/gpu"] == "3"

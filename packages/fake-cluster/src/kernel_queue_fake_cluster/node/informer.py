@@ -108,9 +108,11 @@ class Informer:
                     version = await self._list()
                     if version is None:
                         return  # not served: nothing to watch
+                began = asyncio.get_running_loop().time()
                 version, events = await self._watch(version)
-                # an idle stream that ended at once (dropped, a server going away): back off
-                delay = 0.0 if events else min(max(delay * 2, 0.05), 2.0)
+                # a stream that ended at once with nothing (a server going away): back off
+                lasted = asyncio.get_running_loop().time() - began
+                delay = 0.0 if events or lasted > 1.0 else min(max(delay * 2, 0.05), 2.0)
             except ApiError as exc:
                 if exc.code == 410:
                     version, delay = None, 0.0  # expired: list again
