@@ -142,6 +142,7 @@ class StatusManager:
         self._events: asyncio.Queue[tuple[str, Obj]] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
         self._events_served = True
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def live(self, record: PodRecord, *, deleting: bool = False) -> Obj | None:
         """The pod as last seen, or None if it is gone (or being deleted, unless `deleting`)."""
@@ -287,7 +288,9 @@ class StatusManager:
             with contextlib.suppress(ApiError, aiohttp.ClientError, TimeoutError, OSError):
                 await work
 
-        asyncio.get_running_loop().create_task(quietly())
+        task = asyncio.get_running_loop().create_task(quietly())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def aclose(self) -> None:
         """Stop writing; give the Events already posted a moment to go out."""
@@ -296,6 +299,9 @@ class StatusManager:
                 await asyncio.wait_for(asyncio.shield(self._sender), 1.0)
             self._sender.cancel()
         self.closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     # -- readiness -------------------------------------------------------------------------
 
