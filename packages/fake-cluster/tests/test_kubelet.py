@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from kernel_queue_fake_cluster.apiserver import addresses, endpoints, pod_rules, resources
@@ -968,3 +969,28 @@ async def test_a_deleted_pod_bound_here_that_the_agent_never_ran_is_failed_and_d
             assert find(store, "orphan") is None
         finally:
             await agent.aclose()
+
+
+async def test_the_kubelet_endpoint_serves_container_logs_over_https(tmp_path: Path) -> None:
+    """What a real API server proxies `kubectl logs [-f]` to: /containerLogs at the Node's
+    kubelet port, over HTTPS with the agent's self-signed certificate."""
+    async with cluster(tmp_path, logs_port=0) as (store, kubelet):
+        port = kubelet.kubelet_port
+        node = store.get("", "nodes", None, "fake-node")
+        assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == port > 0
+        code = "import time\nfor i in range(3):\n    print('line', i, flush=True); time.sleep(0.3)"
+        store.create("", "pods", NS, python_pod("talks", code))
+        await logged(kubelet, "talks", "line 0")
+        base = f"https://127.0.0.1:{port}/containerLogs/{NS}/talks"
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False)) as http:
+            async with http.get(f"{base}/main", params={"follow": "true"}) as answer:
+                assert answer.status == 200
+                followed = await asyncio.wait_for(answer.text(), 10)  # ends with the container
+            async with http.get(f"{base}/main", params={"tailLines": "1"}) as answer:
+                assert await answer.text() == "line 2\n"
+            async with http.get(f"{base}/nope") as answer:
+                assert answer.status == 400
+                assert "container nope is not valid" in await answer.text()
+            async with http.get(f"https://127.0.0.1:{port}/healthz") as answer:
+                assert await answer.text() == "ok"
+        assert followed == "line 0\nline 1\nline 2\n"
