@@ -132,15 +132,16 @@ def node(name: str, capacity: Capacity | None = None, *, port: int = 0, now: str
 async def register(
     client: Client, name: str, capacity: Capacity | None = None, *, port: int = 0
 ) -> Obj:
-    """Create Node `name`, or write its labels and status anew when it exists."""
+    """Create Node `name`, or write its labels anew when it exists; then its status (through
+    `nodes/{name}/status`, whatever a create kept of it)."""
     obj = node(name, capacity, port=port)
     try:
-        return await client.create(path("nodes"), obj)
+        await client.create(path("nodes"), obj)
     except ApiError as exc:
         if exc.code != 409:
             raise
-    labels = {"metadata": {"labels": obj["metadata"]["labels"]}}
-    await client.patch(path("nodes", None, name), labels, STRATEGIC_MERGE_PATCH)
+        labels = {"metadata": {"labels": obj["metadata"]["labels"]}}
+        await client.patch(path("nodes", None, name), labels, STRATEGIC_MERGE_PATCH)
     status = {"status": obj["status"]}
     return await client.patch(path("nodes", None, name, "status"), status, STRATEGIC_MERGE_PATCH)
 
