@@ -269,3 +269,18 @@ async def test_aclose_stops_listeners_and_forwarded_connections() -> None:
         await writer.wait_closed()
         with pytest.raises(OSError):
             await asyncio.open_connection(cluster_ip, 5000)
+
+
+async def test_aclose_ends_a_connection_held_for_a_ready_pod_quietly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with services() as (store, net):
+        cluster_ip = store.create("", "services", NS, service())["spec"]["clusterIP"]
+        await until(lambda: net.listening(NS, "kernel"))
+        reader, writer = await asyncio.open_connection(cluster_ip, 5000)  # held: no pod yet
+        await asyncio.sleep(0.1)
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    writer.close()
+    await writer.wait_closed()
+    await asyncio.sleep(0.05)  # the handler's done callback
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []

@@ -227,6 +227,8 @@ class ServiceNetwork:
                 self._links.get(uid, set()).discard(link)
                 up_writer.close()
                 self._writers.discard(up_writer)
+        except asyncio.CancelledError:
+            pass  # `aclose`: end quietly (asyncio logs a connection handler that was cancelled)
         finally:
             writer.close()
             self._writers.discard(writer)
