@@ -317,8 +317,10 @@ class KernelSession:
         tracker = self.tracker
         if tracker is not None and tracker.lifecycle.state in lifecycle.CANCELLABLE:
             await tracker.observe(lifecycle.Command.CANCEL)
-        elif self._launching:
-            self._cancelled = True  # the launch cancels its group once it has one
+        elif self._launching or tracker is None or tracker.lifecycle.state not in IN_PLACE:
+            # A launch on its way, or one about to begin (jupyter's restarter relaunching a
+            # kernel whose group ended): it cancels its group once it has one.
+            self._cancelled = True
 
     def launch_coming(self, *, cancelled: bool = False) -> None:
         """A front end prepares a launch (jupyter's `pre_launch`): a cancel from now on ends

@@ -1,13 +1,21 @@
-"""Fixtures of the kubernetes-backend tests: a fake cluster enforcing etc/kubernetes/rbac.yaml
-with etc/kubernetes/queues.yaml, and the test server's kubernetes backend pointed at it.
+"""Fixtures of the kubernetes-backend tests, on two planes (`tests/kube/planes.py`).
 
-The suite runs on the fake's default Kueue release, 0.19; a representative `SUBSET` of it (start,
-queue position, cancel, preemption and resume, a failure sentence, clean-up) also runs once per
-release of `SUBSET_RELEASES`, each with that release's CRDs (`RELEASE_CRDS`)."""
+`plane`: a test that takes it runs on the fake cluster and on the real control plane (real
+kube-apiserver, etcd, scheduler, controller manager and Kueue, and the node agent; built from Go
+modules by `scripts/control-plane build`), ids `fake-0.19` and `real-0.19`. `cluster`: a
+`FakeCluster`, for a test that needs what only the fake has. Both enforce
+etc/kubernetes/rbac.yaml for the server, with etc/kubernetes/queues.yaml and `GPU_QUOTA`.
+
+The suite runs on Kueue 0.19; a representative `SUBSET` of it (start, queue position, cancel,
+preemption and resume, a failure sentence, clean-up) also runs once per release: on the fake
+each of `SUBSET_RELEASES` (each with that release's CRDs, `RELEASE_CRDS`), on the real plane
+each of `REAL_RELEASES` (each release built from its own module).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +24,11 @@ import pytest
 from jupyter_server.serverapp import ServerApp
 from kernel_queue_fake_cluster.apiserver import rbac
 from kernel_queue_fake_cluster.cluster import FakeCluster
+from kernel_queue_fake_cluster.control_plane import build
+from kernel_queue_fake_cluster.control_plane.fault_proxy import FaultProxy
 
 from tests.conftest import KUEUE_CRDS, KUEUE_DATA, skip_unless_ci
+from tests.kube.planes import FakePlane, Plane, RealPlane, RealPlanes
 from tests.kube.support import ADMIN_TOKEN, GPU_QUOTA, OWNER, QUEUES, RBAC, SERVER_TOKEN
 
 SUBSET_RELEASES: tuple[str, ...] = ("0.14", "0.19", "0.20")
@@ -40,18 +51,41 @@ RELEASE_CRDS = {"0.14": KUEUE_DATA / "v0.14" / "crds", "0.19": KUEUE_CRDS, "0.20
 """Each release's CRDs: 0.14's own, main's (0.19) for 0.19 and for 0.20, which drops v1beta1."""
 
 
+REAL_RELEASES: tuple[str, ...] = ("0.14", "0.19")
+"""The Kueue releases the real plane runs the `SUBSET` on (the newest the Go module proxy
+serves, and the oldest v1beta1-only one; see control_plane/releases.py)."""
+DEFAULT_RELEASE = "0.19"
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """A test of the `SUBSET` runs once per release of `SUBSET_RELEASES` (its
-    `cluster_options` are `{"kueue": release}`)."""
-    if (metafunc.definition.path.name, metafunc.function.__name__) in SUBSET:
+    """A test that takes `plane` runs on both planes; a test of the `SUBSET` once per release
+    of each plane (`SUBSET_RELEASES`, `REAL_RELEASES`). A fake-only test of the `SUBSET` runs
+    once per release of `SUBSET_RELEASES` (its `cluster_options` are `{"kueue": release}`)."""
+    subset = (metafunc.definition.path.name, metafunc.function.__name__) in SUBSET
+    if "plane" in inspect.signature(metafunc.function).parameters:
+        fake = SUBSET_RELEASES if subset else (DEFAULT_RELEASE,)
+        real = REAL_RELEASES if subset else (DEFAULT_RELEASE,)
+        specs = [("fake", r) for r in fake] + [("real", r) for r in real]
+        ids = [f"{kind}-{release}" for kind, release in specs]
+        metafunc.parametrize("plane", specs, ids=ids, indirect=True)
+    elif subset:
         options = [{"kueue": release} for release in SUBSET_RELEASES]
         ids = [f"kueue-{release}" for release in SUBSET_RELEASES]
         metafunc.parametrize("cluster_options", options, ids=ids)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A `SUBSET` entry naming no test of its module is an error, not a test that silently
-    stopped running on every release."""
+    """Tests on the real plane run last, those of one release together (one plane at a time,
+    started once; by then `scripts/test`'s background build of it has had the most time). A
+    `SUBSET` entry naming no test of its module is an error, not a test that silently stopped
+    running on every release."""
+
+    def order(item: pytest.Item) -> tuple[int, str]:
+        callspec = getattr(item, "callspec", None)
+        kind, release = (callspec.params.get("plane") if callspec else None) or ("fake", "")
+        return (0, "") if kind == "fake" else (1, "" if release == DEFAULT_RELEASE else release)
+
+    items.sort(key=order)  # stable: the order within each group stays
     modules = {
         item.module.__name__: item.module for item in items if isinstance(item, pytest.Function)
     }
@@ -76,6 +110,65 @@ def cluster(
 ) -> Iterator[FakeCluster]:
     """A fake cluster enforcing etc/kubernetes/rbac.yaml, with etc/kubernetes/queues.yaml at
     its release's version (`cluster_options["kueue"]`: a release, with its `RELEASE_CRDS`)."""
+    fake = _fake_cluster(tmp_path, jp_asyncio_loop, cluster_options)
+    yield fake
+    _stop_kernels(jp_asyncio_loop)
+    jp_asyncio_loop.run_until_complete(fake.stop())
+
+
+def _stop_kernels(loop: asyncio.AbstractEventLoop) -> None:
+    """The server's own clean-up runs after the cluster fixture's: stop its kernels while the
+    cluster still answers, so nothing is left half-deleted and no client retries a closed
+    port."""
+    if ServerApp.initialized():
+        loop.run_until_complete(ServerApp.instance().kernel_manager.shutdown_all())
+
+
+@pytest.fixture(scope="session")
+def real_planes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealPlanes]:
+    """The session's real control planes, started when a test first asks for one."""
+    planes = RealPlanes(tmp_path_factory.mktemp("control-planes"))
+    yield planes
+    planes.close()
+
+
+@pytest.fixture
+def plane(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    jp_asyncio_loop: asyncio.AbstractEventLoop,
+    cluster_options: dict[str, Any],
+) -> Iterator[Plane]:
+    """The plane a test runs on (`pytest_generate_tests` parametrizes it): the fake cluster, or
+    a real control plane brought back to its first state with a `FaultProxy` of this test's
+    in front of it."""
+    kind, release = getattr(request, "param", ("fake", DEFAULT_RELEASE))
+    if kind == "fake":
+        options = {**cluster_options, "kueue": release}
+        fake = _fake_cluster(tmp_path, jp_asyncio_loop, options)
+        yield FakePlane(fake, SERVER_TOKEN)
+        _stop_kernels(jp_asyncio_loop)
+        jp_asyncio_loop.run_until_complete(fake.stop())
+        return
+    if build.built() is None:
+        why = build.missing_go()
+        if why is not None:
+            skip_unless_ci(f"the real control plane cannot run here: {why}")
+        build.build()  # waits for the background build `scripts/test` started, else builds
+    planes: RealPlanes = request.getfixturevalue("real_planes")
+    control = planes.plane(release)
+    token = planes.server_token(release)
+    proxy = jp_asyncio_loop.run_until_complete(FaultProxy(control.url, control.pki.ca.cert).start())
+    real = RealPlane(control, proxy, token)
+    real.reset()
+    yield real
+    _stop_kernels(jp_asyncio_loop)
+    jp_asyncio_loop.run_until_complete(proxy.stop())
+
+
+def _fake_cluster(
+    tmp_path: Path, loop: asyncio.AbstractEventLoop, cluster_options: dict[str, Any]
+) -> FakeCluster:
     release = cluster_options.get("kueue")
     crds = RELEASE_CRDS[release] if isinstance(release, str) else KUEUE_CRDS
     if not crds.exists():
@@ -89,17 +182,12 @@ def cluster(
     policy = [doc for doc in RBAC if doc["apiVersion"].startswith("rbac.")]
     options = {"tokens": tokens, "rbac_objects": policy, **cluster_options}
     fake = FakeCluster(root_dir=tmp_path / "cluster", **options)
-    jp_asyncio_loop.run_until_complete(fake.start())
+    loop.run_until_complete(fake.start())
     if options.get("crds") is not False:
         fake.apply(fake.for_release(QUEUES))
         assert fake.kueue is not None
         fake.kueue.set_quota("cluster-queue", "default-flavor", GPU_QUOTA)
-    yield fake
-    # The server's own clean-up runs after this fixture's: stop its kernels while the cluster
-    # still answers, so nothing is left half-deleted and no client retries a closed port.
-    if ServerApp.initialized():
-        jp_asyncio_loop.run_until_complete(ServerApp.instance().kernel_manager.shutdown_all())
-    jp_asyncio_loop.run_until_complete(fake.stop())
+    return fake
 
 
 @pytest.fixture
@@ -115,9 +203,19 @@ def backend_config() -> dict[str, Any]:
 
 @pytest.fixture
 def jp_server_config(
-    jp_server_config: dict[str, Any], cluster: FakeCluster, backend_config: dict[str, Any]
+    request: pytest.FixtureRequest,
+    jp_server_config: dict[str, Any],
+    tmp_path: Path,
+    backend_config: dict[str, Any],
 ) -> dict[str, Any]:
-    kubeconfig = cluster.kubeconfig_for(SERVER_TOKEN, name="server-kubeconfig")
+    """The server's kubernetes backend on the test's plane (or fake cluster), with the
+    credentials etc/kubernetes/rbac.yaml grants it."""
+    if "plane" in request.fixturenames:
+        plane: Plane = request.getfixturevalue("plane")
+        kubeconfig = plane.server_kubeconfig(tmp_path)
+    else:
+        cluster: FakeCluster = request.getfixturevalue("cluster")
+        kubeconfig = cluster.kubeconfig_for(SERVER_TOKEN, name="server-kubeconfig")
     jp_server_config["KubernetesBackend"] = {
         "kubeconfig": str(kubeconfig),
         "namespace": "default",

@@ -31,45 +31,50 @@ def kube_spec(kernelspec: KernelspecFactory, name: str = "kube", **config: Any) 
     return kernelspec(name, **config)
 
 
-def ours(cluster: FakeCluster) -> dict[str, list[str]]:
-    """Every pod, Service and Secret kernel-queue made, by plural (empty lists dropped)."""
+def _plane(where: Any) -> Any:
+    """A `planes.Plane` for a plane or a bare `FakeCluster`."""
+    from tests.kube.planes import FakePlane
+
+    return FakePlane(where, SERVER_TOKEN) if isinstance(where, FakeCluster) else where
+
+
+def ours(where: Any) -> dict[str, list[str]]:
+    """Every pod, Service and Secret kernel-queue made, by plural (empty lists dropped);
+    `where`: a plane (`planes.Plane`) or a `FakeCluster`."""
+    plane = _plane(where)
     found = {}
     for plural in ("pods", "services", "secrets"):
-        items, _ = cluster.store.list_objects("", plural, None, labels=OURS)
-        found[plural] = [i["metadata"]["name"] for i in items]
+        found[plural] = [i["metadata"]["name"] for i in plane.objects("", plural, None, OURS)]
     return {k: v for k, v in found.items() if v}
 
 
-def labelled(cluster: FakeCluster, kernel_id: str) -> dict[str, list[str]]:
+def labelled(where: Any, kernel_id: str) -> dict[str, list[str]]:
     """Objects carrying the kernel's id label, and Workloads of its groups, by plural."""
+    plane = _plane(where)
     found: dict[str, list[str]] = {}
     for plural in ("pods", "services", "secrets"):
-        items, _ = cluster.store.list_objects(
-            "", plural, "default", labels=f"kernel-queue.dev/kernel-id={kernel_id}"
-        )
+        items = plane.objects("", plural, "default", f"kernel-queue.dev/kernel-id={kernel_id}")
         found[plural] = [i["metadata"]["name"] for i in items]
-    if ("kueue.x-k8s.io", "workloads") in cluster.store.types:
-        workloads, _ = cluster.store.list_objects("kueue.x-k8s.io", "workloads", "default")
-        prefix = model.group_name(kernel_id)
-        found["workloads"] = [
-            w["metadata"]["name"] for w in workloads if w["metadata"]["name"].startswith(prefix)
-        ]
+    prefix = model.group_name(kernel_id)
+    found["workloads"] = [
+        w["metadata"]["name"]
+        for w in plane.objects("kueue.x-k8s.io", "workloads", "default")
+        if w["metadata"]["name"].startswith(prefix)
+    ]
     return {k: v for k, v in found.items() if v}
 
 
-async def wait_clean(
-    server: Server, cluster: FakeCluster, *kernel_ids: str, within: float = 60
-) -> None:
+async def wait_clean(server: Server, where: Any, *kernel_ids: str, within: float = 60) -> None:
     """Wait until nothing of these kernels is left in the cluster."""
 
     async def clean() -> bool:
-        return not any(labelled(cluster, k) for k in kernel_ids)
+        return not any(labelled(where, k) for k in kernel_ids)
 
     await server.wait_for(
         clean,
         within=within,
         what="nothing of the kernels left in the cluster",
-        detail=lambda: f"objects left behind: {[labelled(cluster, k) for k in kernel_ids]}",
+        detail=lambda: f"objects left behind: {[labelled(where, k) for k in kernel_ids]}",
     )
 
 

@@ -1,14 +1,13 @@
-"""End to end on the fake cluster: real jupyter_server, the kubernetes backend over HTTP with
-RBAC from etc/kubernetes/rbac.yaml, Kueue admitting pod groups, kernels run by the fake kubelet."""
+"""End to end on both planes: real jupyter_server, the kubernetes backend over HTTP with RBAC
+from etc/kubernetes/rbac.yaml, Kueue admitting pod groups, kernels run by the node agent."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from kernel_queue_fake_cluster.cluster import FakeCluster
-
 from tests.conftest import KernelspecFactory, Server
+from tests.kube.planes import Plane
 from tests.kube.support import GPU_QUOTA, kube_spec, wait_clean
 
 WAITING_FOR_THE_GPU = "waiting for 1 more nvidia.com/gpu to free up in ClusterQueue 'cluster-queue'"
@@ -16,7 +15,7 @@ WAITING_FOR_THE_GPU = "waiting for 1 more nvidia.com/gpu to free up in ClusterQu
 
 
 async def test_a_kernel_waits_for_the_gpu_then_runs_and_leaves_nothing(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
     name = kube_spec(kernelspec)
     first = await server.start(name)
@@ -29,33 +28,31 @@ async def test_a_kernel_waits_for_the_gpu_then_runs_and_leaves_nothing(
     await server.shutdown(first)
     assert (await server.execute(second, "2+3"))["data"] == "5"
     await server.shutdown(second)
-    await wait_clean(server, cluster, first, second)
+    await wait_clean(server, plane, first, second)
 
 
 async def test_a_two_pod_group_is_admitted_as_a_gang(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    cluster.kueue.set_quota("cluster-queue", "default-flavor", {**GPU_QUOTA, "nvidia.com/gpu": 2})
+    plane.set_quota("cluster-queue", "default-flavor", {**GPU_QUOTA, "nvidia.com/gpu": 2})
     kernel = await server.start(kube_spec(kernelspec, pod_group_size=2, gpus=1))
     result = await server.execute(kernel, "import os; os.environ['KERNEL_ID'][:8]")
     assert result["data"] == repr(kernel[:8])
-    pods, _ = cluster.store.list_objects(
-        "", "pods", "default", labels=f"kernel-queue.dev/kernel-id={kernel}"
-    )
+    pods = plane.objects("", "pods", "default", f"kernel-queue.dev/kernel-id={kernel}")
     assert sorted(p["metadata"]["labels"]["kernel-queue.dev/role"] for p in pods) == [
         "head",
         "worker",
     ]
     assert {p["status"]["phase"] for p in pods} == {"Running"}
-    workloads, _ = cluster.store.list_objects("kueue.x-k8s.io", "workloads", "default")
+    workloads = plane.objects("kueue.x-k8s.io", "workloads", "default")
     (workload,) = [w for w in workloads if w["metadata"]["name"].startswith(f"kq-{kernel[:8]}")]
     assert sum(ps["count"] for ps in workload["spec"]["podSets"]) == 2
     await server.shutdown(kernel)
-    await wait_clean(server, cluster, kernel)
+    await wait_clean(server, plane, kernel)
 
 
 async def test_a_higher_priority_kernel_preempts_and_the_victim_comes_back(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, event_log: Any
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, event_log: Any
 ) -> None:
     low = await server.start(kube_spec(kernelspec, "low", priority_class="low"))
     assert (await server.execute(low, "x = 41; x + 1"))["data"] == "42"
@@ -74,38 +71,34 @@ async def test_a_higher_priority_kernel_preempts_and_the_victim_comes_back(
     resumed = [e for e in event_log.events if e["kernel_id"] == low and e["state"] == "resumed"]
     assert "variables were not restored" in resumed[-1]["message"]
     await server.shutdown(low)
-    await wait_clean(server, cluster, low, high)
+    await wait_clean(server, plane, low, high)
 
 
 async def test_restart_happens_in_place_and_keeps_the_admission(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
     name = kube_spec(kernelspec)
     running = await server.start(name)
     before = await server.execute(running, "import os; y = 1; os.getpid()")
     waiting = await server.start(name)
     await server.wait_reason(waiting, f"position 1 of 1, needs 1 GPU; {WAITING_FOR_THE_GPU}")
-    pods_before, _ = cluster.store.list_objects(
-        "", "pods", "default", labels=f"kernel-queue.dev/kernel-id={running}"
-    )
+    pods_before = plane.objects("", "pods", "default", f"kernel-queue.dev/kernel-id={running}")
     await server.fetch("api", "kernels", running, "restart", method="POST", body="{}")
     after = await server.execute(running, "import os; os.getpid()")
     assert after["data"] != before["data"]  # a new kernel process
     assert (await server.execute(running, "y"))["error"] == "NameError"
-    pods_after, _ = cluster.store.list_objects(
-        "", "pods", "default", labels=f"kernel-queue.dev/kernel-id={running}"
-    )
+    pods_after = plane.objects("", "pods", "default", f"kernel-queue.dev/kernel-id={running}")
     assert [p["metadata"]["uid"] for p in pods_after] == [p["metadata"]["uid"] for p in pods_before]
     assert (await server.model(waiting))["reason"] == (
         f"queued in 'user-queue', position 1 of 1, needs 1 GPU; {WAITING_FOR_THE_GPU}"
     )
     await server.shutdown(waiting)
     await server.shutdown(running)
-    await wait_clean(server, cluster, running, waiting)
+    await wait_clean(server, plane, running, waiting)
 
 
 async def test_delete_of_a_queued_kernel_cancels_at_once_and_leaves_nothing(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
     name = kube_spec(kernelspec)
     running = await server.start(name)
@@ -118,14 +111,14 @@ async def test_delete_of_a_queued_kernel_cancels_at_once_and_leaves_nothing(
         return queued not in await server.kernel_ids()
 
     await server.wait_for(gone, within=30)
-    await wait_clean(server, cluster, queued)
+    await wait_clean(server, plane, queued)
     assert (await server.execute(running, "2"))["data"] == "2"
     await server.shutdown(running)
-    await wait_clean(server, cluster, running)
+    await wait_clean(server, plane, running)
 
 
 async def test_a_new_server_reattaches_to_a_running_and_a_queued_kernel(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
     from jupyter_client import AsyncKernelClient
 
@@ -149,6 +142,10 @@ async def test_a_new_server_reattaches_to_a_running_and_a_queued_kernel(
         )
 
     again = {k: fresh(k) for k in (running, queued)}
+    for kernel_id in again:  # the first server is gone: it no longer watches or restarts them
+        old = manager.get_kernel(kernel_id)
+        old.stop_restarter()
+        await old.provisioner._session.aclose()
     for kernel_id, provisioner in again.items():
         await provisioner.load_provisioner_info(saved[kernel_id])
         assert await provisioner.poll() is None  # alive: running, or waiting in the queue
@@ -170,30 +167,28 @@ async def test_a_new_server_reattaches_to_a_running_and_a_queued_kernel(
 
     await server.wait_for(admitted, within=60)
     await again[queued].cleanup(restart=False)
-    await wait_clean(server, cluster, running, queued)
+    await wait_clean(server, plane, running, queued)
     from kernel_queue import backends
 
     await backends.aclose_all(asyncio.get_running_loop())  # the other server's backend
 
 
 async def test_connect_pod_ip_reaches_the_kernel_at_its_pod(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
     kernel = await server.start(kube_spec(kernelspec, connect="pod-ip"))
     assert (await server.execute(kernel, "6*7"))["data"] == "42"
     ip = server.app.kernel_manager.get_kernel(kernel).get_connection_info()["ip"]
-    pods, _ = cluster.store.list_objects(
-        "", "pods", "default", labels=f"kernel-queue.dev/kernel-id={kernel}"
-    )
+    pods = plane.objects("", "pods", "default", f"kernel-queue.dev/kernel-id={kernel}")
     assert ip == pods[0]["status"]["podIP"]
     await server.shutdown(kernel)
-    await wait_clean(server, cluster, kernel)
+    await wait_clean(server, plane, kernel)
 
 
 async def test_without_the_visibility_api_the_local_queue_count_is_shown(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    cluster.fail_next("get", "localqueues/pendingworkloads", status=503, count=10_000)
+    plane.fail_next("get", "localqueues/pendingworkloads", status=503, count=10_000)
     name = kube_spec(kernelspec)
     running = await server.start(name)
     assert (await server.execute(running, "1"))["data"] == "1"
@@ -206,4 +201,4 @@ async def test_without_the_visibility_api_the_local_queue_count_is_shown(
     )
     await server.shutdown(queued)
     await server.shutdown(running)
-    await wait_clean(server, cluster, running, queued)
+    await wait_clean(server, plane, running, queued)

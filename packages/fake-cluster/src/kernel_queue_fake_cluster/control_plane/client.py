@@ -20,6 +20,7 @@ import yaml
 
 Obj = dict[str, Any]
 
+RETRIES = 5
 CORE_KINDS = {
     "Namespace": ("", "v1", "namespaces", False),
     "ServiceAccount": ("", "v1", "serviceaccounts", True),
@@ -39,6 +40,7 @@ class ApiError(RuntimeError):
     def __init__(self, code: int, reason: str, message: str) -> None:
         super().__init__(f"{code} {reason}: {message}")
         self.code, self.reason, self.message = code, reason, message
+        self.retry_after: int | None = None
 
 
 class AdminClient:
@@ -61,7 +63,27 @@ class AdminClient:
         query: Mapping[str, str] | None = None,
         timeout: float = 30,
     ) -> Any:
-        """One request; the decoded JSON answer (or text), or `ApiError`."""
+        """One request; the decoded JSON answer (or text), or `ApiError`. A 429 (the API server
+        is busy, or a CRD's storage is still initializing) is tried again after its
+        Retry-After, up to `RETRIES` times."""
+        for attempt in range(RETRIES + 1):
+            try:
+                return self._request(method, path, body, content_type, query, timeout)
+            except ApiError as exc:
+                if exc.code != 429 or attempt == RETRIES:
+                    raise
+                time.sleep(exc.retry_after or 1)
+        raise AssertionError("unreachable")
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        content_type: str,
+        query: Mapping[str, str] | None,
+        timeout: float,
+    ) -> Any:
         if query:
             path = f"{path}?{urllib.parse.urlencode(query)}"
         data = (
@@ -88,11 +110,14 @@ class AdminClient:
             answer = text
         if response.status >= 400:
             status = answer if isinstance(answer, dict) else {}
-            raise ApiError(
+            error = ApiError(
                 response.status,
                 str(status.get("reason", response.reason)),
                 str(status.get("message", text)),
             )
+            retry = response.getheader("Retry-After") or ""
+            error.retry_after = int(retry) if retry.isdigit() else None
+            raise error
         return answer
 
     # -- objects by kind -------------------------------------------------------------------------
@@ -146,14 +171,31 @@ class AdminClient:
             except ApiError as exc:
                 if exc.code != 409:
                     raise
-                target = f"{collection}/{meta['name']}"
-                current = self.request("GET", target)
-                doc = {
-                    **doc,
-                    "metadata": {**meta, "resourceVersion": current["metadata"]["resourceVersion"]},
-                }
-                stored.append(self.request("PUT", target, doc))
+                stored.append(self._replace(f"{collection}/{meta['name']}", doc))
         return stored
+
+    def _replace(self, target: str, doc: Obj) -> Obj:
+        """PUT `doc` over the object at `target` unless it already says the same; a write that
+        met another's (409 Conflict: a controller wrote the object meanwhile) is tried again."""
+        for attempt in range(RETRIES + 1):
+            current: Obj = self.request("GET", target)
+            same = all(
+                current.get(k) == v for k, v in doc.items() if k not in ("metadata", "status")
+            )
+            labels = (doc.get("metadata") or {}).get("labels")
+            if same and (labels is None or current["metadata"].get("labels") == labels):
+                return current
+            meta = {
+                **(doc.get("metadata") or {}),
+                "resourceVersion": current["metadata"]["resourceVersion"],
+            }
+            try:
+                replaced: Obj = self.request("PUT", target, {**doc, "metadata": meta})
+                return replaced
+            except ApiError as exc:
+                if exc.code != 409 or attempt == RETRIES:
+                    raise
+        raise AssertionError("unreachable")
 
     def list(
         self, api_version: str, kind: str, namespace: str | None = None, *, labels: str = ""

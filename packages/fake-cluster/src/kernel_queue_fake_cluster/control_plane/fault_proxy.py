@@ -73,6 +73,8 @@ class FaultProxy:
             await self._runner.cleanup()
         if self._session is not None:
             await self._session.close()
+            # TLS connections finish closing on the loop's next turns (aiohttp's advice)
+            await asyncio.sleep(0.25)
 
     # -- the fake's fault calls -------------------------------------------------------------
 

@@ -56,6 +56,9 @@ CONTROLLERS = (
     "serviceaccount-token-controller",
     "root-ca-certificate-publisher-controller",
     "persistentvolume-binder-controller",  # binds the claims the node agent provisions
+    # lifts the not-ready taint the API server puts on a new Node once the agent reports it
+    # Ready, and watches its Lease (the agent renews it)
+    "node-lifecycle-controller",
 )
 """kube-controller-manager's controllers the tests need; nothing that watches nodes' health."""
 
@@ -585,6 +588,7 @@ def _healthy(port: int) -> bool:
 
 def _port_free(port: int, who: str) -> None:
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Go's listeners
         try:
             probe.bind(("0.0.0.0", port))
         except OSError:

@@ -1,0 +1,366 @@
+"""The two planes the kube tests run on, behind one face: the fake cluster and the real control
+plane (kube-apiserver, etcd, kube-scheduler, kube-controller-manager, the real Kueue and the
+node agent; `kernel_queue_fake_cluster.control_plane`).
+
+A test that takes the `plane` fixture runs on both (ids `fake` and `real`); one that takes
+`cluster` (a `FakeCluster`) needs what only the fake has (its store, its Kueue's hand-driven
+admission, its kubelet's faults) and runs on the fake only. Both planes enforce
+etc/kubernetes/rbac.yaml for the server, serve etc/kubernetes/queues.yaml at their Kueue
+release's version with `GPU_QUOTA`, and inject faults with the same calls (`fail_next`,
+`drop_watches`, `expire_next_watch`, `latency`): the fake in its API server, the real plane
+through a `FaultProxy` in front of its API server, which the server's kubeconfig names.
+
+A real plane starts once per Kueue release and session (about 10 s once built; the build
+itself, `scripts/control-plane build`, is cached) and is brought back to its first state before
+each test: everything kernel-queue made is deleted, extra namespaces and queues go, and the
+queues, quota and RBAC are applied again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kernel_queue_fake_cluster.cluster import FakeCluster
+from kernel_queue_fake_cluster.control_plane.client import ApiError
+from kernel_queue_fake_cluster.control_plane.fault_proxy import FaultProxy
+from kernel_queue_fake_cluster.control_plane.plane import ControlPlane
+from kernel_queue_fake_cluster.kueue import conversion
+from kernel_queue_fake_cluster.node import volumes
+
+from tests.kube.support import GPU_QUOTA, OURS, QUEUES, RBAC
+
+Obj = dict[str, Any]
+KUEUE = "kueue.x-k8s.io"
+VERSIONS = {
+    "": "v1",
+    "rbac.authorization.k8s.io": "v1",
+    "networking.k8s.io": "v1",
+    "apps": "v1",
+    "coordination.k8s.io": "v1",
+    "scheduling.k8s.io": "v1",
+}
+BASE_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "kueue-system"}
+KERNEL_PLURALS = ("pods", "services", "secrets", "configmaps")
+"""What kernel-queue makes in a namespace (besides Workloads, which Kueue makes)."""
+
+
+class Plane:
+    """What the kube tests ask of a cluster, on either plane."""
+
+    kind = ""
+    release = ""
+
+    def objects(
+        self, group: str, plural: str, namespace: str | None = "default", labels: str = ""
+    ) -> list[Obj]:
+        raise NotImplementedError
+
+    def get(self, group: str, plural: str, namespace: str | None, name: str) -> Obj | None:
+        raise NotImplementedError
+
+    def delete(
+        self, group: str, plural: str, namespace: str | None, name: str, *, grace: int | None = None
+    ) -> None:
+        raise NotImplementedError
+
+    def apply(self, manifests: str | Iterable[Obj]) -> list[Obj]:
+        """Create or replace each object; Kueue's at the version this release serves."""
+        raise NotImplementedError
+
+    def set_quota(self, cluster_queue: str, flavor: str, quota: Mapping[str, str | int]) -> None:
+        raise NotImplementedError
+
+    def server_kubeconfig(self, root: Path) -> Path:
+        """A kubeconfig with the credentials etc/kubernetes/rbac.yaml grants the server."""
+        raise NotImplementedError
+
+    def claim_dir(self, namespace: str, claim: str) -> Path:
+        """The local folder that holds claim `claim`'s files."""
+        raise NotImplementedError
+
+    # faults, as FakeCluster names them
+    def fail_next(
+        self, verb: str, plural: str, status: int = 500, count: int = 1, **options: Any
+    ) -> None:
+        self.faults.fail_next(verb, plural, status, count, **options)
+
+    def drop_watches(self) -> None:
+        self.faults.drop_watches()
+
+    def expire_next_watch(self, count: int = 1) -> None:
+        self.faults.expire_next_watch(count)
+
+    def clear_faults(self) -> None:
+        self.faults.clear_faults()
+
+    @property
+    def faults_pending(self) -> int:
+        return int(self.faults.faults_pending)
+
+    @property
+    def faults(self) -> Any:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} plane, Kueue {self.release}>"
+
+
+class FakePlane(Plane):
+    kind = "fake"
+
+    def __init__(self, cluster: FakeCluster, server_token: str) -> None:
+        self.cluster, self.server_token = cluster, server_token
+        self.release = cluster.release.name if cluster.release is not None else ""
+
+    @property
+    def faults(self) -> Any:
+        return self.cluster
+
+    def objects(
+        self, group: str, plural: str, namespace: str | None = "default", labels: str = ""
+    ) -> list[Obj]:
+        if (group, plural) not in self.cluster.store.types:
+            return []
+        items, _ = self.cluster.store.list_objects(group, plural, namespace, labels=labels or None)
+        return list(items)
+
+    def get(self, group: str, plural: str, namespace: str | None, name: str) -> Obj | None:
+        from kernel_queue_fake_cluster.apiserver.errors import ApiError as FakeError
+
+        try:
+            return dict(self.cluster.store.get(group, plural, namespace, name))
+        except FakeError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    def delete(
+        self, group: str, plural: str, namespace: str | None, name: str, *, grace: int | None = None
+    ) -> None:
+        self.cluster.store.delete(group, plural, namespace, name, grace_seconds=grace)
+
+    def apply(self, manifests: str | Iterable[Obj]) -> list[Obj]:
+        return self.cluster.apply(self.cluster.for_release(manifests))
+
+    def set_quota(self, cluster_queue: str, flavor: str, quota: Mapping[str, str | int]) -> None:
+        assert self.cluster.kueue is not None
+        self.cluster.kueue.set_quota(cluster_queue, flavor, dict(quota))
+
+    def server_kubeconfig(self, root: Path) -> Path:
+        return self.cluster.kubeconfig_for(self.server_token, name="server-kubeconfig")
+
+    def claim_dir(self, namespace: str, claim: str) -> Path:
+        assert self.cluster.kubelet is not None
+        return Path(self.cluster.kubelet.claim_dir(namespace, claim))
+
+
+class RealPlane(Plane):
+    """A session's `ControlPlane` and this test's `FaultProxy` in front of it."""
+
+    kind = "real"
+
+    def __init__(self, control: ControlPlane, proxy: FaultProxy, server_token: str) -> None:
+        self.control, self.proxy, self.server_token = control, proxy, server_token
+        self.release = control.release.name
+        self.admin = control.admin
+
+    @property
+    def faults(self) -> Any:
+        return self.proxy
+
+    @property
+    def latency(self) -> float:
+        return self.proxy.latency
+
+    @latency.setter
+    def latency(self, seconds: float) -> None:
+        self.proxy.latency = seconds
+
+    def version(self, group: str) -> str:
+        if group == KUEUE:
+            return "v1beta1" if self.release == "0.14" else "v1beta2"
+        return VERSIONS.get(group, "v1")
+
+    def objects(
+        self, group: str, plural: str, namespace: str | None = "default", labels: str = ""
+    ) -> list[Obj]:
+        path = self.admin.resource(group, self.version(group), plural, namespace)
+        query = {"labelSelector": labels} if labels else None
+        try:
+            return list(self.admin.request("GET", path, query=query)["items"])
+        except ApiError as exc:
+            if exc.code == 404:
+                return []
+            raise
+
+    def get(self, group: str, plural: str, namespace: str | None, name: str) -> Obj | None:
+        try:
+            found: Obj = self.admin.request(
+                "GET", self.admin.resource(group, self.version(group), plural, namespace, name)
+            )
+        except ApiError as exc:
+            if exc.code == 404:
+                return None
+            raise
+        return found
+
+    def delete(
+        self, group: str, plural: str, namespace: str | None, name: str, *, grace: int | None = None
+    ) -> None:
+        path = self.admin.resource(group, self.version(group), plural, namespace, name)
+        body = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if grace is not None:
+            body["gracePeriodSeconds"] = grace  # type: ignore[assignment]
+        self.admin.request("DELETE", path, body)
+
+    def apply(self, manifests: str | Iterable[Obj]) -> list[Obj]:
+        return self.admin.apply(converted(manifests, self.version(KUEUE)))
+
+    def set_quota(self, cluster_queue: str, flavor: str, quota: Mapping[str, str | int]) -> None:
+        path = self.admin.resource(KUEUE, self.version(KUEUE), "clusterqueues", None, cluster_queue)
+        queue = self.admin.request("GET", path)
+        for group in queue["spec"]["resourceGroups"]:
+            for entry in group["flavors"]:
+                if entry["name"] != flavor:
+                    continue
+                for resource in entry["resources"]:
+                    if resource["name"] in quota:
+                        resource["nominalQuota"] = quota[resource["name"]]
+        self.admin.request("PUT", path, queue)
+
+    def server_kubeconfig(self, root: Path) -> Path:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "real", "cluster": {"server": self.proxy.url}}],
+            "users": [{"name": "server", "user": {"token": self.server_token}}],
+            "contexts": [
+                {
+                    "name": "real",
+                    "context": {"cluster": "real", "user": "server", "namespace": "default"},
+                }
+            ],
+            "current-context": "real",
+        }
+        path = root / "server-kubeconfig"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def claim_dir(self, namespace: str, claim: str) -> Path:
+        return Path(volumes.claim_dir(self.control.agent_root, namespace, claim))
+
+    # -- back to the first state ------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Delete what earlier tests left, then apply the base queues, quota and RBAC again."""
+        base = {
+            (doc["kind"], (doc.get("metadata") or {}).get("name"))
+            for doc in yaml.safe_load_all(QUEUES)
+            if doc
+        }
+        for namespace in self.objects("", "namespaces", None):
+            name = namespace["metadata"]["name"]
+            if name not in BASE_NAMESPACES and not namespace["metadata"].get("deletionTimestamp"):
+                self.delete("", "namespaces", None, name)
+        for plural in (
+            "localqueues",
+            "clusterqueues",
+            "resourceflavors",
+            "workloadpriorityclasses",
+        ):
+            scoped = plural == "localqueues"
+            for obj in self.objects(KUEUE, plural, None):
+                meta = obj["metadata"]
+                if (obj["kind"], meta["name"]) not in base or (
+                    scoped and meta.get("namespace") != "default"
+                ):
+                    with contextlib.suppress(ApiError):
+                        self.delete(
+                            KUEUE, plural, meta.get("namespace") if scoped else None, meta["name"]
+                        )
+        self._clean("default")
+        self.apply(QUEUES)
+        self.set_quota("cluster-queue", "default-flavor", GPU_QUOTA)
+        self.admin.apply([doc for doc in RBAC if doc])
+
+        def gone() -> bool:
+            names = {n["metadata"]["name"] for n in self.objects("", "namespaces", None)}
+            return names <= BASE_NAMESPACES and not self._left("default")
+
+        self.admin.wait("the plane back to its first state", gone, within=60)
+
+    def _clean(self, namespace: str) -> None:
+        for plural in KERNEL_PLURALS:
+            for obj in self.objects("", plural, namespace, OURS):
+                with contextlib.suppress(ApiError):
+                    self.delete("", plural, namespace, obj["metadata"]["name"], grace=0)
+        for claim in self.objects("", "persistentvolumeclaims", namespace):
+            with contextlib.suppress(ApiError):
+                self.delete("", "persistentvolumeclaims", namespace, claim["metadata"]["name"])
+        for workload in self.objects(KUEUE, "workloads", namespace):
+            with contextlib.suppress(ApiError):
+                self.delete(KUEUE, "workloads", namespace, workload["metadata"]["name"])
+
+    def _left(self, namespace: str) -> list[str]:
+        found = [
+            f"{plural}/{obj['metadata']['name']}"
+            for plural in KERNEL_PLURALS
+            for obj in self.objects("", plural, namespace, OURS)
+        ]
+        found += [
+            f"workloads/{w['metadata']['name']}"
+            for w in self.objects(KUEUE, "workloads", namespace)
+        ]
+        return found
+
+
+def converted(manifests: str | Iterable[Obj], version: str) -> list[Obj]:
+    """Kueue's objects of `manifests` at `kueue.x-k8s.io/<version>`, the others as they are."""
+    docs = yaml.safe_load_all(manifests) if isinstance(manifests, str) else manifests
+    target = f"{KUEUE}/{version}"
+    return [
+        conversion.convert(doc, target) if doc["apiVersion"].startswith(f"{KUEUE}/") else doc
+        for doc in docs
+        if doc
+    ]
+
+
+class RealPlanes:
+    """The session's real planes, one per Kueue release, started when first asked for."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._planes: dict[str, ControlPlane] = {}
+        self._tokens: dict[str, str] = {}
+
+    def plane(self, release: str) -> ControlPlane:
+        if release not in self._planes:
+            for other in list(self._planes):  # one at a time: 0.14 listens on a fixed port
+                self._planes.pop(other).stop()
+            started = time.monotonic()
+            control = ControlPlane(
+                kueue=release, root=self.root / f"kueue-{release}-{int(started)}"
+            )
+            self._planes[release] = control.start()
+        return self._planes[release]
+
+    def server_token(self, release: str) -> str:
+        """The token of the service account etc/kubernetes/rbac.yaml grants (TokenRequest)."""
+        if release not in self._tokens:
+            control = self.plane(release)
+            control.admin.apply([doc for doc in RBAC if doc])
+            self._tokens[release] = control.service_account_token("default", "kernel-queue")
+        return self._tokens[release]
+
+    def close(self) -> None:
+        for control in self._planes.values():
+            control.stop()
+        self._planes.clear()
+
+    def __iter__(self) -> Iterator[ControlPlane]:
+        return iter(self._planes.values())
