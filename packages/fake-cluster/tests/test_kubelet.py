@@ -142,6 +142,17 @@ def events(store: Store, name: str) -> list[tuple[str, str]]:
     return [(e["reason"], e["message"]) for e in items if e["involvedObject"]["name"] == name]
 
 
+async def seen(
+    store: Store, name: str, check: Callable[[list[tuple[str, str]]], bool]
+) -> list[tuple[str, str]]:
+    """The pod's events once `check` holds of them (the agent posts Events in order, a moment
+    after the status that tells the same)."""
+    found: list[tuple[str, str]] = await until(
+        lambda: (now := events(store, name)) and check(now) and now, what=f"events of {name}"
+    )
+    return found
+
+
 async def logged(kubelet: NodeAgent, name: str, text: str) -> str:
     def check() -> str:
         with contextlib.suppress(node_client.ApiError):
@@ -150,6 +161,21 @@ async def logged(kubelet: NodeAgent, name: str, text: str) -> str:
         return ""
 
     return str(await until(check, what=f"{text!r} in the log of {name}"))
+
+
+async def started(store: Store, kubelet: NodeAgent, name: str, text: str) -> Obj:
+    """The pod once `text` is in its log and its status says so: Running, its process's
+    containerID (the agent's status writes may come a moment after the process prints)."""
+    await logged(kubelet, name, text)
+
+    def reported() -> Obj | None:
+        pod = find(store, name)
+        statuses = (pod or {}).get("status", {}).get("containerStatuses") or [{}]
+        running = (pod or {}).get("status", {}).get("phase") == "Running"
+        return pod if running and "containerID" in statuses[0] else None
+
+    found: Obj = await until(reported, what=f"{name} Running")
+    return found
 
 
 def remove_gate(store: Store, name: str) -> None:
@@ -201,6 +227,9 @@ async def test_an_ungated_pod_runs_its_command_with_spec_env_only_and_succeeds(
         done = store.get("", "pods", NS, "env")
         report = json.loads(kubelet.logs(NS, "env"))
         env = report["env"]
+        await seen(
+            store, "env", lambda found: [r for r, _ in found][:2] == ["Scheduled", "Started"]
+        )
 
     assert "Running" in phases
     assert terminated(done)["exitCode"] == 0
@@ -224,8 +253,6 @@ async def test_an_ungated_pod_runs_its_command_with_spec_env_only_and_succeeds(
     assert report["python"] == os.path.join(os.path.dirname(sys.executable), "python")
     assert report["argv"] == ["hello-x"]
     assert Path(report["cwd"]).is_relative_to(tmp_path / "cluster" / "pods")
-    reasons = [reason for reason, _ in events(store, "env")]
-    assert reasons[:2] == ["Scheduled", "Started"]
 
 
 async def test_a_gated_pod_shows_scheduling_gated_and_starts_once_its_gate_is_removed(
@@ -311,7 +338,7 @@ async def test_two_pods_bind_the_same_port_on_their_own_pod_ips(tmp_path: Path) 
         for name in ("one", "two"):
             store.create("", "pods", NS, python_pod(name, SERVE))
         for name in ("one", "two"):
-            await logged(kubelet, name, "listening")
+            await started(store, kubelet, name, "listening")
         ips = {name: store.get("", "pods", NS, name)["status"]["podIP"] for name in ("one", "two")}
         assert ips["one"] != ips["two"]
         for name, ip in ips.items():
@@ -351,7 +378,7 @@ async def test_graceful_delete_sends_sigterm_and_the_exit_code_sets_the_phase(
         pod = python_pod("victim", TRAP, on_sigterm, terminationGracePeriodSeconds=grace)
         pod["metadata"]["finalizers"] = [FINALIZER]
         store.create("", "pods", NS, pod)
-        await logged(kubelet, "victim", "trapped")
+        await started(store, kubelet, "victim", "trapped")
         marked = store.delete("", "pods", NS, "victim")
         assert marked["metadata"]["deletionTimestamp"]
         assert marked["metadata"]["deletionGracePeriodSeconds"] == grace
@@ -369,7 +396,7 @@ async def test_graceful_delete_sends_sigterm_and_the_exit_code_sets_the_phase(
         # SIGTERM came first; the container that ignored it ran on until the SIGKILL (137)
         survived = "ignoring SIGTERM\n" if on_sigterm == "ignore" else ""
         assert kubelet.logs(NS, "victim") == "trapped\n" + survived
-        assert ("Killing", "Stopping container main") in events(store, "victim")
+        await seen(store, "victim", lambda found: ("Killing", "Stopping container main") in found)
 
         held["metadata"]["finalizers"] = []
         store.replace("", "pods", NS, "victim", held)
@@ -457,9 +484,8 @@ async def test_a_pod_whose_claim_is_missing_stays_unschedulable_until_the_claim_
         await until(reported, what="the missing claim in PodScheduled")
         pod = store.get("", "pods", NS, "waits")
         assert condition(pod, "PodScheduled")["reason"] == "Unschedulable"
-        assert ("FailedScheduling", condition(pod, "PodScheduled")["message"]) in events(
-            store, "waits"
-        )
+        why = ("FailedScheduling", condition(pod, "PodScheduled")["message"])
+        await seen(store, "waits", lambda found: why in found)
         store.create("", "persistentvolumeclaims", NS, {"metadata": {"name": "later"}, "spec": {}})
         await until(lambda: phase(store, "waits") == "Succeeded", what="Succeeded")
 
@@ -571,7 +597,7 @@ async def test_an_unschedulable_pod_reports_insufficient_gpu_until_the_fault_cle
         message = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
         assert condition(pod, "PodScheduled")["message"] == message
         assert pod["status"]["phase"] == "Pending"
-        assert ("FailedScheduling", message) in events(store, "big")
+        await seen(store, "big", lambda found: ("FailedScheduling", message) in found)
         kubelet.clear_faults()
         await until(lambda: phase(store, "big") == "Succeeded", what="big Succeeded")
 
@@ -657,7 +683,7 @@ async def test_aclose_leaves_no_process_and_no_listener(tmp_path: Path) -> None:
                 "spec": {"selector": {"app": "lingers"}, "ports": [{"port": 7000}]},
             },
         )
-        await logged(kubelet, "lingers", "started")
+        await started(store, kubelet, "lingers", "started")
         status = store.get("", "pods", NS, "lingers")["status"]
         pid = int(status["containerStatuses"][0]["containerID"].removeprefix("fake://"))
         ip = store.get("", "services", NS, "svc")["spec"]["clusterIP"]
@@ -825,8 +851,9 @@ async def test_an_image_without_python_fails_to_start_as_a_real_kubelet_says(
         assert ended["exitCode"] == 128
         assert ended["reason"] == "StartError"
         assert 'exec: "python": executable file not found in $PATH' in ended["message"]
-        failed = [m for r, m in events(store, "nopython") if r == "Failed"]
-        assert failed and 'exec: "python": executable file not found in $PATH' in failed[0]
+        found = await seen(store, "nopython", lambda found: any(r == "Failed" for r, _ in found))
+        failed = [m for r, m in found if r == "Failed"]
+        assert 'exec: "python": executable file not found in $PATH' in failed[0]
 
 
 # -- the node agent's API semantics --------------------------------------------------------
@@ -915,7 +942,7 @@ async def test_a_graceful_delete_keeps_the_pod_until_the_agent_deletes_it_with_g
         store.create(
             "", "pods", NS, python_pod("slow", TRAP, "0", terminationGracePeriodSeconds=30)
         )
-        await logged(kubelet, "slow", "trapped")
+        await started(store, kubelet, "slow", "trapped")
         seen: list[tuple[str, str | None, int | None]] = []
 
         def record(kind: str, obj: Obj) -> None:
@@ -932,7 +959,7 @@ async def test_a_graceful_delete_keeps_the_pod_until_the_agent_deletes_it_with_g
         assert seen[-1][:2] == ("DELETED", "Succeeded")
 
         store.create("", "pods", NS, python_pod("forced", TRAP, "ignore"))
-        await logged(kubelet, "forced", "trapped")
+        await started(store, kubelet, "forced", "trapped")
         status = store.get("", "pods", NS, "forced")["status"]
         pid = int(status["containerStatuses"][0]["containerID"].removeprefix("fake://"))
         store.delete("", "pods", NS, "forced", grace_seconds=0)
