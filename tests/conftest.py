@@ -9,7 +9,7 @@ import json
 import os
 import tempfile
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -349,6 +349,29 @@ def launcher_pids(kernel_ids: tuple[str, ...] = ()) -> set[int]:
                 continue
         found.add(int(entry.name))
     return found
+
+
+@pytest.fixture(scope="session")
+def real_planes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The session's real control planes (`tests.kube.planes.RealPlanes`), one per Kueue
+    release, started when a test first asks for one and stopped at the end of the session."""
+    from tests.kube.planes import RealPlanes
+
+    planes = RealPlanes(tmp_path_factory.mktemp("control-planes"))
+    yield planes
+    planes.close()
+
+
+def real_plane_ready() -> None:
+    """Return once the real control plane is built (waiting for a build in progress, or
+    building it); skip, saying why, where it cannot be (never under CI)."""
+    from kernel_queue_fake_cluster.control_plane import build
+
+    if build.built() is None:
+        why = build.missing_go()
+        if why is not None:
+            skip_unless_ci(f"the real control plane cannot run here: {why}")
+        build.build()  # waits for the background build `scripts/test` started, else builds
 
 
 def skip_unless_ci(message: str) -> None:

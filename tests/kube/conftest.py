@@ -24,10 +24,9 @@ import pytest
 from jupyter_server.serverapp import ServerApp
 from kernel_queue_fake_cluster.apiserver import rbac
 from kernel_queue_fake_cluster.cluster import FakeCluster
-from kernel_queue_fake_cluster.control_plane import build
 from kernel_queue_fake_cluster.control_plane.fault_proxy import FaultProxy
 
-from tests.conftest import KUEUE_CRDS, KUEUE_DATA, skip_unless_ci
+from tests.conftest import KUEUE_CRDS, KUEUE_DATA, real_plane_ready, skip_unless_ci
 from tests.kube.planes import FakePlane, Plane, RealPlane, RealPlanes
 from tests.kube.support import ADMIN_TOKEN, GPU_QUOTA, OWNER, QUEUES, RBAC, SERVER_TOKEN
 
@@ -124,14 +123,6 @@ def _stop_kernels(loop: asyncio.AbstractEventLoop) -> None:
         loop.run_until_complete(ServerApp.instance().kernel_manager.shutdown_all())
 
 
-@pytest.fixture(scope="session")
-def real_planes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealPlanes]:
-    """The session's real control planes, started when a test first asks for one."""
-    planes = RealPlanes(tmp_path_factory.mktemp("control-planes"))
-    yield planes
-    planes.close()
-
-
 @pytest.fixture
 def plane(
     request: pytest.FixtureRequest,
@@ -150,11 +141,7 @@ def plane(
         _stop_kernels(jp_asyncio_loop)
         jp_asyncio_loop.run_until_complete(fake.stop())
         return
-    if build.built() is None:
-        why = build.missing_go()
-        if why is not None:
-            skip_unless_ci(f"the real control plane cannot run here: {why}")
-        build.build()  # waits for the background build `scripts/test` started, else builds
+    real_plane_ready()
     planes: RealPlanes = request.getfixturevalue("real_planes")
     control = planes.plane(release)
     token = planes.server_token(release)

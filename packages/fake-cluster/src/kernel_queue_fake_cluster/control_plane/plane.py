@@ -56,6 +56,10 @@ CONTROLLERS = (
     "serviceaccount-token-controller",
     "root-ca-certificate-publisher-controller",
     "persistentvolume-binder-controller",  # binds the claims the node agent provisions
+    # the API server gives claims and volumes a protection finalizer; these take it off once
+    # no pod uses them (else a claim, and its namespace, would never go)
+    "persistentvolumeclaim-protection-controller",
+    "persistentvolume-protection-controller",
     # lifts the not-ready taint the API server puts on a new Node once the agent reports it
     # Ready, and watches its Lease (the agent renews it)
     "node-lifecycle-controller",
