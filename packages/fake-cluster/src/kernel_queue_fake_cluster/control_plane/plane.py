@@ -486,12 +486,13 @@ class ControlPlane:
             IN_CLUSTER.mkdir(parents=True, exist_ok=True)
             (IN_CLUSTER / "token").write_text(token)
             (IN_CLUSTER / "ca.crt").write_bytes(self.pki.ca_pem())
-            (IN_CLUSTER / "namespace").write_text(namespace)
         except PermissionError:
             raise PlaneError(
                 f"Kueue {self.release.name}'s visibility server reads its credentials from "
                 f"{IN_CLUSTER}, which this user cannot write; run as root"
             ) from None
+        # No `namespace` file: what reads one there (kernel-queue's own backend does) would
+        # take this plane's `kueue-system` for its own; Kueue's config names its namespace.
         self._wrote_in_cluster = True
         return {
             "KUBERNETES_SERVICE_HOST": "127.0.0.1",
@@ -529,8 +530,9 @@ class ControlPlane:
         for part in reversed(self.parts):
             _stop(part.process)
         self.parts.clear()
-        if self._wrote_in_cluster:  # this plane's token, of no use once it stopped
-            (IN_CLUSTER / "token").unlink(missing_ok=True)
+        if self._wrote_in_cluster:  # this plane's credentials, of no use once it stopped
+            for name in ("token", "ca.crt"):
+                (IN_CLUSTER / name).unlink(missing_ok=True)
             self._wrote_in_cluster = False
         if self._own_root and not self.keep:
             import shutil
