@@ -83,6 +83,20 @@ class Plane:
         """The local folder that holds claim `claim`'s files."""
         raise NotImplementedError
 
+    def kinds(self) -> list[tuple[str, str]]:
+        """(group, plural) of every namespaced kind the API server lists."""
+        raise NotImplementedError
+
+    def everything(self, namespace: str, labels: str) -> dict[str, list[str]]:
+        """Objects of every namespaced kind that match `labels` in `namespace`, by
+        "group/plural" (empty kinds dropped): what a clean-up may have forgotten."""
+        found = {}
+        for group, plural in self.kinds():
+            names = [o["metadata"]["name"] for o in self.objects(group, plural, namespace, labels)]
+            if names:
+                found[f"{group}/{plural}" if group else plural] = names
+        return found
+
     # faults, as FakeCluster names them
     def fail_next(
         self, verb: str, plural: str, status: int = 500, count: int = 1, **options: Any
@@ -158,6 +172,9 @@ class FakePlane(Plane):
         assert self.cluster.kubelet is not None
         return Path(self.cluster.kubelet.claim_dir(namespace, claim))
 
+    def kinds(self) -> list[tuple[str, str]]:
+        return sorted(key for key, rtype in self.cluster.store.types.items() if rtype.namespaced)
+
 
 class RealPlane(Plane):
     """A session's `ControlPlane` and this test's `FaultProxy` in front of it."""
@@ -168,6 +185,7 @@ class RealPlane(Plane):
         self.control, self.proxy, self.server_token = control, proxy, server_token
         self.release = control.release.name
         self.admin = control.admin
+        self._preferred: dict[str, str] = {}  # API group -> its preferred version (discovery)
 
     @property
     def faults(self) -> Any:
@@ -184,7 +202,7 @@ class RealPlane(Plane):
     def version(self, group: str) -> str:
         if group == KUEUE:
             return "v1beta1" if self.release == "0.14" else "v1beta2"
-        return VERSIONS.get(group, "v1")
+        return VERSIONS.get(group) or self._preferred.get(group, "v1")
 
     def objects(
         self, group: str, plural: str, namespace: str | None = "default", labels: str = ""
@@ -253,6 +271,26 @@ class RealPlane(Plane):
 
     def claim_dir(self, namespace: str, claim: str) -> Path:
         return Path(volumes.claim_dir(self.control.agent_root, namespace, claim))
+
+    def kinds(self) -> list[tuple[str, str]]:
+        """From discovery: every namespaced resource with the verb list (subresources out)."""
+        found = set()
+        groups = [("", "v1")] + [
+            (g["name"], g["preferredVersion"]["version"])
+            for g in self.admin.request("GET", "/apis")["groups"]
+        ]
+        for group, version in groups:
+            where = f"/apis/{group}/{version}" if group else f"/api/{version}"
+            try:
+                resources = self.admin.request("GET", where)["resources"]
+            except ApiError:
+                continue  # an aggregated API that does not answer now
+            for resource in resources:
+                listed = "list" in resource.get("verbs", [])
+                if resource["namespaced"] and "/" not in resource["name"] and listed:
+                    found.add((group, resource["name"]))
+                    self._preferred.setdefault(group, version)
+        return sorted(found)
 
     # -- back to the first state ------------------------------------------------------------
 

@@ -29,6 +29,30 @@ async def test_a_kernel_waits_for_the_gpu_then_runs_and_leaves_nothing(
     assert (await server.execute(second, "2+3"))["data"] == "5"
     await server.shutdown(second)
     await wait_clean(server, plane, first, second)
+    # Nothing of any kind the API server serves carries either kernel's label.
+    for kernel in (first, second):
+        assert plane.everything("default", f"kernel-queue.dev/kernel-id={kernel}") == {}
+
+
+async def test_a_two_pod_group_waits_whole_and_is_admitted_whole(
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
+) -> None:
+    plane.set_quota("cluster-queue", "default-flavor", {**GPU_QUOTA, "nvidia.com/gpu": 2})
+    holder = await server.start(kube_spec(kernelspec, "holder"))
+    assert (await server.execute(holder, "1"))["data"] == "1"
+    gang = await server.start(kube_spec(kernelspec, "gang", pod_group_size=2, gpus=1))
+    await server.wait_reason(gang, "position 1 of 1")
+    pods = plane.objects("", "pods", "default", f"kernel-queue.dev/kernel-id={gang}")
+    assert len(pods) == 2
+    for pod in pods:  # both wait, gated, none runs: the group is admitted whole or not at all
+        assert pod["status"]["phase"] == "Pending", pod["status"]
+        assert {"name": "kueue.x-k8s.io/admission"} in pod["spec"].get("schedulingGates", [])
+    await server.shutdown(holder)
+    assert (await server.execute(gang, "3*3"))["data"] == "9"
+    pods = plane.objects("", "pods", "default", f"kernel-queue.dev/kernel-id={gang}")
+    assert [p["status"]["phase"] for p in pods] == ["Running", "Running"]
+    await server.shutdown(gang)
+    await wait_clean(server, plane, holder, gang)
 
 
 async def test_a_two_pod_group_is_admitted_as_a_gang(
@@ -83,12 +107,15 @@ async def test_restart_happens_in_place_and_keeps_the_admission(
     waiting = await server.start(name)
     await server.wait_reason(waiting, f"position 1 of 1, needs 1 GPU; {WAITING_FOR_THE_GPU}")
     pods_before = plane.objects("", "pods", "default", f"kernel-queue.dev/kernel-id={running}")
+    workload_before = _workload(plane, running)
     await server.fetch("api", "kernels", running, "restart", method="POST", body="{}")
     after = await server.execute(running, "import os; os.getpid()")
     assert after["data"] != before["data"]  # a new kernel process
     assert (await server.execute(running, "y"))["error"] == "NameError"
     pods_after = plane.objects("", "pods", "default", f"kernel-queue.dev/kernel-id={running}")
     assert [p["metadata"]["uid"] for p in pods_after] == [p["metadata"]["uid"] for p in pods_before]
+    # the same Workload, still admitted: the restart gave nothing back to the queue
+    assert _workload(plane, running)["metadata"]["uid"] == workload_before["metadata"]["uid"]
     assert (await server.model(waiting))["reason"] == (
         f"queued in 'user-queue', position 1 of 1, needs 1 GPU; {WAITING_FOR_THE_GPU}"
     )
@@ -202,3 +229,10 @@ async def test_without_the_visibility_api_the_local_queue_count_is_shown(
     await server.shutdown(queued)
     await server.shutdown(running)
     await wait_clean(server, plane, running, queued)
+
+
+def _workload(plane: Plane, kernel: str) -> dict[str, Any]:
+    """The Workload of the kernel's group (one)."""
+    workloads = plane.objects("kueue.x-k8s.io", "workloads", "default")
+    (workload,) = [w for w in workloads if w["metadata"]["name"].startswith(f"kq-{kernel[:8]}")]
+    return workload
