@@ -369,8 +369,8 @@ def test_kubectl_get_shows_a_real_clusters_columns(
         "NAME", "STATUS", "VOLUME", "CAPACITY", "ACCESS MODES", "STORAGECLASS",
         "VOLUMEATTRIBUTESCLASS", "AGE", "VOLUMEMODE",
     ]  # fmt: skip
-    assert (row[0], row[-1]) == ("data", "Filesystem")  # unbound: no volume, no capacity
-    assert {"RWX", "<unset>"} <= set(row)
+    assert (row[:2], row[-1]) == (["data", "Bound"], "Filesystem")  # no class: bound at once
+    assert row[2].startswith("pvc-") and {"1Gi", "RWX", "<unset>"} <= set(row)
 
     header, row = _table(kubectl("get", "nodes"))
     assert header == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]

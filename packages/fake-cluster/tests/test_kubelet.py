@@ -20,7 +20,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from kernel_queue_fake_cluster.apiserver import addresses, endpoints, pod_rules, resources
+from kernel_queue_fake_cluster.apiserver import (
+    addresses,
+    claim_rules,
+    endpoints,
+    pod_rules,
+    resources,
+)
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
 from kernel_queue_fake_cluster.apiserver.server import Server
@@ -516,6 +522,38 @@ async def test_a_pod_whose_claim_is_not_bound_stays_unschedulable_until_it_is(
         bound["status"] = {"phase": "Bound", "accessModes": ["ReadWriteMany"]}
         store.replace("", "persistentvolumeclaims", NS, "shared", bound, subresource="status")
         await until(lambda: phase(store, "waits") == "Succeeded", what="Succeeded")
+
+
+async def test_the_fake_binds_a_claim_of_no_class_and_one_naming_a_class_stays_pending(
+    tmp_path: Path,
+) -> None:
+    """As on the real plane (the node agent's provisioner, then the binder): a claim of no
+    storage class is bound, one naming a class nobody provides stays Pending and its pod
+    unscheduled; whatever status the request carried."""
+    async with cluster(tmp_path) as (store, _):
+        claim_rules.install(store)
+        spec = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}
+        plain = {"metadata": {"name": "plain"}, "spec": spec, "status": {"phase": "Lost"}}
+        store.create("", "persistentvolumeclaims", NS, plain)
+        nfs = {"metadata": {"name": "nfs"}, "spec": {**spec, "storageClassName": "nfs-rwx"}}
+        store.create("", "persistentvolumeclaims", NS, nfs)
+        bound = store.get("", "persistentvolumeclaims", NS, "plain")
+        assert bound["spec"]["volumeName"].startswith("pvc-")
+        assert bound["status"] == {
+            "phase": "Bound",
+            "accessModes": ["ReadWriteMany"],
+            "capacity": {"storage": "1Gi"},
+        }
+        assert store.get("", "persistentvolumeclaims", NS, "nfs")["status"] == {"phase": "Pending"}
+        for name in ("plain", "nfs"):
+            volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": name}}]
+            store.create("", "pods", NS, python_pod(name, "print(1)", volumes=volumes))
+        await until(lambda: phase(store, "plain") == "Succeeded", what="Succeeded")
+        message = await until(
+            lambda: condition(find(store, "nfs"), "PodScheduled").get("message"),
+            what="the unbound claim in PodScheduled",
+        )
+        assert "pod has unbound immediate PersistentVolumeClaims" in message
 
 
 async def test_empty_dir_and_secret_volumes_are_per_pod_and_removed_with_it(

@@ -22,6 +22,7 @@ import yaml
 
 from kernel_queue_fake_cluster.apiserver import (
     addresses,
+    claim_rules,
     endpoints,
     pod_rules,
     pod_security,
@@ -136,6 +137,7 @@ class FakeCluster:
             pending = self.kueue.local_queue_pending, self.kueue.cluster_queue_pending
             visibility.serve(self.server, *pending, versions=versions)
         pod_rules.install(self.store)  # the apiserver's own pod rules, with or without a kubelet
+        claim_rules.install(self.store)  # claims bound at once, or Pending: no volumes here
         endpoints.install(self.store)  # kube-controller-manager's Endpoints controller
         pod_security.install(self.store)  # ServiceAccount and Pod Security admission, last
         addresses.ClusterIPs(self.store, SERVICE_IP_POOL).install()  # the apiserver's

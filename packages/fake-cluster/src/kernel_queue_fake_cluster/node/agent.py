@@ -2,13 +2,14 @@
 Kubernetes HTTP API, so the same agent serves the fake API server and a real one.
 
 `NodeAgent` registers its Node (and renews its Lease where the API serves Leases), watches pods,
-Secrets, ConfigMaps, claims and Services (`informer.py`), binds ungated pods itself when there
-is no scheduler (`bind`) or runs those a scheduler bound to it, prepares them (`pod_startup`),
-runs their containers as process groups, restarts them per policy, patches their status
-(`pod_status`), serves their logs (in-process, and over HTTPS at the kubelet endpoint when asked:
-`logs.py`) and stops them on graceful deletion: SIGTERM, SIGKILL after the grace period, the
-final status, then a DELETE with grace 0. It owns the `ServiceNetwork` (kube-proxy's job).
-Everything runs on one event loop; no threads of its own.
+Secrets, ConfigMaps, claims, volumes and Services (`informer.py`), provisions volumes for
+unbound claims where PersistentVolumes are served (`provisioner.py`), binds ungated pods itself
+when there is no scheduler (`bind`) or runs those a scheduler bound to it, prepares them
+(`pod_startup`), runs their containers as process groups, restarts them per policy, patches
+their status (`pod_status`), serves their logs (in-process, and over HTTPS at the kubelet
+endpoint when asked: `logs.py`) and stops them on graceful deletion: SIGTERM, SIGKILL after the
+grace period, the final status, then a DELETE with grace 0. It owns the `ServiceNetwork`
+(kube-proxy's job). Everything runs on one event loop; no threads of its own.
 """
 
 from __future__ import annotations
@@ -39,12 +40,20 @@ from kernel_queue_fake_cluster.node.informer import Informer
 from kernel_queue_fake_cluster.node.network import ServiceNetwork
 from kernel_queue_fake_cluster.node.pod_startup import Caches, PodStarter
 from kernel_queue_fake_cluster.node.pod_status import ContainerRecord, PodRecord, StatusManager
+from kernel_queue_fake_cluster.node.provisioner import Provisioner
 from kernel_queue_fake_cluster.node.registration import Capacity, Heartbeat
 
 log = logging.getLogger(__name__)
 
 NODE_NAME = "fake-node"
-WATCHED = ("secrets", "configmaps", "persistentvolumeclaims", "services", "pods")
+WATCHED = (
+    "secrets",
+    "configmaps",
+    "persistentvolumeclaims",
+    "persistentvolumes",
+    "services",
+    "pods",
+)
 """The kinds the agent keeps caches of (pods last: their handlers read the others)."""
 UNKNOWN_AT_TERMINATION = "The container could not be located when the pod was terminated"
 
@@ -66,7 +75,9 @@ class NodeAgent:
     system dirs and never this interpreter, so an empty one is an image without Python; HOME,
     LANG, HOSTNAME = pod name), one
     `KUBE_FAKE_MOUNT_<PATH>` per volumeMount, `envFrom`, `env`. Nothing else of this process.
-    Volumes: `pvc/<namespace>/<claim>` (kept; the claim must exist, else Unschedulable),
+    Volumes: `pvc/<namespace>/<claim>` (kept; the claim must exist, else Unschedulable; where
+    PersistentVolumes are served, `provisioner.py` makes one there for each unbound claim and
+    deletes it, and the folder, once the claim is gone),
     `pods/<uid>/volumes/<name>` for emptyDir, Secret, ConfigMap, downwardAPI, projected (files
     0600 unless a mode is given; removed with the pod); hostPath as is. Each pod gets its own
     loopback IP from `pod_ip_pool`.
@@ -125,6 +136,13 @@ class NodeAgent:
             image_paths=image_paths,
         )
         self.heartbeat = Heartbeat(self.client, node_name, interval=lease_interval)
+        self.provisioner = Provisioner(
+            self.client,
+            self.informers["persistentvolumeclaims"],
+            self.informers["persistentvolumes"],
+            self.root,
+            node_name,
+        )
         self.node: Obj | None = None
         """The Node as registered."""
         # the fault API: `PodStarter` owns the faults, as the holds they cause
@@ -162,9 +180,11 @@ class NodeAgent:
             self.client, self.node_name, self.capacity, port=port
         )
         for plural, informer in self.informers.items():
+            if plural in ("persistentvolumeclaims", "persistentvolumes"):
+                informer.add_handler(self.provisioner.notify)
             if plural == "services":
                 informer.add_handler(self.network.on_service)
-            elif plural != "pods":
+            elif plural not in ("pods", "persistentvolumes"):
                 informer.add_handler(lambda kind, obj: self.startup.notify())
         self.pods.add_handler(self._on_pod)
         self.pods.add_handler(self.network.on_pod)
@@ -176,6 +196,7 @@ class NodeAgent:
             self.pods.start()
             await self.pods.synced.wait()
         self._spawn(None, self.heartbeat.run())
+        self._spawn(None, self.provisioner.run())
         return self
 
     async def aclose(self) -> None:

@@ -27,8 +27,9 @@ def missing_claims(objects: Objects, pod: Obj) -> list[str]:
 
 
 def unbound_claims(objects: Objects, pod: Obj) -> list[str]:
-    """Claims the pod needs whose status says Pending: no volume bound to them (the fake binds
-    every claim at once unless a test or an admin writes that status)."""
+    """Claims the pod needs whose status says Pending: no volume bound to them (the fake cluster
+    binds a claim of no storage class at once, `apiserver/claim_rules.py`; on a real plane the
+    binder binds it to the volume `provisioner.py` makes)."""
     return [
         name
         for name, claim in _claims(objects, pod)
