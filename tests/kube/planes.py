@@ -354,6 +354,16 @@ class RealPlane(Plane):
             f"workloads/{w['metadata']['name']}"
             for w in self.objects(KUEUE, "workloads", namespace)
         ]
+        # a claim's volume and folder go after it (the node agent's provisioner): the next
+        # test's claim of that name starts empty
+        found += [
+            f"persistentvolumeclaims/{c['metadata']['name']}"
+            for c in self.objects("", "persistentvolumeclaims", namespace)
+        ]
+        found += [
+            f"persistentvolumes/{v['metadata']['name']}"
+            for v in self.objects("", "persistentvolumes", None)
+        ]
         return found
 
 

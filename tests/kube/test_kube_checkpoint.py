@@ -1,13 +1,11 @@
-"""Preemption becomes a pause on the fake cluster: the kernel's pod saves to the checkpoint
-claim, the pod group's Workload is requeued (not Finished, because the kernel exits non-zero),
-and the replacement pod restores the variables."""
+"""Preemption becomes a pause, on both planes: the kernel's pod saves to the checkpoint claim,
+the pod group's Workload is requeued (not Finished, because the kernel exits non-zero), and the
+replacement pod restores the variables."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
-
-from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue.kube import kueue
 from tests.checkpoint_scenario import (
@@ -23,6 +21,7 @@ from tests.checkpoint_scenario import (
     private_modes,
 )
 from tests.conftest import KernelspecFactory, Listener, Server
+from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, labelled, ours, wait_clean
 
 CLAIM = "kernel-checkpoints"
@@ -35,22 +34,25 @@ spec:
   resources: {{requests: {{storage: 10Gi}}}}
 """
 CHECKPOINT = {"enabled": True, "claim": CLAIM, "grace_seconds": 30}
+UNBOUND_PVC = PVC.replace("spec:\n", "spec:\n  storageClassName: rwx-nobody-provides\n")
+"""The claim, naming a StorageClass no provisioner serves: it stays Pending on both planes."""
 
 
-def workload(cluster: FakeCluster, name: str) -> dict[str, Any]:
-    obj: dict[str, Any] = cluster.store.get(kueue.KUEUE_GROUP, "workloads", "default", name)
+def workload(plane: Plane, name: str) -> dict[str, Any]:
+    obj = plane.get(kueue.KUEUE_GROUP, "workloads", "default", name)
+    assert obj is not None, f"no Workload {name}"
     return obj
 
 
 async def test_a_preempted_pod_saves_to_the_claim_and_its_replacement_restores(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, event_log: Any
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, event_log: Any
 ) -> None:
-    cluster.apply(PVC)
+    plane.apply(PVC)
     low = await server.start(
         kube_spec(kernelspec, "low", priority_class="low", checkpoint=CHECKPOINT)
     )
     assert (await server.execute(low, SETUP))["status"] == "ok"
-    (group,) = labelled(cluster, low)["workloads"]
+    (group,) = labelled(plane, low)["workloads"]
     listener = await Listener.open(server, low)
     try:
         high = await server.start(kube_spec(kernelspec, "high", priority_class="high"))
@@ -66,11 +68,10 @@ async def test_a_preempted_pod_saves_to_the_claim_and_its_replacement_restores(
     assert (await server.execute(high, "1+1"))["data"] == "2"
 
     # Kueue requeued the group: the kernel exited 143, so the Workload is not Finished.
-    requeued = workload(cluster, group)
+    requeued = workload(plane, group)
     assert kueue.condition(requeued, kueue.FINISHED) is None
     assert (kueue.condition(requeued, "Requeued") or {}).get("status") == "True"
-    assert cluster.kubelet is not None
-    store = cluster.kubelet.claim_dir("default", CLAIM) / low
+    store = plane.claim_dir("default", CLAIM) / low
     assert private_modes(store) == ({0o700}, {0o600})
 
     await server.shutdown(high)
@@ -81,14 +82,14 @@ async def test_a_preempted_pod_saves_to_the_claim_and_its_replacement_restores(
     assert event_log.states(low)[-4:] == ["preempted", "requeued", "admitted", "resumed"]
 
     await server.shutdown(low)
-    await wait_clean(server, cluster, low, high)
+    await wait_clean(server, plane, low, high)
     assert not store.exists()  # deleted at shutdown (checkpoint.keep is off)
 
 
 async def test_a_running_loop_is_stopped_on_its_cell_and_its_progress_is_kept(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    cluster.apply(PVC)
+    plane.apply(PVC)
     low = await server.start(
         kube_spec(kernelspec, "low", priority_class="low", checkpoint=CHECKPOINT)
     )
@@ -113,17 +114,17 @@ async def test_a_running_loop_is_stopped_on_its_cell_and_its_progress_is_kept(
     assert (await server.execute(high, "1+1"))["data"] == "2"
 
     await server.shutdown(high)
-    await wait_clean(server, cluster, high)
+    await wait_clean(server, plane, high)
     back = await server.execute(low, "i > 1000", within=120)
     assert back["data"] == "True", back
     assert "restored 1 variable" in back["stream"]
     assert "mid-update" not in back["stream"]  # saved at the cell boundary, not concurrently
     await server.shutdown(low)
-    await wait_clean(server, cluster, low, high)
+    await wait_clean(server, plane, low, high)
 
 
 async def test_a_missing_checkpoint_claim_is_refused_before_anything_is_created(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
     kernel = await server.start(kube_spec(kernelspec, checkpoint=CHECKPOINT))
 
@@ -134,20 +135,16 @@ async def test_a_missing_checkpoint_claim_is_refused_before_anything_is_created(
     reason = (await server.model(kernel))["reason"]
     assert f"checkpoint claim {CLAIM!r} does not exist in namespace 'default'" in reason
     assert "create the PersistentVolumeClaim" in reason
-    assert ours(cluster) == {}
+    assert ours(plane) == {}
 
 
 async def test_a_checkpoint_claim_left_unbound_fails_the_kernel_in_a_sentence_naming_it(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    """A ReadWriteMany claim the cluster's storage cannot give stays Pending: the pod is never
-    scheduled, and the kernel fails within startup_timeout naming the claim and the fix."""
-    cluster.apply(PVC)
-    claim = cluster.store.get("", "persistentvolumeclaims", "default", CLAIM)
-    claim["status"] = {"phase": "Pending"}
-    cluster.store.replace(
-        "", "persistentvolumeclaims", "default", CLAIM, claim, subresource="status"
-    )
+    """A ReadWriteMany claim the cluster's storage cannot give stays Pending (here: it names a
+    StorageClass nobody provides): the pod is never scheduled, and the kernel fails within
+    startup_timeout naming the claim and the fix."""
+    plane.apply(UNBOUND_PVC)
     kernel = await server.start(kube_spec(kernelspec, checkpoint=CHECKPOINT, startup_timeout=3))
 
     async def dead() -> bool:
@@ -158,7 +155,7 @@ async def test_a_checkpoint_claim_left_unbound_fails_the_kernel_in_a_sentence_na
     assert "did not start within startup_timeout" in reason
     assert f"Its PersistentVolumeClaim {CLAIM!r} is not bound to a volume" in reason
     assert "a StorageClass that provides ReadWriteMany" in reason
-    await wait_clean(server, cluster, kernel)
+    await wait_clean(server, plane, kernel)
 
 
 PEEK = """
@@ -170,19 +167,18 @@ sorted(os.listdir(mine))
 
 
 async def test_kernels_sharing_a_claim_see_only_their_own_directory(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    cluster.apply(PVC)
+    plane.apply(PVC)
     name = kube_spec(kernelspec, gpus=0, checkpoint=CHECKPOINT)
     first, second = await server.start(name), await server.start(name)
     seen = {k: (await server.execute(k, PEEK))["data"] for k in (first, second)}
     for kernel in (first, second):
         assert seen[kernel] == repr([f"planted-by-{kernel[:8]}"])  # nothing of the other's
-    assert cluster.kubelet is not None
-    claim = cluster.kubelet.claim_dir("default", CLAIM)
+    claim = plane.claim_dir("default", CLAIM)
     assert sorted(p.name for p in claim.iterdir()) == sorted([first, second])
     planted = [p.name for p in (claim / first).iterdir() if p.name.startswith("planted-by-")]
     assert planted == [f"planted-by-{first[:8]}"]  # beside the kernel's own checkpoints
     await server.shutdown(first)
     await server.shutdown(second)
-    await wait_clean(server, cluster, first, second)
+    await wait_clean(server, plane, first, second)
