@@ -27,6 +27,7 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 from kernel_queue_fake_cluster.control_plane.fault_proxy import FaultProxy
 
 from tests.conftest import KUEUE_CRDS, KUEUE_DATA, real_plane_ready, skip_unless_ci
+from tests.kube import images
 from tests.kube.planes import FakePlane, Plane, RealPlane, RealPlanes
 from tests.kube.support import ADMIN_TOKEN, GPU_QUOTA, OWNER, QUEUES, RBAC, SERVER_TOKEN
 
@@ -42,10 +43,15 @@ SUBSET = {
         "test_kube_waiting.py",
         "test_a_kernel_asking_for_more_than_the_cluster_queue_has_fails_at_once",
     ),
+    (
+        "test_kube_queues.py",
+        "test_the_queue_counts_its_own_kernels_and_never_names_another_users_workload",
+    ),
 }
 """Start, queue position and the waiting reason; cancel of a queued kernel; preemption, requeue
-and resume; a request never admissible failing at once in a sentence; and, in each, nothing left
-in the cluster."""
+and resume; a request never admissible failing at once in a sentence; the queue listing's counts
+from each release's LocalQueue status (v1beta1's flavorUsage, v1beta2's flavorsUsage); and, in
+each, nothing left in the cluster."""
 RELEASE_CRDS = {"0.14": KUEUE_DATA / "v0.14" / "crds", "0.19": KUEUE_CRDS, "0.20": KUEUE_CRDS}
 """Each release's CRDs: 0.14's own, main's (0.19) for 0.19 and for 0.20, which drops v1beta1."""
 
@@ -170,6 +176,8 @@ def _fake_cluster(
     options = {"tokens": tokens, "rbac_objects": policy, **cluster_options}
     fake = FakeCluster(root_dir=tmp_path / "cluster", **options)
     loop.run_until_complete(fake.start())
+    if fake.kubelet is not None:  # as every real plane's node: a registry without them
+        fake.kubelet.fail_image(image=images.MISSING_IMAGE)
     if options.get("crds") is not False:
         fake.apply(fake.for_release(QUEUES))
         assert fake.kueue is not None

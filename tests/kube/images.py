@@ -22,6 +22,33 @@ EXAMPLE_IMAGE = "quay.io/jupyter/scipy-notebook:*"
 """kernelspecs/kubernetes-gpu-example's image (pattern): mapped to the ipykernel-only venv."""
 NO_IPYKERNEL_IMAGE = "registry.example/python-only:3.11"
 NO_PYTHON_IMAGE = "registry.example/busybox:1.36"
+MISSING_IMAGE = "registry.example/missing:*"
+"""Images no registry has: their pull fails (ErrImagePull, then ImagePullBackOff) on every
+plane's node."""
+
+
+def paths(root: Path) -> dict[str, str]:
+    """Image pattern -> bin dir: the example's image, one without ipykernel, one without python
+    (under `root`); where `make(root)` puts them, made or not (a node maps them from its start,
+    a test that runs them makes them first)."""
+    bare = Path(os.environ.get("BARE_VENV", ".venv-bare"))
+    return {
+        EXAMPLE_IMAGE: str((REPO / bare / "bin").absolute()),
+        NO_IPYKERNEL_IMAGE: str(root / "python-only" / "bin"),
+        NO_PYTHON_IMAGE: str(root / "no-python" / "bin"),
+    }
+
+
+def make(root: Path) -> dict[str, str]:
+    """Make the images of `paths(root)` (the bare kernel's environment built when missing or
+    stale); return `paths(root)`."""
+    found = {
+        EXAMPLE_IMAGE: str(bare_kernel_bin()),
+        NO_IPYKERNEL_IMAGE: str(no_ipykernel_bin(root)),
+        NO_PYTHON_IMAGE: str(no_python_bin(root)),
+    }
+    assert found == paths(root), (found, paths(root))
+    return found
 
 
 def bare_kernel_bin() -> Path:
@@ -38,9 +65,10 @@ def bare_kernel_bin() -> Path:
 def no_ipykernel_bin(root: Path) -> Path:
     """A virtual environment under `root` with Python only (no pip, no ipykernel)."""
     venv = root / "python-only"
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
-    )
+    if not (venv / "bin" / "python").exists():
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+        )
     return venv / "bin"
 
 

@@ -18,7 +18,9 @@ queues, quota and RBAC are applied again.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import copy
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -28,10 +30,11 @@ import yaml
 from kernel_queue_fake_cluster.cluster import FakeCluster
 from kernel_queue_fake_cluster.control_plane.client import ApiError
 from kernel_queue_fake_cluster.control_plane.fault_proxy import FaultProxy
-from kernel_queue_fake_cluster.control_plane.plane import ControlPlane
+from kernel_queue_fake_cluster.control_plane.plane import ControlPlane, NodeSpec
 from kernel_queue_fake_cluster.kueue import conversion
 from kernel_queue_fake_cluster.node import volumes
 
+from tests.kube import images
 from tests.kube.support import GPU_QUOTA, OURS, QUEUES, RBAC
 
 Obj = dict[str, Any]
@@ -47,6 +50,10 @@ VERSIONS = {
 BASE_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "kueue-system"}
 KERNEL_PLURALS = ("pods", "services", "secrets", "configmaps")
 """What kernel-queue makes in a namespace (besides Workloads, which Kueue makes)."""
+MERGE_PATCH = "application/merge-patch+json"
+NO_WORKLOADS = "kernel-queue-test-no-workloads"
+"""The ValidatingAdmissionPolicy (and its binding) that keeps Kueue from creating Workloads
+while a test holds `kueue_controller_paused` on the real plane."""
 
 
 class Plane:
@@ -97,14 +104,59 @@ class Plane:
                 found[f"{group}/{plural}" if group else plural] = names
         return found
 
+    def merge_patch(
+        self, group: str, plural: str, namespace: str | None, name: str, body: Obj
+    ) -> Obj:
+        """A JSON merge patch of the object, as its admin."""
+        raise NotImplementedError
+
+    def delete_labelled(self, plural: str, labels: str, namespace: str = "default") -> None:
+        """Delete (at once) every object of core `plural` in `namespace` matching `labels`."""
+        for obj in self.objects("", plural, namespace, labels):
+            with contextlib.suppress(Exception):  # gone meanwhile
+                self.delete("", plural, namespace, obj["metadata"]["name"], grace=0)
+
+    def kueue_controller_paused(self) -> contextlib.AbstractContextManager[None]:
+        """While held, Kueue's webhook gates pods as ever but its controller makes no Workload
+        for them; on leaving, it catches up."""
+        raise NotImplementedError
+
+    def kueue_manages_only(self, selector: Obj) -> contextlib.AbstractContextManager[None]:
+        """While held, Kueue's pod webhook acts only in namespaces matching label `selector`
+        (Kueue's managedJobsNamespaceSelector): a pod elsewhere is created ungated."""
+        raise NotImplementedError
+
+    @property
+    def requests(self) -> collections.Counter[tuple[str, str]]:
+        """The server's requests so far by (verb, resource), as RBAC names them (`get`,
+        `list`, `watch`, `create`, ...; `pods`, `localqueues/pendingworkloads`; a path for
+        discovery): what reached the fake API server, or passed the real plane's proxy."""
+        raise NotImplementedError
+
     # faults, as FakeCluster names them
     def fail_next(
         self, verb: str, plural: str, status: int = 500, count: int = 1, **options: Any
     ) -> None:
         self.faults.fail_next(verb, plural, status, count, **options)
 
+    def plant_next(
+        self, plural: str, labels: Mapping[str, str] | None = None, count: int = 1
+    ) -> None:
+        """Before each of the next `count` creates of the server on `plural`, an object of the
+        same name carrying only `labels` (someone else's) is made: the create meets a 409."""
+        self.faults.plant_next(plural, labels, count)
+
     def drop_watches(self) -> None:
         self.faults.drop_watches()
+
+    @property
+    def latency(self) -> float:
+        """Seconds added to each of the server's requests."""
+        return float(self.faults.latency)
+
+    @latency.setter
+    def latency(self, seconds: float) -> None:
+        self.faults.latency = seconds
 
     def expire_next_watch(self, count: int = 1) -> None:
         self.faults.expire_next_watch(count)
@@ -175,6 +227,42 @@ class FakePlane(Plane):
     def kinds(self) -> list[tuple[str, str]]:
         return sorted(key for key, rtype in self.cluster.store.types.items() if rtype.namespaced)
 
+    def merge_patch(
+        self, group: str, plural: str, namespace: str | None, name: str, body: Obj
+    ) -> Obj:
+        return dict(self.cluster.store.patch(group, plural, namespace, name, body, MERGE_PATCH))
+
+    @property
+    def requests(self) -> collections.Counter[tuple[str, str]]:
+        return collections.Counter(self.cluster.stats.requests)
+
+    @contextlib.contextmanager
+    def kueue_controller_paused(self) -> Iterator[None]:
+        kueue = self.cluster.kueue
+        assert kueue is not None
+        run = kueue._run
+
+        def paused() -> None:  # the webhook still gates the pods; the controller does nothing
+            kueue._scheduled = False
+
+        kueue._run = paused  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            del kueue._run  # the class's again
+            assert kueue._run == run
+            kueue._wake()
+
+    @contextlib.contextmanager
+    def kueue_manages_only(self, selector: Obj) -> Iterator[None]:
+        assert self.cluster.kueue is not None
+        webhook = self.cluster.kueue.webhook
+        before, webhook.managed_namespaces = webhook.managed_namespaces, selector
+        try:
+            yield
+        finally:
+            webhook.managed_namespaces = before
+
 
 class RealPlane(Plane):
     """A session's `ControlPlane` and this test's `FaultProxy` in front of it."""
@@ -190,14 +278,6 @@ class RealPlane(Plane):
     @property
     def faults(self) -> Any:
         return self.proxy
-
-    @property
-    def latency(self) -> float:
-        return self.proxy.latency
-
-    @latency.setter
-    def latency(self, seconds: float) -> None:
-        self.proxy.latency = seconds
 
     def version(self, group: str) -> str:
         if group == KUEUE:
@@ -271,6 +351,125 @@ class RealPlane(Plane):
 
     def claim_dir(self, namespace: str, claim: str) -> Path:
         return Path(volumes.claim_dir(self.control.agent_root, namespace, claim))
+
+    def merge_patch(
+        self, group: str, plural: str, namespace: str | None, name: str, body: Obj
+    ) -> Obj:
+        path = self.admin.resource(group, self.version(group), plural, namespace, name)
+        found: Obj = self.admin.request("PATCH", path, body, content_type=MERGE_PATCH)
+        return found
+
+    @property
+    def requests(self) -> collections.Counter[tuple[str, str]]:
+        return collections.Counter(self.proxy.requests)
+
+    @contextlib.contextmanager
+    def kueue_controller_paused(self) -> Iterator[None]:
+        """A ValidatingAdmissionPolicy refuses every Workload create (Kueue's controller keeps
+        trying, with its backoff); it goes on leaving."""
+        admission = "admissionregistration.k8s.io/v1"
+        rule = {
+            "apiGroups": [KUEUE],
+            "apiVersions": ["*"],
+            "operations": ["CREATE"],
+            "resources": ["workloads"],
+        }
+        self.admin.apply(
+            [
+                {
+                    "apiVersion": admission,
+                    "kind": "ValidatingAdmissionPolicy",
+                    "metadata": {"name": NO_WORKLOADS},
+                    "spec": {
+                        "failurePolicy": "Fail",
+                        "matchConstraints": {"resourceRules": [rule]},
+                        "validations": [
+                            {"expression": "false", "message": "Kueue's controller is paused"}
+                        ],
+                    },
+                },
+                {
+                    "apiVersion": admission,
+                    "kind": "ValidatingAdmissionPolicyBinding",
+                    "metadata": {"name": NO_WORKLOADS},
+                    "spec": {"policyName": NO_WORKLOADS, "validationActions": ["Deny"]},
+                },
+            ]
+        )
+        try:
+            self.admin.wait("Workload creates refused", self._workloads_refused, within=30)
+            yield
+        finally:
+            base = "/apis/admissionregistration.k8s.io/v1"
+            for plural in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+                with contextlib.suppress(ApiError):
+                    self.admin.request("DELETE", f"{base}/{plural}/{NO_WORKLOADS}")
+
+    def _workloads_refused(self) -> bool:
+        """Whether the API server now refuses a Workload create (tried as a dry run)."""
+        workload = converted(
+            [
+                {
+                    "apiVersion": f"{KUEUE}/v1beta2",
+                    "kind": "Workload",
+                    "metadata": {"name": "probe", "namespace": "default"},
+                    "spec": {
+                        "queueName": "user-queue",
+                        "podSets": [
+                            {
+                                "name": "main",
+                                "count": 1,
+                                "template": {
+                                    "spec": {"containers": [{"name": "c", "image": "probe"}]}
+                                },
+                            }
+                        ],
+                    },
+                }
+            ],
+            self.version(KUEUE),
+        )[0]
+        path = self.admin.resource(KUEUE, self.version(KUEUE), "workloads", "default")
+        try:
+            self.admin.request("POST", path, workload, query={"dryRun": "All"})
+        except ApiError as exc:
+            return exc.code in (400, 403, 422) and "paused" in exc.message
+        return False
+
+    @contextlib.contextmanager
+    def kueue_manages_only(self, selector: Obj) -> Iterator[None]:
+        """Kueue's pod webhooks get `selector` as their namespaceSelector (beside the release's
+        own), so the API server calls them only for pods of matching namespaces; back on
+        leaving."""
+        base = "/apis/admissionregistration.k8s.io/v1"
+        kinds = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+        saved = []
+        for plural in kinds:
+            for config in self.admin.request("GET", f"{base}/{plural}")["items"]:
+                if not config["metadata"]["name"].startswith("kueue-"):
+                    continue
+                changed = copy.deepcopy(config)
+                for hook in changed.get("webhooks") or []:
+                    resources = {
+                        r for rule in hook.get("rules") or [] for r in rule.get("resources") or []
+                    }
+                    if "pods" in resources:
+                        hook["namespaceSelector"] = _and(hook.get("namespaceSelector"), selector)
+                if changed != config:
+                    path = f"{base}/{plural}/{config['metadata']['name']}"
+                    saved.append((path, self.admin.request("PUT", path, changed)))
+                    saved[-1][1]["webhooks"] = config["webhooks"]
+        try:
+            yield
+        finally:
+            for path, config in saved:
+                config["metadata"] = {
+                    **config["metadata"],
+                    "resourceVersion": self.admin.request("GET", path)["metadata"][
+                        "resourceVersion"
+                    ],
+                }
+                self.admin.request("PUT", path, config)
 
     def kinds(self) -> list[tuple[str, str]]:
         """From discovery: every namespaced resource with the verb list (subresources out)."""
@@ -367,6 +566,17 @@ class RealPlane(Plane):
         return found
 
 
+def _and(selector: Obj | None, more: Obj) -> Obj:
+    """A label selector matching what both `selector` and `more` match."""
+    joined: Obj = {}
+    for part in (selector or {}, more):
+        if part.get("matchLabels"):
+            joined.setdefault("matchLabels", {}).update(part["matchLabels"])
+        if part.get("matchExpressions"):
+            joined.setdefault("matchExpressions", []).extend(part["matchExpressions"])
+    return joined
+
+
 def converted(manifests: str | Iterable[Obj], version: str) -> list[Obj]:
     """Kueue's objects of `manifests` at `kueue.x-k8s.io/<version>`, the others as they are."""
     docs = yaml.safe_load_all(manifests) if isinstance(manifests, str) else manifests
@@ -383,6 +593,9 @@ class RealPlanes:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.images = root / "images"
+        """Where the test images' folders go (`images.make`): the node agent of every plane
+        maps their images there from its start."""
         self._planes: dict[str, ControlPlane] = {}
         self._tokens: dict[str, str] = {}
 
@@ -391,8 +604,11 @@ class RealPlanes:
             for other in list(self._planes):  # one at a time: 0.14 listens on a fixed port
                 self._planes.pop(other).stop()
             started = time.monotonic()
+            node = NodeSpec(
+                image_paths=images.paths(self.images), missing_images=(images.MISSING_IMAGE,)
+            )
             control = ControlPlane(
-                kueue=release, root=self.root / f"kueue-{release}-{int(started)}"
+                kueue=release, root=self.root / f"kueue-{release}-{int(started)}", node=node
             )
             self._planes[release] = control.start()
         return self._planes[release]

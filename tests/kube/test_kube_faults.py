@@ -1,4 +1,5 @@
-"""The kubernetes backend under API faults, one at a time: releases complete (or are handed to the
+"""The kubernetes backend under API faults, one at a time, on both planes (the real plane's faults
+come from the FaultProxy in front of its API server): releases complete (or are handed to the
 reaper), creates retry and take only their own objects, and every failure is a sentence."""
 
 from __future__ import annotations
@@ -8,9 +9,9 @@ import logging
 from typing import Any
 
 import pytest
-from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from tests.conftest import KernelspecFactory, Server
+from tests.kube.planes import Plane
 from tests.kube.support import (
     a_sentence,
     gone,
@@ -34,47 +35,47 @@ async def queued_behind(server: Server, name: str) -> tuple[str, str]:
 @pytest.mark.parametrize("status", [500, 503, 429])
 @pytest.mark.parametrize("plural", ["workloads", "pods", "services", "secrets"])
 async def test_a_shutdown_whose_delete_meets_a_server_error_leaves_nothing(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, plural: str, status: int
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, plural: str, status: int
 ) -> None:
     kernel = await server.start(kube_spec(kernelspec))
     assert (await settled(server, kernel))["live"]
-    cluster.fail_next("delete", plural, status)
+    plane.fail_next("delete", plural, status)
     await server.shutdown(kernel)
     await gone(server, kernel)
-    await wait_clean(server, cluster, kernel)
-    assert cluster.faults_pending == 0
+    await wait_clean(server, plane, kernel)
+    assert plane.faults_pending == 0
 
 
 @pytest.mark.parametrize("plural", ["workloads", "services", "secrets"])
 async def test_a_cancel_whose_delete_meets_a_server_error_answers_no_500_and_leaves_nothing(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, plural: str
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, plural: str
 ) -> None:
     holder, waiting = await queued_behind(server, kube_spec(kernelspec))
-    cluster.fail_next("delete", plural, 500)
+    plane.fail_next("delete", plural, 500)
     await server.shutdown(waiting)  # raises on any answer but 2xx
     await gone(server, waiting)
-    await wait_clean(server, cluster, waiting)
-    assert cluster.faults_pending == 0
-    assert labelled(cluster, holder)["pods"]
+    await wait_clean(server, plane, waiting)
+    assert plane.faults_pending == 0
+    assert labelled(plane, holder)["pods"]
     await server.shutdown(holder)
-    await wait_clean(server, cluster, holder)
+    await wait_clean(server, plane, holder)
 
 
 @pytest.mark.parametrize("backend_config", [{"api_retry_seconds": 0.5}])
 async def test_a_release_that_keeps_failing_is_handed_to_the_reaper(
     server: Server,
     kernelspec: KernelspecFactory,
-    cluster: FakeCluster,
+    plane: Plane,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     kernel = await server.start(kube_spec(kernelspec))
     assert (await settled(server, kernel))["live"]
-    cluster.fail_next("delete", "services", 500, count=8)
+    plane.fail_next("delete", "services", 500, count=8)
     with caplog.at_level(logging.INFO):
         await server.shutdown(kernel)
         await gone(server, kernel)  # the listing does not wait for the cluster to recover
-        await wait_clean(server, cluster, kernel)
-    assert cluster.faults_pending == 0
+        await wait_clean(server, plane, kernel)
+    assert plane.faults_pending == 0
     handed = [r for r in caplog.records if "reaper" in r.getMessage() and r.levelno >= 30]
     assert len(handed) == 1, [r.getMessage() for r in caplog.records]  # one warning, no traceback
     assert handed[0].exc_info is None
@@ -96,18 +97,18 @@ async def test_a_release_that_keeps_failing_is_handed_to_the_reaper(
 async def test_a_transient_create_failure_is_retried_and_the_kernel_starts(
     server: Server,
     kernelspec: KernelspecFactory,
-    cluster: FakeCluster,
+    plane: Plane,
     plural: str,
     fault: dict[str, Any],
 ) -> None:
-    cluster.fail_next("create", plural, **fault)
+    plane.fail_next("create", plural, **fault)
     kernel = await server.start(kube_spec(kernelspec))
     model = await settled(server, kernel)
     assert model["live"], model["reason"]
-    assert cluster.faults_pending == 0
+    assert plane.faults_pending == 0
     await server.shutdown(kernel)
     await gone(server, kernel)
-    await wait_clean(server, cluster, kernel)
+    await wait_clean(server, plane, kernel)
 
 
 @pytest.mark.parametrize(
@@ -115,9 +116,9 @@ async def test_a_transient_create_failure_is_retried_and_the_kernel_starts(
     [("secrets", "Secret"), ("services", "Service"), ("pods", "pod")],
 )
 async def test_someone_elses_object_in_the_way_is_a_sentence_and_is_left_alone(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, plural: str, word: str
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, plural: str, word: str
 ) -> None:
-    cluster.plant_next(plural, {"app": "not-a-kernel"})
+    plane.plant_next(plural, {"app": "not-a-kernel"})
     kernel = await server.start(kube_spec(kernelspec))
     model = await settled(server, kernel)
     assert not model["live"]
@@ -125,8 +126,8 @@ async def test_someone_elses_object_in_the_way_is_a_sentence_and_is_left_alone(
     assert a_sentence(reason, kernel), reason
     assert f"a {word} named 'kq-" in reason and "already exists in namespace 'default'" in reason
     assert "is not this kernel's" in reason and "kubectl delete" in reason
-    await wait_clean(server, cluster, kernel)
-    planted, _ = cluster.store.list_objects("", plural, "default", labels="app=not-a-kernel")
+    await wait_clean(server, plane, kernel)
+    planted = plane.objects("", plural, "default", "app=not-a-kernel")
     assert len(planted) == 1  # someone else's: never deleted
     await server.shutdown(kernel)
     await gone(server, kernel)
@@ -134,10 +135,10 @@ async def test_someone_elses_object_in_the_way_is_a_sentence_and_is_left_alone(
 
 @pytest.mark.parametrize("backend_config", [{"api_retry_seconds": 0.5}])
 async def test_a_create_that_keeps_failing_is_a_sentence_and_leaves_nothing(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    cluster.fail_next("create", "pods", 500, count=100)
-    cluster.fail_next("delete", "secrets", 503)  # the clean-up meets a fault too
+    plane.fail_next("create", "pods", 500, count=100)
+    plane.fail_next("delete", "secrets", 503)  # the clean-up meets a fault too
     kernel = await server.start(kube_spec(kernelspec))
     model = await settled(server, kernel)
     assert not model["live"]
@@ -145,34 +146,34 @@ async def test_a_create_that_keeps_failing_is_a_sentence_and_leaves_nothing(
     assert a_sentence(reason, kernel), reason
     assert "could not create its pod" in reason, reason  # the first cause, not the clean-up's
     assert "kept answering 500 InternalError" in reason and "try again" in reason
-    cluster.clear_faults()
-    await wait_clean(server, cluster, kernel)
-    assert cluster.stats.requests[("delete", "secrets")] >= 2  # met its fault, then retried
+    plane.clear_faults()
+    await wait_clean(server, plane, kernel)
+    assert plane.requests[("delete", "secrets")] >= 2  # met its fault, then retried
     await server.shutdown(kernel)
     await gone(server, kernel)
 
 
 @pytest.mark.parametrize("status", [500, 429])
 async def test_a_preempted_kernel_whose_replacement_create_fails_once_comes_back(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, status: int
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, status: int
 ) -> None:
     low = await server.start(kube_spec(kernelspec, "low", priority_class="low"))
     assert (await settled(server, low))["live"]
-    cluster.fail_next("create", "pods", status)
+    plane.fail_next("create", "pods", status)
     high = await server.start(kube_spec(kernelspec, "high", priority_class="high"))
     assert (await settled(server, high))["live"]
     model = await server.wait_reason(low, "requeued in 'user-queue', position")
     assert model["execution_state"] != "dead"
-    assert cluster.faults_pending == 0  # the replacement pod's create met it
+    assert plane.faults_pending == 0  # the replacement pod's create met it
     await server.shutdown(high)
     assert (await server.execute(low, "1+1"))["data"] == "2"
     await server.shutdown(low)
     await gone(server, low, high)
-    await wait_clean(server, cluster, low, high)
+    await wait_clean(server, plane, low, high)
 
 
 async def test_interrupt_and_restart_of_a_queued_kernel_answer_and_keep_it_queued(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
     holder, waiting = await queued_behind(server, kube_spec(kernelspec))
     interrupted = await server.fetch("api", "kernels", waiting, "interrupt", method="POST", body="")
@@ -186,14 +187,14 @@ async def test_interrupt_and_restart_of_a_queued_kernel_answer_and_keep_it_queue
     assert (await server.execute(waiting, "6*7"))["data"] == "42"  # admitted as usual
     await server.shutdown(waiting)
     await gone(server, holder, waiting)
-    await wait_clean(server, cluster, holder, waiting)
-    assert ours(cluster) == {}
+    await wait_clean(server, plane, holder, waiting)
+    assert ours(plane) == {}
 
 
 async def test_a_cancel_is_one_info_line_and_a_failed_start_one_error_without_traceback(
     server: Server,
     kernelspec: KernelspecFactory,
-    cluster: FakeCluster,
+    plane: Plane,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     name = kube_spec(kernelspec)
@@ -201,7 +202,7 @@ async def test_a_cancel_is_one_info_line_and_a_failed_start_one_error_without_tr
     with caplog.at_level(logging.INFO):
         await server.shutdown(waiting)
         await gone(server, waiting)
-        cluster.plant_next("secrets", {"app": "not-a-kernel"})
+        plane.plant_next("secrets", {"app": "not-a-kernel"})
         failed = await server.start(name)
         assert not (await settled(server, failed))["live"]
     about = {k: [r for r in caplog.records if k[:8] in r.getMessage()] for k in (waiting, failed)}
@@ -213,11 +214,11 @@ async def test_a_cancel_is_one_info_line_and_a_failed_start_one_error_without_tr
     await server.shutdown(failed)
     await server.shutdown(holder)
     await gone(server, holder, failed)
-    await wait_clean(server, cluster, holder, waiting, failed)
+    await wait_clean(server, plane, holder, waiting, failed)
 
 
 async def test_aclose_leaves_no_task_of_the_backend_running(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
     import asyncio
 
@@ -235,4 +236,4 @@ async def test_aclose_leaves_no_task_of_the_backend_running(
     assert "kernel-queue: reaper" in ours_running()
     await backends.aclose_all(server.app.kernel_manager)
     assert ours_running() == []
-    await wait_clean(server, cluster, holder, waiting)
+    await wait_clean(server, plane, holder, waiting)

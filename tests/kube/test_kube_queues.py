@@ -1,5 +1,5 @@
-"""`GET /api/kernel-queue/queues` on the kubernetes backend, end to end on the fake cluster: the
-counts come from the LocalQueue status the fake Kueue writes, the holders and the waiting list
+"""`GET /api/kernel-queue/queues` on the kubernetes backend, end to end on both planes: the
+counts come from the LocalQueue status Kueue writes, the holders and the waiting list
 are this server's notebooks, another namespace's Workload in the same ClusterQueue is never
 named, and a LocalQueue that cannot be read is a sentence in a 200, its kernels unaffected."""
 
@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from tests.conftest import KernelspecFactory, Server
+from tests.kube.planes import Plane
 from tests.kube.support import GPU_QUOTA, gone, kube_spec, ours, settled, wait_clean
 from tests.test_queues_endpoint import start_in_notebook
 
@@ -22,10 +22,10 @@ OTHER_WORKLOAD = "alice-secret-analysis"
 """Another user's Workload in the same ClusterQueue: its names must never reach the listing."""
 
 
-def other_users_workload(cluster: FakeCluster) -> None:
+def other_users_workload(plane: Plane) -> None:
     """A namespace of another user with its own LocalQueue on `cluster-queue`, and a Workload
     there asking for 1 GPU (Kueue admits it like any other)."""
-    cluster.store.create("", "namespaces", None, {"metadata": {"name": OTHER_NAMESPACE}})
+    plane.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OTHER_NAMESPACE}}])
     container = {
         "name": "notebook",
         "image": "jupyter/alice",
@@ -42,20 +42,16 @@ def other_users_workload(cluster: FakeCluster) -> None:
             "spec": spec,
         }
 
-    cluster.apply(
-        cluster.for_release(
-            [
-                kueue("LocalQueue", "alice-queue", {"clusterQueue": "cluster-queue"}),
-                kueue(
-                    "Workload", OTHER_WORKLOAD, {"queueName": "alice-queue", "podSets": [pod_set]}
-                ),
-            ]
-        )
+    plane.apply(
+        [
+            kueue("LocalQueue", "alice-queue", {"clusterQueue": "cluster-queue"}),
+            kueue("Workload", OTHER_WORKLOAD, {"queueName": "alice-queue", "podSets": [pod_set]}),
+        ]
     )
 
 
-def admitted(cluster: FakeCluster, namespace: str, name: str) -> bool:
-    workload = cluster.store.get("kueue.x-k8s.io", "workloads", namespace, name)
+def admitted(plane: Plane, namespace: str, name: str) -> bool:
+    workload = plane.get("kueue.x-k8s.io", "workloads", namespace, name) or {}
     conditions = (workload.get("status") or {}).get("conditions") or []
     return any(c["type"] == "Admitted" and c["status"] == "True" for c in conditions)
 
@@ -93,18 +89,15 @@ def kernels(rows: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
     return [(row["kernel_id"], row["notebook"]) for row in rows]
 
 
-@pytest.mark.parametrize(
-    "cluster_options",
-    [{"kueue": "0.14"}, {"kueue": "0.19"}, {"kueue": "0.20"}],
-    ids=["v1beta1-flavorUsage", "both-versions", "v1beta2-flavorsUsage"],
-)
+# In conftest's SUBSET: on every release (0.14's v1beta1 status says flavorUsage, v1beta2's
+# flavorsUsage; 0.19 serves both versions, 0.20 v1beta2 only).
 async def test_the_queue_counts_its_own_kernels_and_never_names_another_users_workload(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    cluster.kueue.set_quota("cluster-queue", "default-flavor", {**GPU_QUOTA, "nvidia.com/gpu": 2})
-    other_users_workload(cluster)
+    plane.set_quota("cluster-queue", "default-flavor", {**GPU_QUOTA, "nvidia.com/gpu": 2})
+    other_users_workload(plane)
     await server.wait_for(
-        lambda: admitted(cluster, OTHER_NAMESPACE, OTHER_WORKLOAD), what="alice's Workload admitted"
+        lambda: admitted(plane, OTHER_NAMESPACE, OTHER_WORKLOAD), what="alice's Workload admitted"
     )
     name = kube_spec(kernelspec)
     holder = await start_in_notebook(server, name, "work/first.ipynb")
@@ -135,8 +128,8 @@ async def test_the_queue_counts_its_own_kernels_and_never_names_another_users_wo
     await gone(server, waiting)
     _, by_name = await listing(server)
     assert by_name == {}  # no kernel of this server left: no LocalQueue of its to read
-    await wait_clean(server, cluster, holder, waiting)
-    assert admitted(cluster, OTHER_NAMESPACE, OTHER_WORKLOAD)
+    await wait_clean(server, plane, holder, waiting)
+    assert admitted(plane, OTHER_NAMESPACE, OTHER_WORKLOAD)
 
 
 @pytest.mark.parametrize(
@@ -148,11 +141,11 @@ async def test_the_queue_counts_its_own_kernels_and_never_names_another_users_wo
     ],
 )
 async def test_a_local_queue_the_api_keeps_failing_on_is_a_sentence_and_the_kernel_runs_on(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, answer: str
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, answer: str
 ) -> None:
     kernel = await start_in_notebook(server, kube_spec(kernelspec), "work/first.ipynb")
     assert (await settled(server, kernel))["live"]
-    cluster.fail_next("get", "localqueues", 500, count=1000)
+    plane.fail_next("get", "localqueues", 500, count=1000)
     text, by_name = await listing(server)  # a 200: `listing` raises on any other answer
     entry = by_name["user-queue"]
     assert entry["error"] == (
@@ -163,22 +156,25 @@ async def test_a_local_queue_the_api_keeps_failing_on_is_a_sentence_and_the_kern
     assert "injected fault" not in text and "Traceback" not in text
     assert entry["in_use"] is None and "pending" not in entry
     assert kernels(entry["holders"]) == [(kernel, "work/first.ipynb")]  # what this server knows
-    cluster.clear_faults()
+    plane.clear_faults()
     assert (await server.execute(kernel, "1+1"))["data"] == "2"
     entry = await user_queue_shows(server, admitted=1, pending=0, error=None)
     assert entry["in_use"] == {"gpus": 1}
     await server.shutdown(kernel)
-    await wait_clean(server, cluster, kernel)
+    await wait_clean(server, plane, kernel)
 
 
-def delete_the_local_queue(cluster: FakeCluster) -> None:
-    cluster.store.delete("kueue.x-k8s.io", "localqueues", "default", "user-queue")
+def delete_the_local_queue(plane: Plane) -> None:
+    plane.delete("kueue.x-k8s.io", "localqueues", "default", "user-queue")
 
 
-def revoke_reading_local_queues(cluster: FakeCluster) -> None:
-    role = cluster.store.get("rbac.authorization.k8s.io", "roles", "default", "kernel-queue")
-    role["rules"] = [r for r in role["rules"] if "localqueues" not in r["resources"]]
-    cluster.store.replace("rbac.authorization.k8s.io", "roles", "default", "kernel-queue", role)
+def revoke_reading_local_queues(plane: Plane) -> None:
+    role = plane.get("rbac.authorization.k8s.io", "roles", "default", "kernel-queue")
+    assert role is not None
+    rules = [r for r in role["rules"] if "localqueues" not in r["resources"]]
+    plane.merge_patch(
+        "rbac.authorization.k8s.io", "roles", "default", "kernel-queue", {"rules": rules}
+    )
 
 
 @pytest.mark.parametrize(
@@ -205,13 +201,13 @@ def revoke_reading_local_queues(cluster: FakeCluster) -> None:
 async def test_a_local_queue_that_cannot_be_read_is_named_with_its_namespace_and_what_to_do(
     server: Server,
     kernelspec: KernelspecFactory,
-    cluster: FakeCluster,
-    lose: Callable[[FakeCluster], None],
+    plane: Plane,
+    lose: Callable[[Plane], None],
     sentence: str,
 ) -> None:
     kernel = await start_in_notebook(server, kube_spec(kernelspec), "work/first.ipynb")
     assert (await settled(server, kernel))["live"]
-    lose(cluster)
+    lose(plane)
     _, by_name = await listing(server)
     entry = by_name["user-queue"]
     assert entry["error"] == sentence
@@ -219,37 +215,38 @@ async def test_a_local_queue_that_cannot_be_read_is_named_with_its_namespace_and
     assert kernels(entry["holders"]) == [(kernel, "work/first.ipynb")]
     assert (await server.execute(kernel, "1+1"))["data"] == "2"  # admitted, it runs on
     await server.shutdown(kernel)
-    await wait_clean(server, cluster, kernel)
+    await wait_clean(server, plane, kernel)
 
 
 SECOND_NAMESPACE = "team-b"
 
 
-def a_second_namespace(cluster: FakeCluster) -> None:
+def a_second_namespace(plane: Plane) -> None:
     """`SECOND_NAMESPACE` set up as etc/kubernetes/rbac.yaml and queues.yaml set up 'default':
     the server's service account may work there, and it has its own LocalQueue 'user-queue'
     on the same ClusterQueue."""
-    cluster.store.create("", "namespaces", None, {"metadata": {"name": SECOND_NAMESPACE}})
+    plane.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SECOND_NAMESPACE}}])
     for plural in ("roles", "rolebindings"):
-        found = cluster.store.get("rbac.authorization.k8s.io", plural, "default", "kernel-queue")
+        found = plane.get("rbac.authorization.k8s.io", plural, "default", "kernel-queue")
         copied = copy.deepcopy(found)
+        assert copied is not None
         copied["metadata"] = {"name": "kernel-queue", "namespace": SECOND_NAMESPACE}
-        cluster.store.create("rbac.authorization.k8s.io", plural, SECOND_NAMESPACE, copied)
+        plane.apply([copied])
     local_queue = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "LocalQueue",
         "metadata": {"name": "user-queue", "namespace": SECOND_NAMESPACE},
         "spec": {"clusterQueue": "cluster-queue"},
     }
-    cluster.apply(cluster.for_release([local_queue]))
+    plane.apply([local_queue])
 
 
 async def test_a_kernel_in_its_kernelspecs_namespace_is_counted_in_that_namespaces_local_queue(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
     # Two LocalQueues named alike, in two namespaces: each entry reads its own namespace's.
-    cluster.kueue.set_quota("cluster-queue", "default-flavor", {**GPU_QUOTA, "nvidia.com/gpu": 2})
-    a_second_namespace(cluster)
+    plane.set_quota("cluster-queue", "default-flavor", {**GPU_QUOTA, "nvidia.com/gpu": 2})
+    a_second_namespace(plane)
     here = await start_in_notebook(server, kube_spec(kernelspec), "work/here.ipynb")
     spec_there = kube_spec(kernelspec, "kube-b", namespace=SECOND_NAMESPACE)
     there = await start_in_notebook(server, spec_there, "work/there.ipynb")
@@ -275,7 +272,7 @@ async def test_a_kernel_in_its_kernelspecs_namespace_is_counted_in_that_namespac
         assert kernels(seen[namespace]["holders"]) == [(kernel, notebook)]
 
     # Its own namespace's LocalQueue gone: that entry says so, naming it; the other reads on.
-    cluster.store.delete("kueue.x-k8s.io", "localqueues", SECOND_NAMESPACE, "user-queue")
+    plane.delete("kueue.x-k8s.io", "localqueues", SECOND_NAMESPACE, "user-queue")
     response = await server.fetch("api", "kernel-queue", "queues", method="GET")
     by_namespace = {q["namespace"]: q for q in json.loads(response.body)["queues"]}
     assert by_namespace[SECOND_NAMESPACE]["error"].startswith(
@@ -291,5 +288,5 @@ async def test_a_kernel_in_its_kernelspecs_namespace_is_counted_in_that_namespac
     for kernel in (here, there):
         await server.shutdown(kernel)
     await gone(server, here, there)
-    await wait_clean(server, cluster, here)
-    await server.wait_for(lambda: not ours(cluster), what="nothing left in either namespace")
+    await wait_clean(server, plane, here)
+    await server.wait_for(lambda: not ours(plane), what="nothing left in either namespace")

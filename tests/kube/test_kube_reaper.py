@@ -1,4 +1,4 @@
-"""The reaper on the fake cluster: what this server's owner id labels and no kernel of the server
+"""The reaper, on both planes: what this server's owner id labels and no kernel of the server
 knows is deleted, one INFO line each; another server's objects are never touched."""
 
 from __future__ import annotations
@@ -7,16 +7,16 @@ import logging
 import uuid
 
 import pytest
-from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue import model
 from kernel_queue.kube import manifests
 from kernel_queue.model import ConnectionInfo, GroupSpec
 from tests.conftest import KernelspecFactory, Server
+from tests.kube.planes import Plane
 from tests.kube.support import OWNER, gone, kube_spec, labelled, settled, wait_clean
 
 
-def leave_behind(cluster: FakeCluster, owner: str) -> str:
+def leave_behind(plane: Plane, owner: str) -> str:
     """The Secret, Service and pod a crashed server of `owner` left; return their kernel id."""
     kernel_id = str(uuid.uuid4())
     spec = GroupSpec(
@@ -30,33 +30,32 @@ def leave_behind(cluster: FakeCluster, owner: str) -> str:
         image="kernel-queue/test-kernel",
     )
     group = model.group_name(kernel_id)
-    cluster.store.create("", "secrets", "default", manifests.secret(spec, owner=owner))
-    cluster.store.create("", "services", "default", manifests.service(spec, owner=owner))
-    for pod in manifests.pods(spec, group, 0, owner=owner):
-        cluster.store.create("", "pods", "default", pod)
+    made = [manifests.secret(spec, owner=owner), manifests.service(spec, owner=owner)]
+    made += manifests.pods(spec, group, 0, owner=owner)
+    plane.apply(made)
     return kernel_id
 
 
 async def test_the_reaper_deletes_this_servers_leftovers_and_never_another_servers(
     server: Server,
     kernelspec: KernelspecFactory,
-    cluster: FakeCluster,
+    plane: Plane,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    mine = leave_behind(cluster, OWNER)
-    theirs = leave_behind(cluster, "another-server")
+    mine = leave_behind(plane, OWNER)
+    theirs = leave_behind(plane, "another-server")
     everything = {"pods", "services", "secrets", "workloads"}
 
     async def made() -> bool:  # Kueue makes the Workloads
-        return all(set(labelled(cluster, k)) == everything for k in (mine, theirs))
+        return all(set(labelled(plane, k)) == everything for k in (mine, theirs))
 
     await server.wait_for(made, within=30)
     with caplog.at_level(logging.INFO):
         running = await server.start(kube_spec(kernelspec, gpus=0))  # the backend starts
         assert (await settled(server, running))["live"]
-        await wait_clean(server, cluster, mine, within=30)
-    assert set(labelled(cluster, theirs)) == everything
-    assert labelled(cluster, running)["pods"]  # a kernel the server knows is left alone
+        await wait_clean(server, plane, mine, within=30)
+    assert set(labelled(plane, theirs)) == everything
+    assert labelled(plane, running)["pods"]  # a kernel the server knows is left alone
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("reaper:")]
     group = model.group_name(mine)
     for what in (f"Workload {group}", f"pod {group}-head-0", f"Service {group}"):
@@ -64,4 +63,4 @@ async def test_the_reaper_deletes_this_servers_leftovers_and_never_another_serve
     assert not any(theirs[:8] in line for line in lines)
     await server.shutdown(running)
     await gone(server, running)
-    await wait_clean(server, cluster, running)
+    await wait_clean(server, plane, running)

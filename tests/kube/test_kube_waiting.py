@@ -1,6 +1,7 @@
-"""What a waiting kernel's reason says on the fake cluster: Kueue's own reason in the user's
-words, a request the queue can never admit failing at once, a Kueue that does not answer, an
-inactive queue named, and the estimate of the wait once admissions were seen."""
+"""What a waiting kernel's reason says, on both planes (the real plane's reasons are the ones the
+real Kueue writes): Kueue's own reason in the user's words, a request the queue can never admit
+failing at once, a Kueue that does not answer, an inactive queue named, and the estimate of the
+wait once admissions were seen."""
 
 from __future__ import annotations
 
@@ -8,16 +9,16 @@ import re
 from typing import Any
 
 import pytest
-from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from tests.conftest import KernelspecFactory, Server
+from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, labelled, queue_entry, wait_clean
 
 G = "kueue.x-k8s.io"
 
 
 async def test_a_kernel_asking_for_more_than_the_cluster_queue_has_fails_at_once(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
     kernel = await server.start(kube_spec(kernelspec, gpus=3))
 
@@ -30,13 +31,13 @@ async def test_a_kernel_asking_for_more_than_the_cluster_queue_has_fails_at_once
         "never give more than 1, so it could never start. Ask for fewer `gpus` in the "
         "kernelspec, or use a `queue` whose ClusterQueue has more."
     )
-    await wait_clean(server, cluster, kernel)
-    assert labelled(cluster, kernel) == {}
+    await wait_clean(server, plane, kernel)
+    assert labelled(plane, kernel) == {}
 
 
-def orphan_queue(cluster: FakeCluster) -> None:
+def orphan_queue(plane: Plane) -> None:
     """A LocalQueue `orphan-queue` whose ClusterQueue `missing-cq` does not exist."""
-    cluster.apply(
+    plane.apply(
         [
             {
                 "apiVersion": f"{G}/v1beta2",
@@ -48,11 +49,9 @@ def orphan_queue(cluster: FakeCluster) -> None:
     )
 
 
-def stop_cluster_queue(cluster: FakeCluster) -> None:
+def stop_cluster_queue(plane: Plane) -> None:
     """`stopPolicy: Hold` on the ClusterQueue of `user-queue`."""
-    cq = cluster.store.get(G, "clusterqueues", None, "cluster-queue")
-    cq["spec"]["stopPolicy"] = "Hold"
-    cluster.store.replace(G, "clusterqueues", None, "cluster-queue", cq)
+    plane.merge_patch(G, "clusterqueues", None, "cluster-queue", {"spec": {"stopPolicy": "Hold"}})
 
 
 @pytest.mark.parametrize(
@@ -79,50 +78,40 @@ def stop_cluster_queue(cluster: FakeCluster) -> None:
 async def test_an_inactive_local_queue_is_named_with_kueue_s_reason(
     server: Server,
     kernelspec: KernelspecFactory,
-    cluster: FakeCluster,
+    plane: Plane,
     setup: Any,
     queue: str,
     expected: str,
 ) -> None:
-    setup(cluster)
+    setup(plane)
     kernel = await server.start(kube_spec(kernelspec, queue=queue))
     model = await server.wait_reason(kernel, expected)
     assert model["execution_state"] != "dead"  # it waits: the admin may fix the queue
     await server.shutdown(kernel)
-    await wait_clean(server, cluster, kernel)
+    await wait_clean(server, plane, kernel)
 
 
 @pytest.mark.parametrize("backend_config", [{"kueue_timeout": 1.0}])
 async def test_a_kueue_whose_controller_does_not_run_is_named_not_queued(
-    server: Server,
-    kernelspec: KernelspecFactory,
-    cluster: FakeCluster,
-    monkeypatch: pytest.MonkeyPatch,
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    fake = cluster.kueue
-    assert fake is not None
-
-    def paused() -> None:  # Kueue's webhook still gates the pods; its controller does nothing
-        fake._scheduled = False
-
-    monkeypatch.setattr(fake, "_run", paused)
-    kernel = await server.start(kube_spec(kernelspec))
-    silent = (
-        "Kueue does not answer: no Workload for the kernel's pods after 1 s: is Kueue's "
-        "controller running in the cluster? The kernel keeps waiting for 'user-queue' (needs 1 "
-        "GPU)."
-    )
-    model = await server.wait_reason(kernel, silent)
-    assert model["reason"] == silent
-    monkeypatch.undo()  # the controller runs again: the kernel is queued, admitted and runs
-    await fake.settle()
+    with plane.kueue_controller_paused():  # its webhook still gates the pods
+        kernel = await server.start(kube_spec(kernelspec))
+        silent = (
+            "Kueue does not answer: no Workload for the kernel's pods after 1 s: is Kueue's "
+            "controller running in the cluster? The kernel keeps waiting for 'user-queue' "
+            "(needs 1 GPU)."
+        )
+        model = await server.wait_reason(kernel, silent)
+        assert model["reason"] == silent
+    # the controller runs again: the kernel is queued, admitted and runs
     assert (await server.execute(kernel, "6*7"))["data"] == "42"
     await server.shutdown(kernel)
-    await wait_clean(server, cluster, kernel)
+    await wait_clean(server, plane, kernel)
 
 
 async def test_after_enough_admissions_a_waiting_kernel_gets_an_estimate(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, event_log: Any
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, event_log: Any
 ) -> None:
     name = kube_spec(kernelspec)
     first = await server.start(name)
@@ -150,4 +139,4 @@ async def test_after_enough_admissions_a_waiting_kernel_gets_an_estimate(
     assert said[-1]["estimated_wait_seconds"] == entry["estimated_wait_seconds"]
     for kernel in (last, kernels[-1]):
         await server.shutdown(kernel)
-    await wait_clean(server, cluster, *kernels, last)
+    await wait_clean(server, plane, *kernels, last)

@@ -3,9 +3,11 @@
 A plain-HTTP server on 127.0.0.1 that forwards every request to the real API server over TLS
 (the client's own `Authorization` passes through, so RBAC judges the client, not the proxy) and
 injects what `FakeCluster` injects, with the same calls: `fail_next` (an error status instead of
-the answer, or after serving it), `drop_watches` (every open watch ends now),
+the answer, or after serving it), `plant_next` (before a create, an object of its name made by
+"someone else": the create then meets the real API server's 409), `drop_watches` (every open
+watch ends now),
 `expire_next_watch` (a watch gets one ERROR line with 410 Expired), `latency` (seconds added to
-every request), `faults_pending`, `clear_faults` and request counts in `stats`. Watches are
+every request), `faults_pending`, `clear_faults` and request counts in `requests`. Watches are
 relayed line by line as they come. Requests are named as the fake names them (RBAC verbs and
 resources: `list pods`, `get localqueues/pendingworkloads`).
 """
@@ -17,6 +19,7 @@ import collections
 import contextlib
 import json
 import ssl
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +98,14 @@ class FaultProxy:
             verb, plural, faults.Fault(status, retry_after=retry_after, after=after), count
         )
 
+    def plant_next(
+        self, plural: str, labels: Mapping[str, str] | None = None, count: int = 1
+    ) -> None:
+        """As `FakeCluster.plant_next`: before each of the next `count` creates on `plural`,
+        create an object of the same name carrying only `labels` (with the client's own
+        credentials, as a colleague of the same rights would); the create meets a real 409."""
+        self.faults.add("create", plural, faults.Fault(0, plant=dict(labels or {})), count)
+
     def drop_watches(self) -> None:
         """End every open watch stream now."""
         for task in list(self._streams):
@@ -126,7 +137,7 @@ class FaultProxy:
         if self.latency:
             await asyncio.sleep(self.latency)
         fault = self.faults.take(verb, resource) if self.faults else None
-        if fault is not None and not fault.after:
+        if fault is not None and not fault.after and fault.plant is None:
             return _error(fault.error(verb, resource))
         if watch and self.expire > 0:
             self.expire -= 1
@@ -134,6 +145,9 @@ class FaultProxy:
         body = await request.read()
         headers = {h: request.headers[h] for h in _PASSED_HEADERS if h in request.headers}
         assert self._session is not None
+        if fault is not None and fault.plant is not None:
+            await self._plant(fault, request, body, headers)
+            fault = None
         upstream = await self._session.request(
             request.method, self.upstream + request.path_qs, data=body or None, headers=headers
         )
@@ -148,6 +162,23 @@ class FaultProxy:
                 if name in upstream.headers:
                     answer.headers[name] = upstream.headers[name]
             return answer
+
+    async def _plant(
+        self, fault: faults.Fault, request: web.Request, body: bytes, headers: dict[str, str]
+    ) -> None:
+        """Create the foreign object `fault` plants before the request's own create."""
+        try:
+            planted = fault.planted(json.loads(body)) if body else None
+        except ValueError:
+            planted = None  # not JSON (protobuf): nothing to copy the name from
+        if planted is None:
+            return
+        sent = {**headers, "Content-Type": "application/json"}
+        assert self._session is not None
+        async with self._session.request(
+            "POST", self.upstream + request.path_qs, data=json.dumps(planted), headers=sent
+        ) as answer:
+            await answer.read()
 
     async def _relay(
         self, request: web.Request, upstream: aiohttp.ClientResponse

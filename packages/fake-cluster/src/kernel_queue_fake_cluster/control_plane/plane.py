@@ -81,6 +81,9 @@ class NodeSpec:
     memory: str = "64Gi"
     image_paths: dict[str, str] = field(default_factory=dict)
     """Image (fnmatch pattern) -> a folder put first on the container's PATH."""
+    missing_images: tuple[str, ...] = ()
+    """Images (fnmatch patterns) no registry has: pulling them fails (ErrImagePull, then
+    ImagePullBackOff)."""
 
 
 def free_port() -> int:
@@ -515,6 +518,7 @@ class ControlPlane:
             f"--kubelet-port={self.ports['agent']}",
         ]
         argv += [f"--image-path={pattern}={path}" for pattern, path in node.image_paths.items()]
+        argv += [f"--missing-image={pattern}" for pattern in node.missing_images]
         part = self._spawn("node-agent", argv)
 
         def ready() -> bool:

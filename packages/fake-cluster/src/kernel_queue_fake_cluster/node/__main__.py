@@ -1,8 +1,9 @@
 """`python -m kernel_queue_fake_cluster.node`: run a node agent as its own process.
 
     python -m kernel_queue_fake_cluster.node --kubeconfig FILE --node-name NAME --root DIR \\
-        [--gpus N] [--cpu C] [--memory M] [--pods P] [--image-path PATTERN=DIR ...] [--bind] \\
-        [--kubelet-port PORT | --no-kubelet-server] [--context NAME]
+        [--gpus N] [--cpu C] [--memory M] [--pods P] [--image-path PATTERN=DIR ...] \\
+        [--missing-image PATTERN ...] [--bind] [--kubelet-port PORT | --no-kubelet-server] \\
+        [--context NAME]
 
 It registers Node NAME with the API server the kubeconfig names and runs the pods bound to it
 (`--bind`: it binds ungated pods itself, for a plane without a scheduler), until SIGTERM or
@@ -49,6 +50,13 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="containers of images matching PATTERN (fnmatch) get DIR first on PATH",
     )
     parser.add_argument(
+        "--missing-image",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="images matching PATTERN (fnmatch) are in no registry: their pull fails",
+    )
+    parser.add_argument(
         "--bind", action="store_true", help="bind ungated pods itself (no scheduler)"
     )
     parser.add_argument(
@@ -89,6 +97,8 @@ async def serve(options: argparse.Namespace, root: Path) -> None:
         pod_ip_pool=options.pod_ip_pool,
         logs_port=None if options.no_kubelet_server else options.kubelet_port,
     )
+    for pattern in options.missing_image:
+        agent.fail_image(image=pattern)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
