@@ -5,34 +5,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernel_queue_fake_cluster.cluster import FakeCluster
-
 import kernel_queue.checkpoint as kc
 from tests.conftest import KernelspecFactory, Server
+from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, labelled, wait_clean
 from tests.kube.test_kube_checkpoint import CHECKPOINT, CLAIM, PVC
 from tests.test_continuous_local import CELLS, run
 
 
 async def test_a_pod_deleted_at_grace_0_after_five_cells_comes_back_as_of_the_fifth(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, event_log: Any
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, event_log: Any
 ) -> None:
-    cluster.apply(PVC)
+    plane.apply(PVC)
     kernel_id = await server.start(kube_spec(kernelspec, "low", checkpoint=CHECKPOINT))
     for number, cell in enumerate(CELLS, 1):
         reply = await run(server, kernel_id, cell)
         assert (reply["status"], reply["count"]) == ("ok", number)
-    assert cluster.kubelet is not None
-    store = cluster.kubelet.claim_dir("default", CLAIM) / kernel_id
+    store = plane.claim_dir("default", CLAIM) / kernel_id
 
     def fifth_saved() -> bool:
         found = kc.DirectoryStore(store).committed()
         return bool(found) and found[-1].manifest.get("cell") == len(CELLS)
 
     await server.wait_for(fifth_saved, what="the last cell's checkpoint")
-    (pod,) = labelled(cluster, kernel_id)["pods"]
+    (pod,) = labelled(plane, kernel_id)["pods"]
 
-    cluster.store.delete("", "pods", "default", pod, grace_seconds=0)  # no SIGTERM, no save
+    plane.delete("", "pods", "default", pod, grace=0)  # no SIGTERM, no save
 
     def running_again() -> bool:
         states = event_log.states(kernel_id)
@@ -44,5 +42,5 @@ async def test_a_pod_deleted_at_grace_0_after_five_cells_comes_back_as_of_the_fi
     assert "restored 3 variables (4.2 MB) as of cell [5]" in first["stream"], first["stream"]
     assert "the kernel then stopped without warning" in first["stream"], first["stream"]
     await server.shutdown(kernel_id)
-    await wait_clean(server, cluster, kernel_id)
+    await wait_clean(server, plane, kernel_id)
     assert not store.exists()  # deleted at shutdown (checkpoint.keep is off)

@@ -1,13 +1,13 @@
-"""Ten preemptions of one kernel's pod group on the fake cluster lose nothing: each replacement
+"""Ten preemptions of one kernel's pod group lose nothing, on both planes: each replacement
 pod restores from the claim what the previous one saved (tests/cycle_torture.py)."""
 
 from __future__ import annotations
 
 import pytest
-from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from tests.conftest import KernelspecFactory, Server
 from tests.cycle_torture import torture
+from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, wait_clean
 from tests.kube.test_kube_checkpoint import CHECKPOINT, PVC
 
@@ -15,9 +15,9 @@ pytestmark = pytest.mark.timeout(900)
 
 
 async def test_ten_preemptions_of_a_pod_group_lose_no_value_and_report_every_name(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    cluster.apply(PVC)
+    plane.apply(PVC)
     low = await server.start(
         kube_spec(kernelspec, "low", priority_class="low", checkpoint=CHECKPOINT)
     )
@@ -28,9 +28,9 @@ async def test_ten_preemptions_of_a_pod_group_lose_no_value_and_report_every_nam
         assert (await server.execute(high, "1", within=120))["data"] == "1"
         model = await server.wait_reason(kernel_id, "saved ", within=120)
         await server.shutdown(high)
-        await wait_clean(server, cluster, high, within=120)
+        await wait_clean(server, plane, high, within=120)
         return str(model["reason"])
 
     await torture(server, low, preempt, cycles=10)
     await server.shutdown(low)
-    await wait_clean(server, cluster, low, within=120)
+    await wait_clean(server, plane, low, within=120)
