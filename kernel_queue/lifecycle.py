@@ -205,6 +205,11 @@ def describe(
         return _parked(status, parked or "on request", gpus, restored)
     if state is _S.REQUEUED and lifecycle.waking:
         return f"waking from parked: queued {where}{need}{why}"
+    if state is _S.REQUEUED and status.interrupted:
+        then = "to come back from its last checkpoint" if restored else "to start again fresh"
+        return (
+            f"stopped without warning ({status.interrupted}); requeued {where}{need}{why}, {then}"
+        )
     if state is _S.REQUEUED:
         saved = f" ({status.message})" if status.message else ""  # what the checkpoint saved
         return f"preempted{saved}; requeued {where}{need}{why}"

@@ -195,6 +195,8 @@ class GroupStatus:
     address: str = ""  # where to reach the kernel when it differs from the ref's (pod IPs)
     waiting: Waiting | None = None  # while queued: why, and the estimate of the wait
     never_fits: bool = False  # FAILED because the queue could never admit what it asks for
+    interrupted: str = ""  # QUEUED again because the kernel stopped without warning (its
+    # launcher or its pod lost, not a preemption): why, in words ("its launcher was killed …")
 
     def evolve(self, **changes: Any) -> GroupStatus:
         """A copy with `changes` applied."""

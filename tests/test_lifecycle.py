@@ -262,6 +262,17 @@ def _status(phase: GroupPhase, **kw: object) -> GroupStatus:
             id="requeued-says-why",
         ),
         pytest.param(
+            Lifecycle(S.REQUEUED, 1),
+            _status(
+                P.QUEUED,
+                place=QueuePlace("gpu", 2, 2),
+                interrupted="its launcher was killed by SIGKILL (exit 137)",
+            ),
+            "stopped without warning (its launcher was killed by SIGKILL (exit 137)); requeued "
+            "in 'gpu', position 2 of 2, needs 1 GPU, to start again fresh",
+            id="requeued-after-a-lost-launcher",
+        ),
+        pytest.param(
             Lifecycle(S.RESUMED, 1),
             _status(P.RUNNING, devices=("0",)),
             "resumed with GPU 0; the kernel restarted fresh, variables were not restored",

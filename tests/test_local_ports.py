@@ -3,8 +3,10 @@ named: real jupyter_server, real launchers and kernels, a second socket playing 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +146,44 @@ async def test_a_port_taken_while_the_kernel_starts_is_named_and_the_next_start_
     finally:
         thief.close()
     await server.shutdown_and_wait(again)
+
+
+THIEF = (
+    "import socket, sys, time\n"
+    "s = socket.socket()\n"
+    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind(('127.0.0.1', int(sys.argv[1])))\n"
+    "s.listen()\n"
+    "print('listening', flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+async def test_a_port_another_process_took_is_named_with_that_process(
+    server: Server, kernelspec: KernelspecFactory, jp_kernel_dir: Path, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    name = slow_kernelspec(kernelspec, jp_kernel_dir, go)
+    kernel = await server.start(name)
+    await server.wait_for(lambda: bool(launcher_pids((kernel,))), what="the launcher running")
+    shell = ports_of(server, kernel)[0]
+    thief = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", THIEF, str(shell), stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert thief.stdout is not None
+        assert await asyncio.wait_for(thief.stdout.readline(), 30) == b"listening\n"
+        go.touch()
+
+        async def dead() -> bool:
+            return (await server.model(kernel))["execution_state"] == "dead"
+
+        await server.wait_for(dead)
+        reason = (await server.model(kernel))["reason"]
+        assert f"port {shell} (shell; held by pid {thief.pid}: {sys.executable} -c " in reason, (
+            reason
+        )
+    finally:
+        thief.kill()
+        await thief.wait()
+    await server.shutdown_and_wait(kernel)

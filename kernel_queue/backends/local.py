@@ -360,7 +360,25 @@ class LocalBackend(local_settings.LocalSettings):
             self._finish(group, None, f"could not start the kernel launcher: {exc}", failed=True)
             return
         group.process = None
+        lost = group.launcher_lost(code)
+        if lost:
+            await self._interrupted(group, lost)
+            return
         self._on_exit(group, code)
+
+    async def _interrupted(self, group: local_groups.Group, why: str) -> None:
+        """A lost launcher is a pause: its kernel went with it, so the group goes back to its
+        queue (its GPUs freed, its ports held) and comes back from its last checkpoint."""
+        self.log.warning(
+            "%s stopped without warning (%s); queued again to come back from its last checkpoint",
+            group.who,
+            why,
+        )
+        await group.bury_kernel()
+        group.interrupted(why)
+        self._machine.requeue(group.spec.name)
+        feed.publish(group, group.status)
+        self._show_place(group)
 
     def _on_exit(self, group: local_groups.Group, code: int) -> None:
         if group.lost:

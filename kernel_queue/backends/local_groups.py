@@ -11,7 +11,9 @@ and preemption, which weigh the kernels against each other, stay in `local`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,6 +61,8 @@ class Group:
     place: QueuePlace | None = None  # its place in line, as the machine's queue last said
     why: str = ""  # why it waits though GPUs may be free, as the machine's queue said
     lost: str = ""  # why the machine's queue ended its lease (its launcher is being killed)
+    kernel_pid: int | None = None  # the kernel process its launcher started last
+    interruption: str = ""  # waiting again because its launcher was lost: why (`interrupted`)
 
     @property
     def leaving(self) -> bool:
@@ -97,6 +101,7 @@ class Group:
             place=self.place,
             message=self.saved,
             waiting=Waiting(why=self.why, estimate=wait) if wait is not None or self.why else None,
+            interrupted=self.interruption,
         )
 
     def signal(self, signum: int) -> None:
@@ -160,6 +165,8 @@ class Group:
         status = self.status
         if event.get("event") == "started" and self.process is not None and self.process.pid:
             started(self.process.pid)
+        if event.get("event") == "started" and isinstance(event.get("pid"), int):
+            self.kernel_pid = int(event["pid"])
         if event.get("event") == "started" and not self.leaving:
             self.saved = ""
             feed.publish(
@@ -178,7 +185,7 @@ class Group:
         """Back in the queue after its preemption's launcher exited (or woken from parked): no
         admission, its ports held again while it waits (a port lost now is retried at
         admission); the machine's queue service puts it at the back of the line."""
-        self.evicting = ""
+        self.evicting = self.interruption = ""
         self.parked = self.resume_asked = False
         self.admitted = None
         self.ports.hold()
@@ -191,6 +198,46 @@ class Group:
         self.admitted = None
         self.ports.hold()
         feed.publish(self, GroupStatus(GroupPhase.PARKED, message=self.saved))
+
+    def launcher_lost(self, code: int) -> str:
+        """Why the launcher is gone though nobody of ours stopped it (a signal killed it: the
+        OOM killer's SIGKILL, a crash, someone's kill) after its kernel ran, in words; "" when
+        its exit is the kernel's own end (a shutdown, a kernel that exited by itself)."""
+        if self.stopping is not None or self.leaving or self.lost or code < 128:
+            return ""
+        if self.status.generation == 0 and not self.status.kernel_alive and self.kernel_pid is None:
+            return ""  # it never ran a kernel: an exit before the start, said as such
+        try:
+            name = signal.Signals(code - 128).name
+        except ValueError:
+            name = f"signal {code - 128}"
+        return f"its launcher was killed by {name} (exit {code})"
+
+    async def bury_kernel(self, within: float = 5.0) -> None:
+        """Make sure the lost launcher's kernel (its own session, killed with its parent) is
+        gone, so its ports are free for the kernel that replaces it (bounded)."""
+        pid = self.kernel_pid
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while loop.time() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            except PermissionError:
+                return
+            await asyncio.sleep(0.02)
+
+    def interrupted(self, why: str) -> None:
+        """The launcher is lost (`launcher_lost`): back in its queue, its ports held, to come
+        back from its last checkpoint; watchers read why it stopped."""
+        self.admitted, self.kernel_pid, self.interruption = None, None, why
+        self.ports.hold()
+        self.status = GroupStatus(GroupPhase.QUEUED, interrupted=why)
 
     def exit_message(self, code: int) -> tuple[str, bool]:
         """Why the kernel ends now that its launcher exited with `code`, and whether that is a

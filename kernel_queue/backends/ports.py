@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import os
 import socket
 import sys
 
@@ -124,7 +125,41 @@ class HeldPorts:
         self._sockets = [None] * len(self.ports)
 
     def describe(self, ports: list[int]) -> str:
-        """ "port 40123 (shell) on 127.0.0.1", or "ports 40123 (shell), 40124 (iopub) on …"."""
-        named = [f"{p} ({NAMES[self.ports.index(p)]})" for p in ports if p in self.ports]
+        """ "port 40123 (shell) on 127.0.0.1", or "ports 40123 (shell), 40124 (iopub) on …",
+        with the process that listens there where /proc names it ("held by pid 77: nc")."""
+        holders = _holders(ports)
+        named = [
+            f"{p} ({NAMES[self.ports.index(p)]}{holders.get(p, '')})"
+            for p in ports
+            if p in self.ports
+        ]
         noun = "port" if len(named) == 1 else "ports"
         return f"{noun} {', '.join(named)} on {self.ip}"
+
+
+def _holders(ports: list[int]) -> dict[int, str]:
+    """Port -> "; held by pid 77: nc -l 40123" for the listening TCP sockets /proc shows on
+    `ports` (Linux, processes this user may read); {} where none can be named."""
+    inodes: dict[str, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table, encoding="ascii") as lines:
+            next(lines, None)
+            for line in lines:
+                fields = line.split()
+                port = int(fields[1].rsplit(":", 1)[1], 16)
+                if port in ports and fields[3] == "0A":  # LISTEN
+                    inodes[f"socket:[{fields[9]}]"] = port
+    found: dict[int, str] = {}
+    if not inodes:
+        return found
+    with contextlib.suppress(OSError):
+        for pid in (entry for entry in os.listdir("/proc") if entry.isdigit()):
+            with contextlib.suppress(OSError):
+                for fd in os.listdir(f"/proc/{pid}/fd"):
+                    held = inodes.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
+                    if held is None or held in found or int(pid) == os.getpid():
+                        continue
+                    with open(f"/proc/{pid}/cmdline", "rb") as raw:
+                        command = raw.read().replace(b"\0", b" ").decode(errors="replace")
+                    found[held] = f"; held by pid {pid}: {command.strip()[:80]}"
+    return found
