@@ -90,13 +90,16 @@ async def test_a_kernel_killed_after_five_cells_is_restarted_as_of_the_fifth(
     await server.wait_for(fifth_saved, what="the last cell's checkpoint")
 
     before = {launcher}
+    address = server.app.kernel_manager.get_kernel(kernel_id).get_connection_info()
     os.kill(pid, signal.SIGKILL)  # no SIGTERM: nothing is saved now
 
     def relaunched() -> bool:
         return bool(launcher_pids((kernel_id,)) - before)
 
-    await server.wait_for(relaunched, what="Jupyter's restarter relaunching the kernel")
+    await server.wait_for(relaunched, what="the kernel's launcher started again")
     first = await run(server, kernel_id, "(x, float(a[0]), float(b[1]))")
+    # back on the same ports: a client on the old ones reconnects by itself
+    assert server.app.kernel_manager.get_kernel(kernel_id).get_connection_info() == address
     assert first["data"] == "(5, 7.0, 1.0)", first
     assert "restored 3 variables (4.2 MB) as of cell [5]" in first["stream"], first["stream"]
     assert "Restored: a, b, x." in first["stream"]

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import kernel_queue.checkpoint as kc
-from tests.conftest import KernelspecFactory, Server, launcher_pids
+from tests.conftest import EventLog, KernelspecFactory, Server, launcher_pids
 from tests.test_continuous_local import run
 
 pytestmark = pytest.mark.timeout(900)
@@ -100,3 +100,30 @@ async def test_a_killed_launcher_comes_back_from_its_last_save_on_the_same_ports
         assert now == address  # the same ports: clients on the old ones reconnect by themselves
     await server.shutdown_and_wait(kernel_id)
     assert not (store / kernel_id).exists()
+
+
+async def test_a_kernel_lost_four_times_in_a_minute_is_not_brought_back_again(
+    server: Server, kernelspec: KernelspecFactory, tmp_path: Path, event_log: EventLog
+) -> None:
+    """(A restore that crashes the kernel would otherwise bring it back forever.) The fourth
+    loss ends it with a sentence; jupyter's restarter then starts it fresh, as it does any
+    kernel that died."""
+    checkpoint = {"enabled": True, "path": str(tmp_path / "checkpoints"), "grace_seconds": 30}
+    kernel_id = await server.start(kernelspec("saved", gpus=1, checkpoint=checkpoint))
+    for _ in range(4):
+        assert (await run(server, kernel_id, "x = 1"))["status"] == "ok"
+        (launcher,) = launcher_pids((kernel_id,))
+        os.kill(launcher, signal.SIGKILL)
+        await server.wait_for(
+            lambda before=launcher: bool(launcher_pids((kernel_id,)) - {before}),
+            what="a launcher started again",
+        )
+    failed = [e for e in event_log.events if e["kernel_id"] == kernel_id and e["state"] == "failed"]
+    (message,) = [e["message"] for e in failed]
+    assert message.startswith(
+        f"kernel {kernel_id[:8]} failed: it stopped without warning 4 times within a minute, "
+        "the last time because its launcher was killed by SIGKILL (exit 137); it is not "
+        "brought back again: start it again, and look at its log; last lines of "
+    ), message
+    assert (await run(server, kernel_id, "x"))["status"] == "error"  # fresh: nothing restored
+    await server.shutdown_and_wait(kernel_id)

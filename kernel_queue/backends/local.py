@@ -368,13 +368,22 @@ class LocalBackend(local_settings.LocalSettings):
 
     async def _interrupted(self, group: local_groups.Group, why: str) -> None:
         """A lost launcher is a pause: its kernel went with it, so the group goes back to its
-        queue (its GPUs freed, its ports held) and comes back from its last checkpoint."""
+        queue (its GPUs freed, its ports held) and comes back from its last checkpoint; one
+        lost too often in a minute ends (`Group.lost_too_often`)."""
+        await group.bury_kernel()
+        if group.lost_too_often(time.monotonic()):
+            message = (
+                f"it stopped without warning {len(group.losses)} times within a minute, the "
+                f"last time because {why}; it is not brought back again: start it again, and "
+                "look at its log"
+            )
+            self._finish(group, None, message + local_process.log_tail(group.log_path), failed=True)
+            return
         self.log.warning(
             "%s stopped without warning (%s); queued again to come back from its last checkpoint",
             group.who,
             why,
         )
-        await group.bury_kernel()
         group.interrupted(why)
         self._machine.requeue(group.spec.name)
         feed.publish(group, group.status)

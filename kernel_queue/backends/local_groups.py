@@ -37,6 +37,11 @@ from kernel_queue.model import (
 )
 
 
+MAX_LOSSES = 3
+"""Lost launchers of one kernel within `LOSS_WINDOW_SECONDS` that are brought back."""
+LOSS_WINDOW_SECONDS = 60.0
+
+
 @dataclass(eq=False)
 class Group:
     """One submitted kernel as the local backend tracks it."""
@@ -63,6 +68,8 @@ class Group:
     lost: str = ""  # why the machine's queue ended its lease (its launcher is being killed)
     kernel_pid: int | None = None  # the kernel process its launcher started last
     interruption: str = ""  # waiting again because its launcher was lost: why (`interrupted`)
+    kernel_status: int | None = None  # the last kernel process's exit status, as its launcher said
+    losses: list[float] = field(default_factory=list)  # when its launchers were lost (monotonic)
 
     @property
     def leaving(self) -> bool:
@@ -180,6 +187,8 @@ class Group:
             )
         elif event.get("event") == "exited" and not self.leaving:
             feed.publish(self, status.evolve(kernel_alive=False))
+        if event.get("event") == "exited" and isinstance(event.get("status"), int):
+            self.kernel_status = int(event["status"])
 
     def requeue(self) -> None:
         """Back in the queue after its preemption's launcher exited (or woken from parked): no
@@ -211,7 +220,15 @@ class Group:
             name = signal.Signals(code - 128).name
         except ValueError:
             name = f"signal {code - 128}"
+        if self.kernel_status == code:  # the launcher passed on its kernel's death
+            return f"the kernel process was killed by {name}"
         return f"its launcher was killed by {name} (exit {code})"
+
+    def lost_too_often(self, now: float) -> bool:
+        """A kernel that stops without warning again and again (a restore that crashes it, a
+        machine that keeps killing it) is not brought back a fourth time within a minute."""
+        self.losses = [t for t in self.losses if now - t < LOSS_WINDOW_SECONDS] + [now]
+        return len(self.losses) > MAX_LOSSES
 
     async def bury_kernel(self, within: float = 5.0) -> None:
         """Make sure the lost launcher's kernel (its own session, killed with its parent) is
@@ -236,6 +253,7 @@ class Group:
         """The launcher is lost (`launcher_lost`): back in its queue, its ports held, to come
         back from its last checkpoint; watchers read why it stopped."""
         self.admitted, self.kernel_pid, self.interruption = None, None, why
+        self.kernel_status = None
         self.ports.hold()
         self.status = GroupStatus(GroupPhase.QUEUED, interrupted=why)
 
