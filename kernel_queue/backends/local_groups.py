@@ -36,7 +36,6 @@ from kernel_queue.model import (
     short_id,
 )
 
-
 MAX_LOSSES = 3
 """Lost launchers of one kernel within `LOSS_WINDOW_SECONDS` that are brought back."""
 LOSS_WINDOW_SECONDS = 60.0
