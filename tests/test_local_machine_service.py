@@ -7,7 +7,9 @@ import os
 import signal
 from pathlib import Path
 
-from tests.conftest import KernelspecFactory, Server, launcher_pids
+import pytest
+
+from tests.conftest import KernelspecFactory, Listener, Server, launcher_pids
 
 
 def service_pid(server: Server) -> int:
@@ -16,32 +18,67 @@ def service_pid(server: Server) -> int:
     return int(welcome.pid)
 
 
-async def test_a_killed_service_ends_its_kernels_with_a_sentence_and_the_next_start_starts_one(
-    server: Server, kernelspec: KernelspecFactory
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["restart", "crash"])
+async def test_a_restarted_service_is_not_an_outage(
+    server: Server, kernelspec: KernelspecFactory, signum: signal.Signals
 ) -> None:
-    name = kernelspec(gpus=1)
-    running = await server.start(name)
-    assert (await server.execute(running, "1+1"))["data"] == "2"
-    other = await server.start(name)  # holds the other GPU
-    second = await server.start(name)
-    await server.wait_reason(second, "position 1 of 1")
+    """Three running kernels (two with a GPU each, one on CPU) and one waiting; the machine's
+    service stops (a restart's SIGTERM, or a crash): the kernels keep running with their
+    variables and GPUs, an open notebook keeps working, the waiting one keeps its place, and
+    once a GPU frees it is admitted."""
+    gpu, cpu = kernelspec("gpu", gpus=1), kernelspec("cpu", queue="cpu")
+    first, second, third = [await server.start(name) for name in (gpu, gpu, cpu)]
+    for number, kernel in enumerate((first, second, third)):
+        assert (await server.execute(kernel, f"x = {number}; x"))["data"] == str(number)
+    waiting = await server.start(gpu)
+    await server.wait_reason(waiting, "position 1 of 1")
+    launchers = {k: launcher_pids((k,)) for k in (first, second, third)}
+    listener = await Listener.open(server, first)
     old = service_pid(server)
+    os.kill(old, signum)
+
+    async def back() -> bool:
+        welcome = server.backend()._machine.service
+        return welcome is not None and welcome.pid != old and _alive(welcome.pid)
+
+    await server.wait_for(back, what="the backend connected to a new service")
+    listing = await server.backend().machine_queue()
+    assert sorted((k["kernel_id"], k["state"]) for k in listing["kernels"]) == sorted(
+        [(first, "admitted"), (second, "admitted"), (third, "admitted"), (waiting, "queued")]
+    ), listing
+    for number, kernel in enumerate((first, second, third)):
+        assert (await server.execute(kernel, "x"))["data"] == str(number)  # the same kernels
+        assert launcher_pids((kernel,)) == launchers[kernel]
+    listener.close()
+    assert "position 1 of 1" in (await server.model(waiting))["reason"]
+    await server.shutdown(first)
+    assert (await server.execute(waiting, "7"))["data"] == "7"
+    await server.shutdown_and_wait(second, third, waiting)
+
+
+async def test_a_service_that_does_not_come_back_ends_the_leases_with_a_sentence(
+    server: Server, kernelspec: KernelspecFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernel_queue.backends import machine_link
+    from kernel_queue.machine import client
+
+    monkeypatch.setattr(machine_link, "RECONNECT_SECONDS", 2.0)
+    running = await server.start(kernelspec(gpus=1))
+    assert (await server.execute(running, "1"))["data"] == "1"
+    old = service_pid(server)
+
+    def no_service(path: Path) -> None:
+        raise OSError("no service may start in this test")
+
+    monkeypatch.setattr(client, "start_service", no_service)
     os.kill(old, signal.SIGKILL)
-
-    model = await server.wait_reason(running, "closed the connection")
-    assert (
-        f"the machine's kernel-queue service (pid {old}) closed the connection" in model["reason"]
-    )
-    await server.wait_reason(second, "closed the connection")
-
-    async def no_launchers() -> bool:
-        return not launcher_pids((running, other, second))
-
-    await server.wait_for(no_launchers)
-    again = await server.start(name)
-    assert (await server.execute(again, "2+2"))["data"] == "4"
-    assert service_pid(server) != old
-    await server.shutdown_and_wait(again)
+    model = await server.wait_reason(running, "lease ended")
+    assert model["reason"].startswith(
+        f"kernel {running[:8]} failed: the machine's kernel-queue service (pid {old}) closed the "
+        "connection, and no service answered within 2 s"
+    ), model["reason"]
+    await server.wait_for(lambda: not launcher_pids((running,)), what="its launcher stopped")
+    await server.shutdown_and_wait(running)
 
 
 async def test_a_preempted_launcher_that_never_answers_loses_its_gpu_after_its_grace(

@@ -33,9 +33,15 @@ TABLE = [
     ),
     (
         protocol.Submit("kq-a", "a-id", "gpu", 100, {"gpu": 1}, 30.0, "high", "1 GPU"),
-        '{"grace": 30.0, "group": "kq-a", "kernel_id": "a-id", "needs": "1 GPU", "priority": '
-        '100, "priority_class": "high", "queue": "gpu", "resources": {"gpu": 1}, "type": '
-        '"submit"}',
+        '{"grace": 30.0, "group": "kq-a", "holds": null, "kernel_id": "a-id", "needs": "1 GPU", '
+        '"priority": 100, "priority_class": "high", "queue": "gpu", "resources": {"gpu": 1}, '
+        '"type": "submit"}',
+    ),
+    (  # taking a lease back from a service that restarted
+        protocol.Submit("kq-a", "a-id", "gpu", 100, {"gpu": 1}, 30.0, holds=("1",)),
+        '{"grace": 30.0, "group": "kq-a", "holds": ["1"], "kernel_id": "a-id", "needs": "", '
+        '"priority": 100, "priority_class": null, "queue": "gpu", "resources": {"gpu": 1}, '
+        '"type": "submit"}',
     ),
     (protocol.Release("kq-a"), '{"group": "kq-a", "type": "release"}'),
     (protocol.Requeue("kq-a"), '{"group": "kq-a", "type": "requeue"}'),

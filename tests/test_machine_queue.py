@@ -373,16 +373,15 @@ async def test_a_submit_the_machine_can_never_hold_is_refused_in_a_sentence(
         )
 
 
-async def test_a_client_whose_service_dies_is_told_its_lease_ended(runtime: Path) -> None:
+async def test_a_client_whose_service_dies_is_told_the_connection_ended(runtime: Path) -> None:
     async with Machine() as actors:
         holder = await actors("kq-holder")
         service = await actors.connected(holder)
         await holder.expect("admit")
         os.kill(service, signal.SIGKILL)
-        refused = await holder.expect("refused")
-        assert refused["message"] == (
-            f"the machine's kernel-queue service (pid {service}) closed the connection; the "
-            "group's lease ended"
+        gone = await holder.expect("gone")
+        assert gone["message"] == (
+            f"the machine's kernel-queue service (pid {service}) closed the connection"
         )
 
 
@@ -409,3 +408,62 @@ async def test_a_listing_shows_what_the_messages_before_it_decided(runtime: Path
         assert [(g.group, g.state, g.devices) for g in answers[2].groups] == [
             ("kq-raw", "admitted", ("0",))
         ]
+
+
+async def test_a_restarted_service_holds_a_running_lease_for_its_client_to_take_back(
+    runtime: Path,
+) -> None:
+    """A restart is no outage: the new service keeps the GPU of a lease on record for its
+    client (still alive), so a newcomer waits; the client's `submit` with `holds` takes it
+    back, and its release hands it on as ever."""
+    async with Machine() as actors:
+        holder = await actors("kq-holder")
+        first = await actors.connected(holder)
+        await holder.expect("admit")
+        record = Path(str(client.socket_path()) + ".leases.json")
+        assert stat.S_IMODE(os.stat(record).st_mode) == 0o600
+        os.kill(first, signal.SIGKILL)
+        await holder.expect("gone")
+        newcomer = await actors("kq-newcomer")
+        second = await actors.connected(newcomer)
+        assert second != first
+        assert (await newcomer.expect("position", "admit"))["type"] == "position"
+        reader, writer = await asyncio.open_unix_connection(str(client.socket_path()))
+        lines = [
+            protocol.Hello(protocol.PROTOCOL, "0.1.0", os.getpid(), QUOTA),
+            protocol.Submit(
+                "kq-holder", "kq-holder-kernel-id", "default", 0, {"gpu": 1}, 30.0, holds=("0",)
+            ),
+        ]
+        writer.write(b"".join(protocol.encode(m) for m in lines))
+        answers = [protocol.decode(await reader.readline()) for _ in range(2)]
+        assert answers[1] == protocol.Admit("kq-holder", ("0",))
+        writer.write(protocol.encode(protocol.Release("kq-holder")))
+        assert (await newcomer.expect("admit"))["devices"] == ["0"]
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_a_holds_without_a_lease_on_record_jumps_no_queue(runtime: Path) -> None:
+    """A client may say it holds GPUs the service never leased (the record lost): it gets them
+    only where they are free and nobody waits; here another holds them: it is preempted and
+    saves."""
+    async with Machine() as actors:
+        holder = await actors("kq-holder")
+        service = await actors.connected(holder)
+        await holder.expect("admit")
+        waiter = await actors("kq-waiter")
+        await actors.connected(waiter)
+        await waiter.expect("position")
+        reader, writer = await asyncio.open_unix_connection(str(client.socket_path()))
+        lines = [
+            protocol.Hello(protocol.PROTOCOL, "0.1.0", os.getpid(), QUOTA),
+            protocol.Submit("kq-claims", "claims-id", "default", 0, {"gpu": 1}, 1.0, holds=("0",)),
+        ]
+        writer.write(b"".join(protocol.encode(m) for m in lines))
+        answers = [protocol.decode(await reader.readline()) for _ in range(2)]
+        assert isinstance(answers[1], protocol.Preempt), answers
+        assert "gave its GPUs to another kernel" in answers[1].message
+        writer.close()
+        await writer.wait_closed()
+        assert _alive(service)

@@ -251,6 +251,17 @@ class LocalBackend(local_settings.LocalSettings):
         group.requeue()
         self._machine.resubmit(group.submission(), self.machine_quota())
 
+    def held(self) -> list[tuple[protocol.Submit, tuple[str, ...] | None]]:
+        """What to tell a machine service that restarted: the admitted groups with their GPUs
+        (it takes their leases back), then the waiting ones in their order (queued again);
+        parked groups wait for nothing."""
+        admitted = [g for g in self._groups.values() if g.admitted is not None]
+        waiting = [g for g in self._groups.values() if g.waiting]
+        waiting.sort(key=lambda g: g.place.position if g.place is not None else 0)
+        return [(g.submission(), tuple(g.status.devices)) for g in admitted] + [
+            (g.submission(), None) for g in waiting
+        ]
+
     def placed(self, name: str, place: protocol.Position) -> None:
         """The service's word on a waiting group's place; for an admitted one, that its lease
         was reclaimed (its launcher outlived the grace of its preemption): it is killed."""

@@ -6,6 +6,11 @@ the service if none answers), submits a group, and turns what the service then s
 calls on the backend's `Handler`: a place in line, an admission with its GPUs, a preemption, or
 the end of its lease. Releases and requeues are sent in the order asked, from tasks the backend
 owns, so a synchronous path (a launcher's exit) can send them too.
+
+When the connection ends (the service exited or restarts), the kernels keep running: the link
+connects again (starting a user's service if none answers) and tells the service what it holds
+(`Handler.held`: running groups with their GPUs, which it takes back, and waiting ones, queued
+again); only a service that does not come back within `RECONNECT_SECONDS` ends the leases.
 """
 
 from __future__ import annotations
@@ -34,8 +39,18 @@ NOT_CONNECTED: dict[str, Any] = {
 """The machine queue's listing where no service is connected (nothing queued here yet)."""
 
 
+RECONNECT_SECONDS = 20.0
+"""How long a link tries to reach a service that went away before the leases end (a restart by
+systemd takes a second or two; a service restarted later has freed them anyway)."""
+
+
 class Handler(Protocol):
     """What the backend does with the service's word about group `name`."""
+
+    def held(self) -> list[tuple[protocol.Submit, tuple[str, ...] | None]]:
+        """Every group to tell a service that restarted, in queue order: with the GPUs it
+        runs on, or None for one that waits."""
+        ...
 
     def placed(self, name: str, place: protocol.Position) -> None: ...
 
@@ -55,6 +70,8 @@ class MachineLink:
         self.log = log
         self._client: client.MachineClient | None = None
         self._lock = asyncio.Lock()
+        self._quota: protocol.Quota | None = None  # the last one connected with
+        self._reconnecting: asyncio.Task[None] | None = None
 
     @property
     def service(self) -> protocol.Welcome | None:
@@ -72,6 +89,7 @@ class MachineLink:
     async def connect(self, quota: protocol.Quota) -> client.MachineClient:
         """The live connection, made (and the service started) if there is none; LaunchFailed
         or ConfigError saying what to do when the service refuses this server."""
+        self._quota = quota
         async with self._lock:
             machine = self._client
             if machine is not None and machine.closed.is_set():
@@ -134,6 +152,46 @@ class MachineLink:
             handler.preempted(name, message.message)
         elif isinstance(message, protocol.Refused):
             handler.lost(name, message.message)
+        elif isinstance(message, client.Gone):
+            self._reconnect_soon(message.message)
+
+    def _reconnect_soon(self, why: str) -> None:
+        """The connection ended: connect again and take the leases back (once for all
+        groups)."""
+        if self._reconnecting is None or self._reconnecting.done():
+            self._reconnecting = self._tasks.spawn(self._reconnect(why), "reconnect")
+
+    async def _reconnect(self, why: str) -> None:
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + RECONNECT_SECONDS, 0.05
+        self.log.warning("kernel-queue: %s; connecting again, its kernels keep running", why)
+        assert self._quota is not None
+        while True:
+            try:
+                machine = await self.connect(self._quota)
+                break
+            except (errors.KernelQueueError, OSError) as exc:
+                if loop.time() + delay > deadline:
+                    message = (
+                        f"{why}, and no service answered within {RECONNECT_SECONDS:g} s "
+                        f"({exc}); the group's lease ended"
+                    )
+                    for submit, _ in self._handler.held():
+                        self._handler.lost(submit.group, message)
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        held = self._handler.held()
+        self.log.info(
+            "kernel-queue: the machine's service (pid %d) is back; %d of this server's kernels "
+            "told to it",
+            machine.service.pid,
+            len(held),
+        )
+        for submit, devices in held:
+            await machine.submit(dataclasses.replace(submit, holds=devices))
+            messages = machine.messages(submit.group)
+            self._tasks.spawn(self._follow(submit.group, messages), f"queue {submit.group}")
 
     async def queue(self, *, here: set[str]) -> dict[str, Any]:
         """The machine's whole queue as the service lists it (every server's and batch run's

@@ -20,7 +20,9 @@ import stat
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from jupyter_core.paths import jupyter_runtime_dir
 
@@ -155,8 +157,18 @@ async def _greet(
         raise
 
 
+@dataclass(frozen=True)
+class Gone(protocol.Message):
+    """Not on the wire: the connection to the service ended (it exited, or restarts); what a
+    group's `messages` say last."""
+
+    TYPE: ClassVar[str] = "gone"
+    message: str
+
+
 class MachineClient:
-    """One connection to the machine's queue service; the leases of its groups end with it."""
+    """One connection to the machine's queue service; the leases of its groups end with it
+    unless its backend takes them back from a service that restarted (`Submit.holds`)."""
 
     def __init__(
         self,
@@ -240,12 +252,11 @@ class MachineClient:
         except (ConnectionError, protocol.ProtocolError):
             pass
         finally:
-            gone = protocol.Refused(
-                f"the machine's kernel-queue service (pid {self.service.pid}) closed the "
-                "connection; the group's lease ended"
+            gone = Gone(
+                f"the machine's kernel-queue service (pid {self.service.pid}) closed the connection"
             )
-            for name, queue in self._groups.items():
-                queue.put_nowait(protocol.Refused(gone.message, name))
+            for queue in self._groups.values():
+                queue.put_nowait(gone)
                 queue.put_nowait(None)
             self._listings.put_nowait(None)
             self.closed.set()

@@ -14,6 +14,16 @@ from kernel_queue import admission
 from kernel_queue.machine import config, protocol, rules
 
 
+class _Absent:
+    """The writer of a client that has not come back (see `Client.absent`): writes nothing."""
+
+    def is_closing(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> None:  # never called: `send` checks is_closing first
+        pass
+
+
 @dataclass(eq=False)
 class Client:
     writer: asyncio.StreamWriter
@@ -24,6 +34,16 @@ class Client:
     watch: bool = False  # a listing-only connection: no quota, no groups
     groups: set[str] = field(default_factory=set)
     pending: list[bytes] = field(default_factory=list)
+
+    @classmethod
+    def absent(cls, pid: int, who: config.Identity) -> Client:
+        """The client that held leases before the service restarted, until it comes back (or
+        its leases' grace ends): messages to it go nowhere."""
+        return cls(_Absent(), pid, who, greeted=True)  # type: ignore[arg-type]
+
+    @property
+    def present(self) -> bool:
+        return not isinstance(self.writer, _Absent)
 
     def send(self, message: protocol.Message) -> None:
         """Queue `message`; what one loop turn sends goes out in one write (a pass tells
@@ -50,6 +70,7 @@ class Group:
     evicting: bool = False
     reclaim: asyncio.TimerHandle | None = None
     shown: protocol.Position | None = None  # the last place told, so only changes are sent
+    expires: asyncio.TimerHandle | None = None  # a lease from before a restart, unclaimed yet
 
     def holding(self) -> rules.Holding:
         gpus = self.request.resources.get("gpu", 0)

@@ -114,6 +114,9 @@ class Submit(Message):
     grace: float
     priority_class: str | None = None
     needs: str = ""
+    holds: tuple[str, ...] | None = None
+    """Set when the group already runs on these GPUs (none: `()`) and its client says so again
+    to a service that restarted: the service takes the lease back instead of queueing it."""
 
 
 @dataclass(frozen=True)
@@ -305,6 +308,8 @@ def decode(line: bytes) -> Message:
             values["quota"] = _quota(kind, values)
         if "devices" in values:
             values["devices"] = tuple(values["devices"])
+        if values.get("holds") is not None:
+            values["holds"] = tuple(str(d) for d in values["holds"])
         if kind is Places:
             values["places"] = tuple(Position(*row) for row in values.get("places", ()))
         if kind is Listing:

@@ -7,7 +7,13 @@ service runs `admission.schedule` over all of them on every change and tells eac
 groups' positions, admissions and preemptions (`connections` holds what it keeps of each).
 An admitted group is a lease held by its client's connection: when the
 connection ends (EOF, a SIGKILLed client) its groups are gone at once. A preempted group's GPUs
-come back after its grace seconds whether or not its client answered. A user's service exits
+come back after its grace seconds whether or not its client answered.
+
+A restart of the service is not an outage: it keeps a record of the leases beside its socket
+(`<socket>.leases.json`), and a service that starts takes the record's leases of clients still
+alive as held, for `RECLAIM_SECONDS`, so nobody else is given their GPUs while their clients
+reconnect and say which groups they still run (a `submit` with `holds`); a lease nobody claims
+in that time is freed. A user's service exits
 `IDLE_EXIT_SECONDS` after the last client left; the system service (`system` given: one socket
 for every user, its quota and per-user rules from its config, `rules.py`) never does. Stdlib
 and, of ours, `admission`, `quantities` and `errors` only: it must stay small.
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import os
 import signal
@@ -30,6 +37,8 @@ from kernel_queue.machine import config, connections, protocol, rules, sockets
 
 IDLE_EXIT_SECONDS = 3.0
 """How long the service outlives its last client (a server restarting finds it still there)."""
+RECLAIM_SECONDS = 30.0
+"""How long a lease from before a restart stays held for its client to claim it back."""
 
 log = logging.getLogger("kernel_queue.machine")
 
@@ -59,6 +68,9 @@ class Service:
         self._done = asyncio.Event()
         self._idle: asyncio.TimerHandle | None = None
         self._pass: asyncio.Handle | None = None
+        self.record = path.with_name(path.name + ".leases.json")
+        self._recorded: object = None  # what the record last said
+        self._exiting = False
 
     async def serve(self) -> None:
         """Bind, serve clients, return once no client came for `idle_exit` seconds or on
@@ -67,12 +79,14 @@ class Service:
         inode = os.stat(self.path).st_ino
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self._done.set)
+        self._load_record()
         server = await asyncio.start_unix_server(self._connection, sock=listener)
         log.info("kernel-queue service %s (pid %d) on %s", self.version, os.getpid(), self.path)
         self._arm_idle()
         try:
             await self._done.wait()
         finally:
+            self._exiting = True  # the record keeps the leases for the next service
             server.close()
             for client in list(self._clients):
                 client.flush()
@@ -88,7 +102,7 @@ class Service:
         if self._idle is not None:
             self._idle.cancel()
         self._idle = None
-        if not self._clients and self.system is None:
+        if not self._clients and self.system is None and not self._groups:
             self._idle = asyncio.get_running_loop().call_later(self.idle_exit, self._done.set)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -191,6 +205,8 @@ class Service:
         existing = self._groups.get(submit.group)
         if existing is not None and existing.client is client:
             return  # said twice
+        if submit.holds is not None and self._reclaim_lease(client, submit, existing):
+            return
         checked = self._checked(client, submit)
         if isinstance(checked, str):
             client.send(protocol.Refused(checked, submit.group))
@@ -211,6 +227,150 @@ class Service:
         self._groups[submit.group] = connections.Group(submit, client, request)
         client.groups.add(submit.group)
         self._schedule()
+
+    def _reclaim_lease(
+        self,
+        client: connections.Client,
+        submit: protocol.Submit,
+        existing: connections.Group | None,
+    ) -> bool:
+        """A client back after this service restarted says group `submit.group` runs on
+        `submit.holds`: take the lease back from the record's (same user), or give it as a
+        new lease where those GPUs are free; where they went to another group meanwhile, the
+        group is preempted (it saves and waits). False: nothing to reclaim (queue it)."""
+        assert submit.holds is not None
+        if existing is not None and not existing.client.present:
+            if existing.client.who.uid != client.who.uid:
+                return False  # another user's lease: the submit is refused as usual
+            self._adopt(existing, client, submit)
+            client.send(protocol.Admit(submit.group, existing.devices))
+            log.info("group %s taken back by client pid %d", submit.group, client.pid)
+            self._schedule()
+            return True
+        checked = self._checked(client, submit)
+        if isinstance(checked, str) or self.quota is None:
+            return False
+        busy = {d for g in self._groups.values() if g.admitted for d in g.devices}
+        held = tuple(submit.holds)
+        request = admission.Request(
+            name=submit.group,
+            queue=checked.queue,
+            resources=dict(checked.resources),
+            priority=checked.priority,
+            created=float(next(self._arrivals)),
+        )
+        group = connections.Group(checked, client, request)
+        self._groups[submit.group] = group
+        client.groups.add(submit.group)
+        flavors = {resource: protocol.FLAVOR for resource in request.resources}
+        group.admitted = admission.Admitted(request, flavors, asyncio.get_running_loop().time())
+        # (a holds with no lease on record jumps no queue: free GPUs with nobody waiting only)
+        waiting = any(g.admitted is None for g in self._groups.values() if g is not group)
+        if busy.isdisjoint(held) and set(held) <= set(self.quota.gpus) and not waiting:
+            group.devices = held
+            client.send(protocol.Admit(submit.group, held))
+        else:  # its GPUs went to another group: it saves and waits like a preempted one
+            group.evicting = True
+            message = (
+                "preempted: the machine's kernel-queue service restarted and gave its GPUs to "
+                "another kernel before it came back"
+            )
+            client.send(protocol.Preempt(submit.group, "", message, submit.grace))
+            group.reclaim = asyncio.get_running_loop().call_later(
+                submit.grace, self._reclaim, group
+            )
+        self._schedule()
+        return True
+
+    def _adopt(
+        self, group: connections.Group, client: connections.Client, submit: protocol.Submit
+    ) -> None:
+        """A lease from the record, claimed back by its (new) connection."""
+        if group.expires is not None:
+            group.expires.cancel()
+        group.expires = None
+        group.client.groups.discard(group.submit.group)
+        group.client, group.submit = client, submit
+        client.groups.add(submit.group)
+
+    def _load_record(self) -> None:
+        """Take the leases the record names for clients still alive, held for
+        `RECLAIM_SECONDS` (a system service: of the users the record names)."""
+        try:
+            data = json.loads(self.record.read_text())
+            leases = list(data["leases"])
+            quota = protocol.Quota.parse(data["quota"]) if data.get("quota") else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        if self.quota is None:
+            self.quota = quota
+        loop = asyncio.get_running_loop()
+        for lease in leases:
+            try:
+                submit = protocol.decode(json.dumps({**lease["submit"], "type": "submit"}).encode())
+                pid, uid, user = int(lease["pid"]), int(lease["uid"]), str(lease["user"])
+                devices = tuple(str(d) for d in lease["devices"])
+            except (protocol.ProtocolError, KeyError, TypeError, ValueError):
+                continue
+            if not isinstance(submit, protocol.Submit) or not _alive(pid):
+                continue
+            client = connections.Client.absent(pid, config.Identity(uid, uid, user))
+            request = admission.Request(
+                name=submit.group,
+                queue=submit.queue,
+                resources=dict(submit.resources),
+                priority=submit.priority,
+                created=float(next(self._arrivals)),
+            )
+            group = connections.Group(submit, client, request, devices=devices)
+            flavors = {resource: protocol.FLAVOR for resource in request.resources}
+            group.admitted = admission.Admitted(request, flavors, loop.time())
+            group.expires = loop.call_later(RECLAIM_SECONDS, self._expire, group)
+            self._groups[submit.group] = group
+            client.groups.add(submit.group)
+            log.info(
+                "lease of %s (client pid %d) from before the restart held for %g s",
+                submit.group,
+                pid,
+                RECLAIM_SECONDS,
+            )
+
+    def _expire(self, group: connections.Group) -> None:
+        if self._groups.get(group.submit.group) is group and not group.client.present:
+            log.info("lease of %s not claimed back: freed", group.submit.group)
+            self._remove(group)
+            self._schedule()
+            self._arm_idle()
+
+    def _save_record(self) -> None:
+        """Write the leases (atomically, private) when they changed since the last write;
+        not while exiting (its clients' connections end then, and their leases go on)."""
+        if self._exiting:
+            return
+        leases = [
+            {
+                "submit": {k: v for k, v in protocol._fields(g.submit).items() if k != "type"},
+                "pid": g.client.pid,
+                "uid": g.client.who.uid,
+                "user": g.client.who.user,
+                "devices": list(g.devices),
+            }
+            for g in self._groups.values()
+            if g.admitted is not None
+        ]
+        quota = None if self.quota is None else protocol._fields(self.quota)
+        record = {"leases": leases, "quota": quota}
+        if record == self._recorded:
+            return
+        self._recorded = record
+        temporary = self.record.with_name(self.record.name + ".tmp")
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                json.dump(record, out)
+            os.replace(temporary, self.record)
+        except OSError as exc:
+            log.warning("could not write the lease record %s: %s", self.record, exc)
 
     def _checked(
         self, client: connections.Client, submit: protocol.Submit
@@ -233,6 +393,8 @@ class Service:
     def _remove(self, group: connections.Group) -> None:
         if group.reclaim is not None:
             group.reclaim.cancel()
+        if group.expires is not None:
+            group.expires.cancel()
         self._groups.pop(group.submit.group, None)
         group.client.groups.discard(group.submit.group)
 
@@ -261,8 +423,15 @@ class Service:
             self._pass = asyncio.get_running_loop().call_soon(self._run_pass)
 
     def _run_pass(self) -> None:
-        """Run the admission engine over every client's groups and tell each client."""
+        """Run the admission engine over every client's groups and tell each client; keep the
+        record of leases."""
         self._pass = None
+        try:
+            self._admission_pass()
+        finally:
+            self._save_record()
+
+    def _admission_pass(self) -> None:
         if self.quota is None or not self._groups:
             return
         groups, cq = self._groups, self.quota.cluster_queue()
@@ -370,3 +539,14 @@ class Service:
         gpus = 0 if self.quota is None else len(self.quota.gpus)
         in_use = sum(len(g.devices) for g in self._groups.values() if g.admitted is not None)
         return protocol.Listing(shown, hidden, gpus, in_use)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists (another user's too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
