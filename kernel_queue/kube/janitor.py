@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kernel_queue import errors
-from kernel_queue.kube import kueue, manifests
+from kernel_queue.kube import kueue, manifests, retries
 from kernel_queue.kube.verbs import KubeApi
 from kernel_queue.launcher import contract
 from kernel_queue.model import short_id
@@ -33,6 +33,8 @@ RESOURCES = {"cpu": "50m", "memory": "64Mi"}
 WITHIN = 60.0
 """Seconds the cleanup pod may take, scheduling and image pull included."""
 ENDED = ("Succeeded", "Failed")
+CREATE_RETRIES = retries.Backoff(first=0.5, largest=4.0, budget=15.0)
+"""How long the cleanup pod's create is tried again through 5xx and 429 answers."""
 
 
 def _named(items: Any, name: str) -> Mapping[str, Any] | None:
@@ -101,7 +103,7 @@ async def _clean(api: KubeApi, namespace: str, pods: Sequence[Obj], within: floa
     directory = body["spec"]["containers"][0]["command"][-1].removeprefix(MOUNT + "/")
     left = f"its checkpoints (directory {directory!r} of claim {claim!r}) stay"
     try:
-        await api.create(kueue.PODS, namespace, body)
+        await _create(api, namespace, body)
         phase = await _ended(api, namespace, name, within)
     except errors.ClusterApiError as exc:
         phase = f"the cleanup pod {name} could not run ({exc.message})"
@@ -116,6 +118,17 @@ async def _clean(api: KubeApi, namespace: str, pods: Sequence[Obj], within: floa
     if phase == "Failed":
         phase = f"the cleanup pod {name} failed (kubectl logs shows why, until it is deleted)"
     return f"{left}: {phase}; delete that directory by hand"
+
+
+async def _create(api: KubeApi, namespace: str, body: Obj) -> None:
+    """Create the cleanup pod, again after a 5xx, a 429 or a lost answer (bounded): its name is
+    fixed, so one already there (an earlier try's, its answer lost) is the pod itself."""
+
+    async def once() -> None:
+        with contextlib.suppress(errors.ClusterConflict):
+            await api.create(kueue.PODS, namespace, body)
+
+    await retries.retry(once, CREATE_RETRIES)
 
 
 async def _ended(api: KubeApi, namespace: str, name: str, within: float) -> str:
