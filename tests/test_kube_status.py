@@ -217,6 +217,12 @@ def test_running_reports_the_flavor_and_the_pod_ip_when_asked() -> None:
             id="replacement-exists",
         ),
         pytest.param(workload(*ADMITTED), [pod("Failed", exit_code=1)], False, id="not-evicted"),
+        pytest.param(
+            workload(*ADMITTED, cond("WaitingForReplacementPods", reason="PodsFailed")),
+            [pod("Failed", exit_code=3)],
+            False,
+            id="a-crash-is-no-eviction",
+        ),
         pytest.param(None, [], False, id="no-workload"),
     ],
 )

@@ -49,14 +49,20 @@ def _created(pod: Obj) -> tuple[str, str]:
 
 
 def needs_replacement(workload: Obj | None, pods: Sequence[Obj]) -> bool:
-    """True once an evicted group's pods have stopped and Kueue waits for replacements.
+    """True once an evicted group's pods have stopped and Kueue waits for replacements (not
+    after a pod failed with no eviction).
 
     Stopped means ended or gone, not only being deleted: a pod that still saves counts, or a
     replacement made meanwhile is an excess pod Kueue deletes, and the next is made at once
     (`Requeued` of an earlier wake stays True through a later park's eviction)."""
     if workload is None or kueue.workload_finished(workload):
         return False
-    waiting = kueue.is_true(workload, kueue.WAITING_FOR_REPLACEMENT_PODS)
+    # Kueue also waits for replacements of a pod that failed by itself (reason PodsFailed): a
+    # crash, which fails the kernel; a new pod would only crash again.
+    waiting = kueue.is_true(workload, kueue.WAITING_FOR_REPLACEMENT_PODS) and (
+        (kueue.condition(workload, kueue.WAITING_FOR_REPLACEMENT_PODS) or {}).get("reason")
+        != kueue.REASON_PODS_FAILED
+    )
     requeued = kueue.is_true(workload, kueue.REQUEUED) and kueue.workload_evicted(workload)
     running = [p for p in pods if (p.get("status") or {}).get("phase") not in TERMINAL_PHASES]
     return (waiting or bool(requeued)) and not running
