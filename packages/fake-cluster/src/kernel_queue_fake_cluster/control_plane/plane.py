@@ -333,6 +333,9 @@ class ControlPlane:
                 f"--service-account-key-file={p.service_account_public}",
                 f"--service-account-signing-key-file={p.service_account_key}",
                 "--allow-privileged=true",
+                # as kubeadm sets it: the node's InternalIP (127.0.0.1) first, not its name,
+                # which no DNS resolves (pods/log, exec and the like go there)
+                "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
                 f"--kubelet-client-certificate={p.kubelet_client.cert}",
                 f"--kubelet-client-key={p.kubelet_client.key}",
                 f"--requestheader-client-ca-file={p.front_proxy_ca.cert}",

@@ -23,7 +23,7 @@ import aiohttp
 
 from kernel_queue_fake_cluster.common import addresses, selectors
 from kernel_queue_fake_cluster.common.objects import Obj, now_rfc3339
-from kernel_queue_fake_cluster.node import pod_env, volumes
+from kernel_queue_fake_cluster.node import pod_env, registration, volumes
 from kernel_queue_fake_cluster.node.client import ApiError, Client, path
 from kernel_queue_fake_cluster.node.informer import Informer
 from kernel_queue_fake_cluster.node.pod_status import ContainerRecord, PodRecord, StatusManager
@@ -35,6 +35,7 @@ IMAGE_PATH = "/usr/local/bin:/usr/bin:/bin"
 """The rest of PATH in a container whose image `image_paths` maps: a Debian image's, never this
 process's (whose `python` would stand in for one the image lacks)."""
 NO_GPU = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+NO_MATCH = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
 UNBOUND_CLAIMS = (
     "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: "
     "0/1 nodes are available: 1 Preemption is not helpful for scheduling."
@@ -165,6 +166,7 @@ class PodStarter:
         self.status, self.pod_ips = status, pod_ips
         self.node_name, self.pull_backoff = node_name, pull_backoff
         self.image_paths = dict(image_paths or {})
+        self._node_labels = registration.node(node_name)["metadata"]["labels"]
         self._faults: list[Fault] = []
         self._changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -241,6 +243,9 @@ class PodStarter:
                 (f.message for f in self._faults if f.kind == "unschedulable" and f.matches(pod)),
                 "",
             )
+            wanted = (pod.get("spec") or {}).get("nodeSelector") or {}
+            if any(self._node_labels.get(k) != v for k, v in wanted.items()):
+                message = NO_MATCH  # (nodeSelector only: nothing of ours sets node affinity)
             if volumes.unbound_claims(self.caches, pod):
                 message = UNBOUND_CLAIMS
             for claim in volumes.missing_claims(self.caches, pod)[:1]:
