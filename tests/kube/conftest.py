@@ -44,14 +44,19 @@ SUBSET = {
         "test_a_kernel_asking_for_more_than_the_cluster_queue_has_fails_at_once",
     ),
     (
+        "test_kube_park.py",
+        "test_a_parked_kernel_gives_its_gpu_to_the_waiting_one_and_comes_back_restored",
+    ),
+    (
         "test_kube_queues.py",
         "test_the_queue_counts_its_own_kernels_and_never_names_another_users_workload",
     ),
 }
 """Start, queue position and the waiting reason; cancel of a queued kernel; preemption, requeue
-and resume; a request never admissible failing at once in a sentence; the queue listing's counts
-from each release's LocalQueue status (v1beta1's flavorUsage, v1beta2's flavorsUsage); and, in
-each, nothing left in the cluster."""
+and resume; a request never admissible failing at once in a sentence; parking (spec.active) and
+waking with the checkpoint restored; the queue listing's counts from each release's LocalQueue
+status (v1beta1's flavorUsage, v1beta2's flavorsUsage); and, in each, nothing left in the
+cluster."""
 RELEASE_CRDS = {"0.14": KUEUE_DATA / "v0.14" / "crds", "0.19": KUEUE_CRDS, "0.20": KUEUE_CRDS}
 """Each release's CRDs: 0.14's own, main's (0.19) for 0.19 and for 0.20, which drops v1beta1."""
 

@@ -1,19 +1,21 @@
 """Shared by the parking tests of the kubernetes backend: the checkpoint claim, a backend on
-the fake cluster as a (possibly restarted) server makes it, and running code in a group's kernel."""
+the test's plane as a (possibly restarted) server makes it, and running code in a group's
+kernel."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue.backends.kubernetes import KubernetesBackend
 from kernel_queue.kube import kueue
 from kernel_queue.model import GroupRef
-from tests.kube.support import OWNER, SERVER_TOKEN
+from tests.kube.planes import Plane
+from tests.kube.support import OWNER
 from tests.test_backend_contract import Contract, Followed, client_of
 
 CLAIM = "kernel-checkpoints"
@@ -28,9 +30,10 @@ spec:
 CHECKPOINT = {"enabled": True, "claim": CLAIM, "grace_seconds": 30}
 
 
-def backend(cluster: FakeCluster, **settings: Any) -> KubernetesBackend:
-    """The backend a server of this test makes (a second call: a restarted server)."""
-    kubeconfig = cluster.kubeconfig_for(SERVER_TOKEN, name="park-kubeconfig")
+def backend(plane: Plane, root: Path, **settings: Any) -> KubernetesBackend:
+    """The backend a server of this test makes (a second call: a restarted server), with the
+    credentials etc/kubernetes/rbac.yaml grants the server; its kubeconfig goes in `root`."""
+    kubeconfig = plane.server_kubeconfig(root)
     options = {"position_interval": 0.2, "owner_id": OWNER, "reap_interval": 0, **settings}
     return KubernetesBackend(kubeconfig=str(kubeconfig), namespace="default", **options)
 
@@ -48,13 +51,14 @@ def backend_settings() -> dict[str, Any]:
 
 @pytest.fixture
 def kube(
-    cluster: FakeCluster,
+    plane: Plane,
+    tmp_path: Path,
     backend_settings: dict[str, Any],
     jp_asyncio_loop: asyncio.AbstractEventLoop,
 ) -> Iterator[Contract]:
-    """A backend on the fake cluster with the checkpoint claim made."""
-    cluster.apply(PVC)
-    tested = contract(backend(cluster, **backend_settings))
+    """A backend on the test's plane with the checkpoint claim made."""
+    plane.apply(PVC)
+    tested = contract(backend(plane, tmp_path, **backend_settings))
     yield tested
     jp_asyncio_loop.run_until_complete(tested.aclose())
 
@@ -77,6 +81,7 @@ async def execute(ref: GroupRef, followed: Followed, code: str) -> str:
     return "".join(printed)
 
 
-def workload(cluster: FakeCluster, name: str) -> dict[str, Any]:
-    found: dict[str, Any] = cluster.store.get(kueue.KUEUE_GROUP, "workloads", "default", name)
+def workload(plane: Plane, name: str) -> dict[str, Any]:
+    found = plane.get(kueue.KUEUE_GROUP, "workloads", "default", name)
+    assert found is not None, f"no Workload {name}"
     return found

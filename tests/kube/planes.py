@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kernel_queue_fake_cluster.apiserver.faults import PLANTED_LABEL
 from kernel_queue_fake_cluster.cluster import FakeCluster
 from kernel_queue_fake_cluster.control_plane.client import ApiError
 from kernel_queue_fake_cluster.control_plane.fault_proxy import FaultProxy
@@ -533,7 +534,7 @@ class RealPlane(Plane):
 
     def _clean(self, namespace: str) -> None:
         for plural in KERNEL_PLURALS:
-            for obj in self.objects("", plural, namespace, OURS):
+            for obj in self._leftovers(plural, namespace):
                 with contextlib.suppress(ApiError):
                     self.delete("", plural, namespace, obj["metadata"]["name"], grace=0)
         for claim in self.objects("", "persistentvolumeclaims", namespace):
@@ -543,11 +544,18 @@ class RealPlane(Plane):
             with contextlib.suppress(ApiError):
                 self.delete(KUEUE, "workloads", namespace, workload["metadata"]["name"])
 
+    def _leftovers(self, plural: str, namespace: str) -> list[Obj]:
+        """Ours, and what a test planted in our way (`plant_next`: a copy of a kernel's pod
+        holds a GPU of the node's two, and a gang of two then never fits)."""
+        return self.objects("", plural, namespace, OURS) + self.objects(
+            "", plural, namespace, PLANTED_LABEL
+        )
+
     def _left(self, namespace: str) -> list[str]:
         found = [
             f"{plural}/{obj['metadata']['name']}"
             for plural in KERNEL_PLURALS
-            for obj in self.objects("", plural, namespace, OURS)
+            for obj in self._leftovers(plural, namespace)
         ]
         found += [
             f"workloads/{w['metadata']['name']}"

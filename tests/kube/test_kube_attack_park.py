@@ -1,12 +1,11 @@
-"""Parking on the kubernetes backend as outsiders break it, with real kernels on the fake
-cluster: the release of a parked kernel meeting faults, watches dropped or expired while it
-parks and while it is parked, a wake the API server keeps refusing once it is parked, and its
-Workload deleted by an admin while it is parked."""
+"""Parking on the kubernetes backend as outsiders break it, with real kernels on both planes:
+the release of a parked kernel meeting faults, watches dropped or expired while it parks and
+while it is parked, a wake the API server keeps refusing once it is parked, and its Workload
+deleted by an admin while it is parked."""
 
 from __future__ import annotations
 
 import pytest
-from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue import errors
 from kernel_queue.backends import pod_groups
@@ -14,6 +13,7 @@ from kernel_queue.kube import kueue
 from kernel_queue.model import GroupPhase, GroupRef, StopCause
 from tests.kube import parking
 from tests.kube.parking import backend_settings, execute, kube, workload  # noqa: F401 - fixtures
+from tests.kube.planes import Plane
 from tests.kube.support import labelled
 from tests.polling import until
 from tests.test_backend_contract import Contract, Followed
@@ -42,17 +42,16 @@ async def shut_down(tested: Contract, ref: GroupRef) -> None:
     await tested.backend.release(ref)
 
 
-async def nothing_left(cluster: FakeCluster, *refs: GroupRef, parked: bool = False) -> None:
+async def nothing_left(plane: Plane, *refs: GroupRef, parked: bool = False) -> None:
     """Nothing of the kernels in the cluster; `parked`: ended while parked, their checkpoints
     are gone too (the cleanup pod's; a running kernel's are its own launcher's to delete)."""
     await until(
-        lambda: not any(labelled(cluster, ref.kernel_id) for ref in refs),
+        lambda: not any(labelled(plane, ref.kernel_id) for ref in refs),
         "nothing of the kernels left in the cluster",
         within=30,
-        detail=lambda: [labelled(cluster, ref.kernel_id) for ref in refs],
+        detail=lambda: [labelled(plane, ref.kernel_id) for ref in refs],
     )
-    assert cluster.kubelet is not None
-    claim = cluster.kubelet.claim_dir("default", parking.CLAIM)
+    claim = plane.claim_dir("default", parking.CLAIM)
     assert not parked or not any((claim / ref.kernel_id).exists() for ref in refs)
 
 
@@ -67,31 +66,31 @@ async def nothing_left(cluster: FakeCluster, *refs: GroupRef, parked: bool = Fal
 )
 async def test_a_parked_kernel_released_through_faults_leaves_nothing(
     kube: Contract,  # noqa: F811 - the fixture imported above
-    cluster: FakeCluster,
+    plane: Plane,
     verb: str,
     plural: str,
     fault: dict[str, object],
 ) -> None:
     ref, followed = await parked(kube)
-    cluster.fail_next(verb, plural, **fault)  # type: ignore[arg-type]
+    plane.fail_next(verb, plural, **fault)  # type: ignore[arg-type]
     await kube.backend.stop(ref, grace=30, cause=StopCause.SHUTDOWN)
     await kube.backend.release(ref)
     await followed.until(lambda f: f.ended)
-    await nothing_left(cluster, ref, parked=True)
+    await nothing_left(plane, ref, parked=True)
 
 
 @pytest.mark.parametrize("how", ["dropped", "expired"])
 async def test_watches_lost_while_it_parks_and_while_parked_change_nothing(
     kube: Contract,  # noqa: F811 - the fixture imported above
-    cluster: FakeCluster,
+    plane: Plane,
     how: str,
 ) -> None:
     def lose() -> None:
         if how == "dropped":
-            cluster.drop_watches()
+            plane.drop_watches()
         else:
-            cluster.expire_next_watch(5)
-            cluster.drop_watches()
+            plane.expire_next_watch(5)
+            plane.drop_watches()
 
     ref, followed = await running(kube)
     await kube.backend.park(ref, grace=30)
@@ -109,42 +108,42 @@ async def test_watches_lost_while_it_parks_and_while_parked_change_nothing(
     # PARKED and ADMITTED may show; the lifecycle ignores those while parked.
     assert P.FINISHED not in phases and P.FAILED not in phases, said
     await shut_down(kube, ref)
-    await nothing_left(cluster, ref)
+    await nothing_left(plane, ref)
 
 
 @pytest.mark.parametrize("backend_settings", [{"api_retry_seconds": 1.0}])
 async def test_a_wake_the_api_server_keeps_refusing_is_said_and_a_later_one_wakes_it(
     kube: Contract,  # noqa: F811 - the fixture imported above
-    cluster: FakeCluster,
+    plane: Plane,
 ) -> None:
     ref, followed = await parked(kube)
     # Once its replacement is listed (before, a wake is held back for it and said later).
     group = kube.backend._groups[ref.name]
     await until(lambda: not pod_groups.replacing(group), "its replacement pod listed")
-    cluster.fail_next("patch", "workloads", status=503, count=100)
+    plane.fail_next("patch", "workloads", status=503, count=100)
     with pytest.raises(errors.ClusterUnavailable) as refused:
         await kube.backend.resume(ref)
     assert "could not wake it" in str(refused.value) or "could not resume" in str(refused.value), (
         str(refused.value)
     )
     assert followed.phase is P.PARKED
-    assert workload(cluster, ref.name)["spec"]["active"] is False
-    cluster.clear_faults()
+    assert workload(plane, ref.name)["spec"]["active"] is False
+    plane.clear_faults()
     await kube.backend.resume(ref)
     await followed.running(ref)
     assert (await execute(ref, followed, "print(x + 1)")).endswith("42\n")
     await shut_down(kube, ref)
-    await nothing_left(cluster, ref)
+    await nothing_left(plane, ref)
 
 
 async def test_a_parked_kernels_workload_deleted_by_an_admin_ends_it_in_a_sentence(
     kube: Contract,  # noqa: F811 - the fixture imported above
-    cluster: FakeCluster,
+    plane: Plane,
 ) -> None:
     ref, followed = await parked(kube)
-    cluster.store.delete(kueue.KUEUE_GROUP, "workloads", "default", ref.name)
+    plane.delete(kueue.KUEUE_GROUP, "workloads", "default", ref.name)
     await followed.until(lambda f: f.phase in (P.FAILED, P.FINISHED), within=30)
     assert followed.statuses[-1].message, followed.statuses[-1]
     await kube.backend.resume(ref)  # a wake of what is gone does nothing, raises nothing
     await shut_down(kube, ref)
-    await nothing_left(cluster, ref)
+    await nothing_left(plane, ref)

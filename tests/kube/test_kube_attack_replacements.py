@@ -9,11 +9,11 @@ import logging
 import re
 
 import pytest
-from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue.kube.status import needs_replacement
 from kernel_queue.model import GroupPhase
 from tests.kube.parking import backend_settings, execute, kube, workload  # noqa: F401 - fixtures
+from tests.kube.planes import Plane
 from tests.kube.test_kube_attack_park import nothing_left, running, shut_down
 from tests.test_backend_contract import Contract
 from tests.test_kube_status import cond, pod
@@ -24,7 +24,7 @@ P = GroupPhase
 
 async def test_three_parks_with_watches_lost_make_one_replacement_round_each(
     kube: Contract,  # noqa: F811 - the fixture imported above
-    cluster: FakeCluster,
+    plane: Plane,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO)
@@ -32,9 +32,9 @@ async def test_three_parks_with_watches_lost_make_one_replacement_round_each(
     for cycle in range(1, 4):
         await kube.backend.park(ref, grace=30)
         await followed.until(lambda f: f.phase is P.PARKING)
-        cluster.drop_watches()
+        plane.drop_watches()
         await followed.until(lambda f: f.phase is P.PARKED)
-        cluster.drop_watches()
+        plane.drop_watches()
         await kube.backend.resume(ref)
         await followed.until(lambda f: f.phase is P.RUNNING and f.statuses[-1].kernel_alive)
         await followed.running(ref)
@@ -50,7 +50,7 @@ async def test_three_parks_with_watches_lost_make_one_replacement_round_each(
     ]
     assert rounds == [1, 2, 3], rounds
     await shut_down(kube, ref)
-    await nothing_left(cluster, ref)
+    await nothing_left(plane, ref)
 
 
 def test_a_group_whose_pod_still_stops_needs_no_replacement_yet() -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.parking import CHECKPOINT, PVC
+from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, wait_clean
 
 
@@ -20,23 +20,23 @@ def backend_config() -> dict[str, Any]:
 
 
 async def test_a_cell_whose_wake_the_api_server_refuses_is_answered_with_the_reason(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    cluster.apply(PVC)
+    plane.apply(PVC)
     kernel = await server.start(kube_spec(kernelspec, "saved", checkpoint=CHECKPOINT))
     assert (await server.execute(kernel, "x = 41"))["status"] == "ok"
     provisioner = server.app.kernel_manager.get_kernel(kernel).provisioner
     await provisioner.park_kernel()
     await server.wait_reason(kernel, "GPU released")
-    cluster.fail_next("patch", "workloads", status=503, count=1000)
+    plane.fail_next("patch", "workloads", status=503, count=1000)
     try:
         answered = await server.execute(kernel, "x + 1", within=30)
     except TimeoutError:
         answered = None
     finally:
-        cluster.clear_faults()
+        plane.clear_faults()
     reason = (await server.model(kernel)).get("reason", "")
     told = answered is not None or "could not wake it" in reason
     assert told, reason
     await server.shutdown_and_wait(kernel)
-    await wait_clean(server, cluster, kernel)
+    await wait_clean(server, plane, kernel)

@@ -1,4 +1,5 @@
-"""Kubernetes backend errors that name the fix, each on the fake cluster, each leaving nothing."""
+"""Kubernetes backend errors that name the fix, each on both planes (one on the fake only), each
+leaving nothing."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from tests.conftest import KernelspecFactory, Server, launcher_pids
+from tests.kube import images
+from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, labelled, ours, wait_clean
 
 CRASHING_KERNEL = [
@@ -30,14 +33,15 @@ async def failure(server: Server, name: str, within: float = 60) -> tuple[str, s
 
 
 async def nothing_left(
-    server: Server, cluster: FakeCluster, *kernel_ids: str, within: float = 60
+    server: Server, where: Plane | FakeCluster, *kernel_ids: str, within: float = 60
 ) -> None:
     """Nothing of these kernels (at least one) is left, nor anything else kernel-queue made."""
     assert kernel_ids
-    await wait_clean(server, cluster, *kernel_ids, within=within)
-    assert ours(cluster) == {}
+    await wait_clean(server, where, *kernel_ids, within=within)
+    assert ours(where) == {}
 
 
+# Fake only: every real plane serves Kueue's API (a cluster without it is the fake's crds=False).
 @pytest.mark.parametrize("cluster_options", [{"crds": False, "kueue": False}])
 async def test_kueue_not_installed_says_so(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
@@ -49,28 +53,27 @@ async def test_kueue_not_installed_says_so(
 
 
 async def test_a_missing_local_queue_lists_the_ones_that_exist(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
     kernel, reason = await failure(server, kube_spec(kernelspec, queue="gpu-queue"))
     assert "LocalQueue 'gpu-queue' does not exist in namespace 'default'" in reason
     assert "LocalQueues there: user-queue" in reason
-    await nothing_left(server, cluster, kernel)
+    await nothing_left(server, plane, kernel)
 
 
 async def test_a_missing_priority_class_is_refused_before_anything_is_created(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
     kernel, reason = await failure(server, kube_spec(kernelspec, priority_class="urgent"))
     assert "WorkloadPriorityClass 'urgent' does not exist" in reason
-    items, _ = cluster.store.list_objects("", "pods", "default")
-    assert items == []
-    await nothing_left(server, cluster, kernel)
+    assert plane.objects("", "pods", "default") == []
+    await nothing_left(server, plane, kernel)
 
 
 async def test_rbac_forbidden_names_the_verb_and_the_resource(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    cluster.store.create("", "namespaces", None, {"metadata": {"name": "team-b"}})
+    plane.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}}])
     kernel, reason = await failure(server, kube_spec(kernelspec, namespace="team-b"))
     assert reason == (
         f"kernel {kernel[:8]}: the server's service account 'default/kernel-queue' may not get "
@@ -78,41 +81,50 @@ async def test_rbac_forbidden_names_the_verb_and_the_resource(
         "'get' on 'localqueues.kueue.x-k8s.io' bound to it (see etc/kubernetes/rbac.yaml), or "
         "use a namespace where it may; nothing was created"
     )
-    await nothing_left(server, cluster, kernel)  # `ours` looks in every namespace
+    await nothing_left(server, plane, kernel)  # `ours` looks in every namespace
 
 
 async def test_a_namespace_kueue_does_not_manage_is_refused_and_cleaned_up(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    assert cluster.kueue is not None
-    cluster.kueue.webhook.managed_namespaces = {"matchLabels": {"kueue": "on"}}
-    kernel, reason = await failure(server, kube_spec(kernelspec))
+    with plane.kueue_manages_only({"matchLabels": {"kueue": "on"}}):
+        kernel, reason = await failure(server, kube_spec(kernelspec))
     assert "namespace 'default' is not managed by Kueue" in reason
     assert "nothing was left behind" in reason
-    await nothing_left(server, cluster, kernel)
+    await nothing_left(server, plane, kernel)
+
+
+NOWHERE = {"spec": {"nodeSelector": {"kernel-queue.test/pool": "none"}}}
+"""A pod template no node matches: the scheduler never binds its pods."""
 
 
 @pytest.mark.parametrize(
-    ("fault", "expected"),
+    ("config", "expected"),
     [
-        pytest.param("image", "ImagePullBackOff", id="image-pull-back-off"),
-        pytest.param("unschedulable", "Unschedulable: 0/1 nodes are available", id="unschedulable"),
+        pytest.param(
+            {"image": images.MISSING_IMAGE.replace("*", "1.0")},
+            "ImagePullBackOff",
+            id="image-pull-back-off",
+        ),
+        pytest.param(
+            {"pod_template": NOWHERE},
+            "Unschedulable: 0/1 nodes are available: 1 node(s) didn't match Pod's node "
+            "affinity/selector",
+            id="unschedulable",
+        ),
     ],
 )
 async def test_a_pod_that_cannot_start_fails_within_startup_timeout_with_its_message(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, fault: str, expected: str
+    server: Server,
+    kernelspec: KernelspecFactory,
+    plane: Plane,
+    config: dict[str, object],
+    expected: str,
 ) -> None:
-    assert cluster.kubelet is not None
-    if fault == "image":
-        cluster.kubelet.fail_image(image="registry.example/missing:*")
-        name = kube_spec(kernelspec, image="registry.example/missing:1.0", startup_timeout=3)
-    else:
-        cluster.kubelet.unschedulable(selector="app.kubernetes.io/managed-by=kernel-queue")
-        name = kube_spec(kernelspec, startup_timeout=3)
-    kernel, reason = await failure(server, name)
+    kernel, reason = await failure(server, kube_spec(kernelspec, startup_timeout=3, **config))
     assert "did not start within startup_timeout" in reason
     assert expected in reason
-    await nothing_left(server, cluster, kernel)
+    await nothing_left(server, plane, kernel)
 
 
 def crashing_spec(kernelspec: KernelspecFactory, jp_kernel_dir: Path) -> str:
@@ -126,7 +138,7 @@ def crashing_spec(kernelspec: KernelspecFactory, jp_kernel_dir: Path) -> str:
 
 
 async def test_a_pod_that_fails_before_it_is_ready_shows_its_last_log_lines(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, jp_kernel_dir: Path
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, jp_kernel_dir: Path
 ) -> None:
     _, reason = await failure(server, crashing_spec(kernelspec, jp_kernel_dir))
     assert "ended with exit code 3 before it was ready" in reason
@@ -134,15 +146,18 @@ async def test_a_pod_that_fails_before_it_is_ready_shows_its_last_log_lines(
 
 
 async def test_a_pod_that_fails_before_it_is_ready_leaves_nothing(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, jp_kernel_dir: Path
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, jp_kernel_dir: Path
 ) -> None:
     kernel, reason = await failure(server, crashing_spec(kernelspec, jp_kernel_dir))
     assert "ended with exit code 3 before it was ready" in reason
-    await nothing_left(server, cluster, kernel, within=20)  # the others are clean in 1-2 s
+    await nothing_left(server, plane, kernel, within=20)  # the others are clean in 1-2 s
+    # Kueue waits for a replacement of the failed pod (WaitingForReplacementPods, PodsFailed),
+    # but a crash is no eviction: the kernel failed, and no pod was made again.
+    assert plane.requests[("create", "pods")] == 1
 
 
 async def test_admission_timeout_ends_the_wait_and_deletes_the_group(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
     holder = await server.start(kube_spec(kernelspec))
     assert (await server.execute(holder, "1"))["data"] == "1"
@@ -151,8 +166,8 @@ async def test_admission_timeout_ends_the_wait_and_deletes_the_group(
     )
     assert impatient != holder
     assert "without being admitted (admission_timeout)" in reason
-    await wait_clean(server, cluster, impatient)
-    assert labelled(cluster, holder)["pods"]  # only the group that waited was deleted
+    await wait_clean(server, plane, impatient)
+    assert labelled(plane, holder)["pods"]  # only the group that waited was deleted
     await server.shutdown(holder)
-    await nothing_left(server, cluster, holder, impatient)
+    await nothing_left(server, plane, holder, impatient)
     assert launcher_pids() == set()

@@ -6,9 +6,9 @@ test_output_delivery.py holds the local backend's checks and the LocalProvisione
 from __future__ import annotations
 
 import pytest
-from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from tests.conftest import KernelspecFactory, Server
+from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, wait_clean
 from tests.test_output_delivery import cell, held
 
@@ -18,7 +18,7 @@ RESUMES = 5
 
 
 async def test_the_first_cell_after_a_resume_of_a_pod_group_loses_no_output(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
     low = await server.start(kube_spec(kernelspec, "low", priority_class="low"))
     assert (await server.execute(low, "1", within=120))["data"] == "1"
@@ -33,11 +33,11 @@ async def test_the_first_cell_after_a_resume_of_a_pod_group_loses_no_output(
             d_code, d_want = cell(f"d{number}", number)
             ws_id, d_id = await socket.send(ws_code), direct.send(d_code)
             await server.shutdown(high)
-            await wait_clean(server, cluster, high, within=120)
+            await wait_clean(server, plane, high, within=120)
             if (got := await socket.outputs(server, ws_id)) != ws_want:
                 lost.append(f"websocket after resume {number}: {got!r}")
             if (got := await direct.outputs(d_id)) != d_want:
                 lost.append(f"direct client after resume {number}: {got!r}")
     assert lost == [], f"{len(lost)} of {2 * RESUMES} cells lost output: {lost}"
     await server.shutdown(low)
-    await wait_clean(server, cluster, low, within=120)
+    await wait_clean(server, plane, low, within=120)

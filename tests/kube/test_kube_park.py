@@ -1,20 +1,17 @@
-"""Parking on the kubernetes backend, through the `ClusterBackend` API with real kernels on the
-fake cluster: `park` sets the Workload's `spec.active: false`, Kueue stops the pod (it saves to
+"""Parking on the kubernetes backend, through the `ClusterBackend` API with real kernels on both
+planes: `park` sets the Workload's `spec.active: false`, Kueue stops the pod (it saves to
 the checkpoint claim) and gives the GPU to the kernel waiting for it; the parked group keeps its
 Workload and reports what it saved; `resume` queues it again, and once the GPU is free its new
-pod restores the variables. On each Kueue release the suite serves."""
+pod restores the variables. On each Kueue release the suite serves (tests/kube/conftest.py's
+SUBSET)."""
 
 from __future__ import annotations
-
-from typing import Any
-
-import pytest
-from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue.kube import kueue
 from kernel_queue.kube.status import PARKING_MESSAGE
 from kernel_queue.model import GroupPhase, StopCause
 from tests.kube.parking import backend_settings, execute, kube, workload  # noqa: F401 - fixtures
+from tests.kube.planes import Plane
 from tests.kube.support import labelled
 from tests.polling import until
 from tests.test_backend_contract import Contract
@@ -22,14 +19,9 @@ from tests.test_backend_contract import Contract
 P = GroupPhase
 
 
-@pytest.fixture(params=["0.14", "0.20"], ids=lambda release: f"kueue-{release}")
-def cluster_options(request: pytest.FixtureRequest) -> dict[str, Any]:
-    return {"kueue": request.param}
-
-
 async def test_a_parked_kernel_gives_its_gpu_to_the_waiting_one_and_comes_back_restored(
     kube: Contract,  # noqa: F811 - the fixture imported above
-    cluster: FakeCluster,
+    plane: Plane,
 ) -> None:
     backend = kube.backend
     a = await backend.submit(kube.spec("low"))
@@ -47,13 +39,13 @@ async def test_a_parked_kernel_gives_its_gpu_to_the_waiting_one_and_comes_back_r
     assert parking and parking[0].message == PARKING_MESSAGE
     assert P.EVICTED not in a_followed.phases()  # parked, not preempted
     assert a_followed.statuses[-1].message.startswith("saved 2 variables")
-    parked = workload(cluster, a.name)
+    parked = workload(plane, a.name)
     assert parked["spec"]["active"] is False
     assert parked["metadata"]["annotations"][kueue.PARKED_ANNOTATION] == "true"  # by us
     assert (kueue.condition(parked, kueue.EVICTED) or {}).get("reason") == "Deactivated"
     await backend.park(a, grace=30)  # parked already: nothing to do
     await backend.resume(b)  # running, not parked: nothing to do
-    assert workload(cluster, b.name)["spec"].get("active", True) is True
+    assert workload(plane, b.name)["spec"].get("active", True) is True
 
     await backend.resume(a)
     await a_followed.until(
@@ -64,7 +56,7 @@ async def test_a_parked_kernel_gives_its_gpu_to_the_waiting_one_and_comes_back_r
         )
     )
     assert a_followed.statuses[-1].message.startswith("saved 2 variables")
-    woken = workload(cluster, a.name)
+    woken = workload(plane, a.name)
     assert kueue.PARKED_ANNOTATION not in (woken["metadata"].get("annotations") or {})
     await backend.stop(b, grace=0, cause=StopCause.SHUTDOWN)
     await backend.release(b)
@@ -76,8 +68,8 @@ async def test_a_parked_kernel_gives_its_gpu_to_the_waiting_one_and_comes_back_r
     await backend.release(a)
     await a_followed.until(lambda f: f.ended)
     await until(
-        lambda: not labelled(cluster, a.kernel_id) and not labelled(cluster, b.kernel_id),
+        lambda: not labelled(plane, a.kernel_id) and not labelled(plane, b.kernel_id),
         "nothing of either kernel left in the cluster",
         within=30,
-        detail=lambda: [labelled(cluster, a.kernel_id), labelled(cluster, b.kernel_id)],
+        detail=lambda: [labelled(plane, a.kernel_id), labelled(plane, b.kernel_id)],
     )

@@ -1,4 +1,4 @@
-"""Parking's edges on the kubernetes backend, with real kernels on the fake cluster: the
+"""Parking's edges on the kubernetes backend, with real kernels on both planes: the
 Workload patch meeting 500, 429, 409 and a lost reply (retried, or a sentence with the kernel
 still running), a resume asked while the kernel parks, a shutdown while it parks, and a server
 restarted while it is parked; each leaves nothing behind."""
@@ -6,15 +6,16 @@ restarted while it is parked; each leaves nothing behind."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
-from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue import errors
 from kernel_queue.model import GroupPhase, GroupRef, StopCause
 from tests.kube import parking
 from tests.kube.parking import backend_settings, execute, kube, workload  # noqa: F401 - fixtures
+from tests.kube.planes import Plane
 from tests.kube.support import RBAC, labelled
 from tests.polling import until
 from tests.test_backend_contract import Contract, Followed
@@ -35,12 +36,12 @@ def restored(printed: str, output: str) -> bool:
     return printed.startswith("restored 1 variable") and printed.endswith("\n" + output)
 
 
-async def nothing_left(cluster: FakeCluster, *refs: GroupRef) -> None:
+async def nothing_left(plane: Plane, *refs: GroupRef) -> None:
     await until(
-        lambda: not any(labelled(cluster, ref.kernel_id) for ref in refs),
+        lambda: not any(labelled(plane, ref.kernel_id) for ref in refs),
         "nothing of the kernels left in the cluster",
         within=30,
-        detail=lambda: [labelled(cluster, ref.kernel_id) for ref in refs],
+        detail=lambda: [labelled(plane, ref.kernel_id) for ref in refs],
     )
 
 
@@ -55,30 +56,30 @@ async def nothing_left(cluster: FakeCluster, *refs: GroupRef) -> None:
 )
 async def test_the_park_and_resume_patches_are_retried_through_passing_faults(
     kube: Contract,  # noqa: F811 - the fixture imported above
-    cluster: FakeCluster,
+    plane: Plane,
     fault: dict[str, Any],
 ) -> None:
     ref, followed = await running(kube)
-    cluster.fail_next("patch", "workloads", **fault)
+    plane.fail_next("patch", "workloads", **fault)
     await kube.backend.park(ref, grace=30)
     await followed.until(lambda f: f.phase is P.PARKED)
-    assert workload(cluster, ref.name)["spec"]["active"] is False
-    cluster.fail_next("patch", "workloads", **fault)
+    assert workload(plane, ref.name)["spec"]["active"] is False
+    plane.fail_next("patch", "workloads", **fault)
     await kube.backend.resume(ref)
     await followed.running(ref)
     assert restored(await execute(ref, followed, "print(x + 1)"), "42\n")
-    assert cluster.faults_pending == 0
+    assert plane.faults_pending == 0
     await kube.backend.release(ref)
-    await nothing_left(cluster, ref)
+    await nothing_left(plane, ref)
 
 
 @pytest.mark.parametrize("backend_settings", [{"api_retry_seconds": 1.0}])
 async def test_a_park_the_api_server_keeps_refusing_is_said_and_the_kernel_runs_on(
     kube: Contract,  # noqa: F811 - the fixture imported above
-    cluster: FakeCluster,
+    plane: Plane,
 ) -> None:
     ref, followed = await running(kube)
-    cluster.fail_next("patch", "workloads", status=503, count=100)
+    plane.fail_next("patch", "workloads", status=503, count=100)
     with pytest.raises(errors.ClusterUnavailable) as refused:
         await kube.backend.park(ref, grace=30)
     assert str(refused.value) == (
@@ -87,17 +88,17 @@ async def test_a_park_the_api_server_keeps_refusing_is_said_and_the_kernel_runs_
         "on retries; try again in a minute, and if it keeps failing ask the cluster's admin to "
         "check the API server; it runs on"
     )
-    cluster.clear_faults()
-    assert workload(cluster, ref.name)["spec"].get("active", True) is True
+    plane.clear_faults()
+    assert workload(plane, ref.name)["spec"].get("active", True) is True
     assert followed.phase is P.RUNNING
     assert await execute(ref, followed, "print(x)") == "41\n"  # nothing was lost
     await kube.backend.release(ref)
-    await nothing_left(cluster, ref)
+    await nothing_left(plane, ref)
 
 
 async def test_a_resume_while_parking_wakes_it_once_parked(
     kube: Contract,  # noqa: F811 - the fixture imported above
-    cluster: FakeCluster,
+    plane: Plane,
 ) -> None:
     ref, followed = await running(kube)
     await kube.backend.park(ref, grace=30)
@@ -108,13 +109,13 @@ async def test_a_resume_while_parking_wakes_it_once_parked(
     assert phases[phases.index(P.PARKING) :][:3] == [P.PARKING, P.PARKED, P.QUEUED], phases
     assert restored(await execute(ref, followed, "print(x + 1)"), "42\n")
     await kube.backend.release(ref)
-    await nothing_left(cluster, ref)
+    await nothing_left(plane, ref)
 
 
 @pytest.mark.parametrize("when", [P.PARKING, P.PARKED])
 async def test_a_kernel_shut_down_while_parking_or_parked_leaves_nothing(
     kube: Contract,  # noqa: F811 - the fixture imported above
-    cluster: FakeCluster,
+    plane: Plane,
     when: GroupPhase,
 ) -> None:
     ref, followed = await running(kube)
@@ -123,17 +124,17 @@ async def test_a_kernel_shut_down_while_parking_or_parked_leaves_nothing(
     await kube.backend.stop(ref, grace=30, cause=StopCause.SHUTDOWN)
     await kube.backend.release(ref)
     await followed.until(lambda f: f.ended)
-    await nothing_left(cluster, ref)
-    assert cluster.kubelet is not None  # nor its checkpoints
-    assert not (cluster.kubelet.claim_dir("default", parking.CLAIM) / ref.kernel_id).exists()
+    await nothing_left(plane, ref)
+    assert not (plane.claim_dir("default", parking.CLAIM) / ref.kernel_id).exists()  # nor these
 
 
 async def test_a_restarted_server_reattaches_to_a_parked_kernel_and_wakes_it(
     kube: Contract,  # noqa: F811 - the fixture imported above
-    cluster: FakeCluster,
+    plane: Plane,
+    tmp_path: Path,
 ) -> None:
     ref, followed = await running(kube)
-    (ran,) = labelled(cluster, ref.kernel_id)["pods"]
+    (ran,) = labelled(plane, ref.kernel_id)["pods"]
     await kube.backend.park(ref, grace=30)
     await followed.until(lambda f: f.phase is P.PARKED)
     saved = followed.statuses[-1].message
@@ -141,15 +142,15 @@ async def test_a_restarted_server_reattaches_to_a_parked_kernel_and_wakes_it(
 
     # The pod that ran is replaced by a gated one: only the replacement says what was saved.
     def replaced() -> bool:
-        pods = labelled(cluster, ref.kernel_id).get("pods", [])
+        pods = labelled(plane, ref.kernel_id).get("pods", [])
         return len(pods) == 1 and ran not in pods
 
     await until(
-        replaced, "the pod that ran replaced", detail=lambda: labelled(cluster, ref.kernel_id)
+        replaced, "the pod that ran replaced", detail=lambda: labelled(plane, ref.kernel_id)
     )
     await kube.aclose()  # the server stops; the cluster keeps the parked kernel
 
-    again = parking.contract(parking.backend(cluster))
+    again = parking.contract(parking.backend(plane, tmp_path))
     try:
         reattached = again.follow(GroupRef.from_dict(ref.to_dict()))
         await reattached.until(lambda f: f.phase is not None)
@@ -161,18 +162,17 @@ async def test_a_restarted_server_reattaches_to_a_parked_kernel_and_wakes_it(
         await reattached.until(lambda f: f.ended)
     finally:
         await again.aclose()
-    await nothing_left(cluster, ref)
+    await nothing_left(plane, ref)
 
 
 async def test_a_parked_kernel_ended_has_its_checkpoints_deleted_or_says_what_stays(
     kube: Contract,  # noqa: F811 - the fixture imported above
-    cluster: FakeCluster,
+    plane: Plane,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """No kernel process is left to delete a parked kernel's checkpoints: a short cleanup pod
     does, outside Kueue; when it cannot run, the log names the directory that stays."""
-    assert cluster.kubelet is not None
-    claim = cluster.kubelet.claim_dir("default", parking.CLAIM)
+    claim = plane.claim_dir("default", parking.CLAIM)
     cleaned = await running(kube)
     refused = await kube.backend.submit(kube.spec("low")), None
     refused = refused[0], kube.follow(refused[0])  # it runs once the first is parked
@@ -186,7 +186,7 @@ async def test_a_parked_kernel_ended_has_its_checkpoints_deleted_or_says_what_st
     await kube.backend.release(cleaned[0])
     assert not (claim / cleaned[0].kernel_id).exists()
 
-    cluster.fail_next("create", "pods", status=403)
+    plane.fail_next("create", "pods", status=403)
     await kube.backend.stop(refused[0], grace=30, cause=StopCause.SHUTDOWN)
     await kube.backend.release(refused[0])
     assert (claim / refused[0].kernel_id).is_dir()
@@ -197,7 +197,7 @@ async def test_a_parked_kernel_ended_has_its_checkpoints_deleted_or_says_what_st
         f"{parking.CLAIM!r}) stay: the cleanup pod {refused[0].name}-cleanup could not run "
         "(injected fault: create pods answered 403); delete that directory by hand"
     ], stays
-    await nothing_left(cluster, cleaned[0], refused[0])
+    await nothing_left(plane, cleaned[0], refused[0])
 
 
 def _without_patch() -> list[dict[str, Any]]:
@@ -210,11 +210,11 @@ def _without_patch() -> list[dict[str, Any]]:
     return policy
 
 
-@pytest.mark.parametrize("cluster_options", [{"rbac_objects": _without_patch()}])
 async def test_a_role_without_patch_on_workloads_refuses_parking_in_a_sentence(
     kube: Contract,  # noqa: F811 - the fixture imported above
-    cluster: FakeCluster,
+    plane: Plane,
 ) -> None:
+    plane.apply(_without_patch())
     ref, followed = await running(kube)
     with pytest.raises(errors.ClusterForbidden) as refused:
         await kube.backend.park(ref, grace=30)
@@ -226,18 +226,18 @@ async def test_a_role_without_patch_on_workloads_refuses_parking_in_a_sentence(
     )
     assert followed.phase is P.RUNNING
     await kube.backend.release(ref)
-    await nothing_left(cluster, ref)
+    await nothing_left(plane, ref)
 
 
 @pytest.mark.parametrize("backend_settings", [{"api_retry_seconds": 1.0}])
 async def test_a_wake_asked_while_parking_that_the_api_server_refuses_is_said_while_parked(
     kube: Contract,  # noqa: F811 - the fixture imported above
-    cluster: FakeCluster,
+    plane: Plane,
 ) -> None:
     ref, followed = await running(kube)
     await kube.backend.park(ref, grace=30)
     await followed.until(lambda f: f.phase is P.PARKING)
-    cluster.fail_next("patch", "workloads", status=503, count=100)
+    plane.fail_next("patch", "workloads", status=503, count=100)
     await kube.backend.resume(ref)  # taken: it wakes once parked
 
     def refused(f: Followed) -> bool:
@@ -245,9 +245,9 @@ async def test_a_wake_asked_while_parking_that_the_api_server_refuses_is_said_wh
 
     await followed.until(refused)
     assert followed.statuses[-1].message.endswith("; it stays parked")
-    cluster.clear_faults()
+    plane.clear_faults()
     await kube.backend.resume(ref)  # asked again, it wakes
     await followed.running(ref)
     assert restored(await execute(ref, followed, "print(x + 1)"), "42\n")
     await kube.backend.release(ref)
-    await nothing_left(cluster, ref)
+    await nothing_left(plane, ref)

@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from tests.conftest import EventLog, KernelspecFactory, Listener, Server
 from tests.kube.parking import CHECKPOINT, PVC
+from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, wait_clean
 from tests.test_park_idle import PARK_AFTER, finished, send, state, streamed
 
@@ -27,9 +27,9 @@ def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_an_idle_pod_kernel_parks_gives_its_gpu_and_its_next_cell_wakes_it(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, event_log: EventLog
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, event_log: EventLog
 ) -> None:
-    cluster.apply(PVC)
+    plane.apply(PVC)
     parks = await server.start(
         kube_spec(kernelspec, "parks", checkpoint=CHECKPOINT, park_after=PARK_AFTER)
     )
@@ -60,4 +60,4 @@ async def test_an_idle_pod_kernel_parks_gives_its_gpu_and_its_next_cell_wakes_it
         listener.close()
     assert event_log.states(parks)[-4:] == ["parked", "requeued", "admitted", "resumed"]
     await server.shutdown_and_wait(parks)
-    await wait_clean(server, cluster, parks, waiting)
+    await wait_clean(server, plane, parks, waiting)

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernel_queue_fake_cluster.cluster import FakeCluster
-
 from tests.conftest import EventLog, KernelspecFactory, Server
 from tests.kube.parking import CHECKPOINT, PVC
+from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, labelled, wait_clean
 
 
@@ -20,9 +19,9 @@ def _provisioner(server: Server, kernel_id: str) -> Any:
 
 
 async def test_a_parked_kernel_gives_its_gpu_to_the_next_and_wakes_with_its_variables(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, event_log: EventLog
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, event_log: EventLog
 ) -> None:
-    cluster.apply(PVC)
+    plane.apply(PVC)
     name = kube_spec(kernelspec, "saved", checkpoint=CHECKPOINT)
     parked = await server.start(name)
     assert (await server.execute(parked, "x = 41; words = ['a', 'b']"))["status"] == "ok"
@@ -37,10 +36,11 @@ async def test_a_parked_kernel_gives_its_gpu_to_the_next_and_wakes_with_its_vari
     assert (await server.execute(waiting, "1 + 1"))["data"] == "2"  # it has the GPU now
     listed = (await server.fetch("api", "kernel-queue", "kernels")).body
     assert b'"state": "parked"' in listed
-    assert labelled(cluster, parked)["workloads"]  # the parked group keeps its Workload
+    assert labelled(plane, parked)["workloads"]  # the parked group keeps its Workload
 
     await _provisioner(server, parked).resume_kernel()
-    model = await server.wait_reason(parked, "waking from parked: queued in 'user-queue', position")
+    # (the position and Kueue's pending message come in either order)
+    model = await server.wait_reason(parked, "position 1 of 1, needs 1 GPU; waiting for 1 more")
     assert model["reason"] == (
         "waking from parked: queued in 'user-queue', position 1 of 1, needs 1 GPU; waiting for 1 "
         "more nvidia.com/gpu to free up in ClusterQueue 'cluster-queue'"
@@ -53,28 +53,28 @@ async def test_a_parked_kernel_gives_its_gpu_to_the_next_and_wakes_with_its_vari
     states = event_log.states(parked)
     assert states[-4:] == ["parked", "requeued", "admitted", "resumed"], states
     await server.shutdown_and_wait(parked)
-    await wait_clean(server, cluster, parked, waiting)
+    await wait_clean(server, plane, parked, waiting)
 
 
 async def test_a_parked_kernel_shut_down_leaves_nothing_in_the_cluster(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    cluster.apply(PVC)
+    plane.apply(PVC)
     kernel = await server.start(kube_spec(kernelspec, "saved", checkpoint=CHECKPOINT))
     assert (await server.execute(kernel, "y = 1"))["status"] == "ok"
     await _provisioner(server, kernel).park_kernel(idle_seconds=1800)
     model = await server.wait_reason(kernel, "GPU released")
     assert model["reason"].startswith("parked after 30 min idle; GPU released;"), model["reason"]
     await server.shutdown_and_wait(kernel)
-    await wait_clean(server, cluster, kernel)
-    assert cluster.kubelet is not None  # its checkpoints are gone from the claim too
-    assert not (cluster.kubelet.claim_dir("default", CHECKPOINT["claim"]) / kernel).exists()
+    await wait_clean(server, plane, kernel)
+    claim = plane.claim_dir("default", str(CHECKPOINT["claim"]))
+    assert not (claim / kernel).exists()  # its checkpoints are gone from the claim too
 
 
 async def test_a_restart_of_a_parked_kernel_wakes_it(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    cluster.apply(PVC)
+    plane.apply(PVC)
     kernel = await server.start(kube_spec(kernelspec, "saved", checkpoint=CHECKPOINT))
     assert (await server.execute(kernel, "v = 7"))["status"] == "ok"
     await _provisioner(server, kernel).park_kernel()
@@ -82,4 +82,4 @@ async def test_a_restart_of_a_parked_kernel_wakes_it(
     await server.fetch("api", "kernels", kernel, "restart", method="POST", body="{}")
     assert (await server.execute(kernel, "1 + 1", within=120))["data"] == "2"
     await server.shutdown_and_wait(kernel)
-    await wait_clean(server, cluster, kernel)
+    await wait_clean(server, plane, kernel)
