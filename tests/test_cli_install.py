@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -206,3 +208,27 @@ def test_kubernetes_with_an_unreachable_cluster_says_it_did_not_check(
     ), done.stderr
     assert done.stderr.count("\n") == 1
     assert done.stdout.startswith("Installed kernelspec python3-queued in ")
+
+
+def test_a_shared_install_is_readable_by_every_user_whatever_the_umask(
+    user_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Under --prefix (and --sys-prefix, the same with sys.prefix: root's install for every
+    user) the kernelspec is 0755 and its kernel.json 0644, even under umask 077; it was 0700,
+    so no other user's server listed it."""
+    prefix = tmp_path / "prefix"
+    args = [JUPYTER, "kernel-queue", "install", "--name", "shared", "--prefix", str(prefix)]
+    folder = prefix / "share" / "jupyter" / "kernels" / "shared"
+    done = subprocess.run(
+        args,
+        env=user_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        preexec_fn=lambda: os.umask(0o077),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"Installed kernelspec shared in {folder}\n"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+    assert stat.S_IMODE((folder / "kernel.json").stat().st_mode) == 0o644

@@ -152,3 +152,21 @@ async def test_a_killed_server_leaves_no_kernel_and_the_next_server_reaps_its_fi
         f"kernel {kernel}: removed log {log} left by a server that is gone",
     ]
     await server.shutdown_and_wait(later)
+
+
+def test_the_state_folder_and_its_parent_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    """`<runtime>/kernel-queue` was made 0755 as the parent of the records' folder."""
+    from kernel_queue.backends import records
+
+    state = tmp_path / "runtime" / "kernel-queue" / "kernels"
+    server = records.Process.of(os.getpid())
+    assert server is not None
+    kernel_id = "1a2b3c4d-0000-4000-8000-00000000000a"
+    old = os.umask(0o022)
+    try:
+        records.write(state, records.Record(kernel_id=kernel_id, server=server, log="x.log"))
+    finally:
+        os.umask(old)
+    for folder in (state, state.parent):
+        assert oct(folder.stat().st_mode & 0o777) == "0o700", folder
+    assert oct((state / f"{kernel_id}.json").stat().st_mode & 0o777) == "0o600"

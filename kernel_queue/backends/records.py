@@ -88,7 +88,9 @@ class Record:
 
 def write(state_dir: Path, record: Record) -> None:
     """Write (or replace) the kernel's record atomically, private to the user."""
-    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # the parent too: mkdir(parents=True) makes missing parents 0755 (<runtime>/kernel-queue was)
+    state_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    state_dir.mkdir(mode=0o700, exist_ok=True)
     path = state_dir / f"{ids.check(record.kernel_id)}.json"
     temporary = path.with_suffix(".tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 import tempfile
@@ -306,7 +307,11 @@ class InstallApp(arguments.StrictOptions):
         quiet.setLevel(logging.WARNING)
         manager = KernelSpecManager(parent=self, log=quiet)
         with tempfile.TemporaryDirectory() as folder:
+            # Readable by every user's server (the copy keeps these modes, whatever the umask):
+            # a temporary folder is 0700, and a kernelspec root installs was no one else's.
+            os.chmod(folder, 0o755)
             (Path(folder) / "kernel.json").write_text(json.dumps(spec, indent=2) + "\n")
+            os.chmod(Path(folder) / "kernel.json", 0o644)
             path = manager.install_kernel_spec(
                 folder, kernel_name=self.kernel_name, user=self.user, prefix=prefix
             )
