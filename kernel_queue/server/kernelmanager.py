@@ -92,6 +92,31 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
         if not any(isinstance(f, OnceFilter) for f in logger.filters):
             logger.addFilter(OnceFilter())
 
+    async def start_kernel(  # type: ignore[override]
+        self, *, kernel_name: Any = None, **kwargs: Any
+    ) -> str:
+        """Refuse a kernel name that is not a string (400) or names no kernelspec (404) before
+        anything starts: with pending kernels the base class answered 201 and failed later, or
+        500 for a name that is not a string."""
+        if kernel_name is not None:
+            if not isinstance(kernel_name, str) or not kernel_name:
+                raise web.HTTPError(
+                    400,
+                    f"a kernel's name must be a kernelspec's name (a string), not {kernel_name!r}",
+                )
+            from jupyter_client.kernelspec import NoSuchKernel
+
+            try:
+                self.kernel_spec_manager.get_kernel_spec(kernel_name)  # type: ignore[union-attr]
+            except NoSuchKernel:
+                raise web.HTTPError(
+                    404,
+                    f"no kernelspec named {kernel_name!r}: `jupyter kernelspec list` shows those "
+                    "there are",
+                ) from None
+        kernel_id: str = await super().start_kernel(kernel_name=kernel_name, **kwargs)
+        return kernel_id
+
     async def _async_shutdown_kernel(
         self, kernel_id: str, now: bool | None = False, restart: bool | None = False
     ) -> Any:
