@@ -93,11 +93,31 @@ def build(provisioner: Any, *, argv_extra: list[str], cwd: str | None) -> GroupS
     given = (metadata.get("kernel_provisioner") or {}).get("config") or {}
     options.check_keys(given, where=where, stanza="metadata.kernel_provisioner.config")
     try:
+        _local_has_no_kube_keys(given, provisioner.backend)
         return _build(provisioner, kernelspec, name, argv_extra, cwd)
     except Problem as problem:
         raise errors.ConfigError(
             f"{where}: {kernelspec_key(problem.key)} {problem.problem}; {problem.fix}"
         ) from None
+
+
+KUBE_ONLY_KEYS = ("image", "namespace", "service_account", "pod_template", "gpu_resource")
+"""Kernelspec keys only the kubernetes backend reads."""
+
+
+def _local_has_no_kube_keys(given: Any, backend: str) -> None:
+    """A kernelspec of the local backend that sets a kubernetes-only key was written for a
+    cluster (or the key is a mistake): say so rather than ignore it."""
+    if backend != "local" or not isinstance(given, dict):
+        return
+    for key in KUBE_ONLY_KEYS:
+        if key in given:
+            raise Problem(
+                key,
+                "is read by the kubernetes backend only, and this kernelspec runs on the local "
+                "backend",
+                "remove it, or set `backend` to 'kubernetes'",
+            )
 
 
 def _build(
@@ -351,6 +371,15 @@ def _text(key: str, value: Any) -> None:
                 f"is {value!r}, which is not valid text (a lone surrogate)",
                 "write it in plain UTF-8",
             ) from None
+
+
+def kube_name_problem(key: str, value: str) -> str:
+    """'' when `value` is a name Kubernetes accepts for `key` (queue, namespace,
+    priority_class, service_account, gpu_resource); else what it must be, in words."""
+    for known, what, valid, rule in _KUBE_NAMES:
+        if known == key and not valid(value):
+            return f"{what} Kubernetes accepts: use {rule}"
+    return ""
 
 
 def _kube_names(provisioner: Any) -> None:

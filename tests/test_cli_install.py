@@ -232,3 +232,73 @@ def test_a_shared_install_is_readable_by_every_user_whatever_the_umask(
     assert done.stdout == f"Installed kernelspec shared in {folder}\n"
     assert stat.S_IMODE(folder.stat().st_mode) == 0o755
     assert stat.S_IMODE((folder / "kernel.json").stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            ("--queue", ""),
+            "--queue is empty: name the queue the kernel waits in, or leave --queue out for the "
+            "default ('gpu' with GPUs, 'cpu' without)",
+        ),
+        (
+            ("--admission-timeout", "nan"),
+            "--admission-timeout must be 0 (wait forever) or a finite number of seconds, not nan",
+        ),
+        (
+            (*KUBE, "--queue", "Bad Queue!"),
+            "--queue 'Bad Queue!' is not a LocalQueue name Kubernetes accepts: use ",
+        ),
+        (
+            (*KUBE, "--queue", "q", "--namespace", "Bad NS"),
+            "--namespace 'Bad NS' is not a namespace name Kubernetes accepts: use ",
+        ),
+        (
+            ("--backend", "kubernetes", "--queue", "q"),
+            "--image is required for the kubernetes backend: pass the image the kernel runs in, "
+            "one with Python and ipykernel (such as quay.io/jupyter/minimal-notebook)",
+        ),
+    ],
+    ids=["empty-queue", "nan-timeout", "bad-queue", "bad-namespace", "no-image"],
+)
+def test_a_bad_option_is_a_sentence_naming_it_and_writes_nothing(
+    user_env: dict[str, str], args: tuple[str, ...], said: str
+) -> None:
+    done = install(user_env, *args)
+    assert done.returncode == 2, done.stdout
+    assert done.stderr.startswith(f"jupyter kernel-queue install: {said}"), done.stderr
+    assert "Traceback" not in done.stderr
+    assert nothing_written(user_env)
+
+
+def test_a_display_name_that_is_not_utf8_is_refused(user_env: dict[str, str]) -> None:
+    done = subprocess.run(
+        [*(os.fsencode(a) for a in INSTALL), b"--display-name", b"caf\xe9"],
+        env=user_env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert b"--display-name 'caf\\udce9' is not valid UTF-8 text; write it in UTF-8" in done.stderr
+    assert nothing_written(user_env)
+
+
+def test_a_prefix_nobody_can_write_is_a_sentence_not_a_traceback(
+    user_env: dict[str, str], tmp_path: Path
+) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where a folder must go: no one, root included, writes there
+    args = [JUPYTER, "kernel-queue", "install", "--prefix", str(blocked / "prefix")]
+    done = subprocess.run(args, env=user_env, capture_output=True, text=True, timeout=120)
+    where = blocked / "prefix" / "share" / "jupyter" / "kernels" / "python3-queued"
+    assert done.returncode == 2
+    # (after jupyter_client's own warning that the prefix is not where servers look)
+    assert f"\njupyter kernel-queue install: could not write the kernelspec in {where}: " in (
+        done.stderr
+    ), done.stderr
+    assert done.stderr.endswith(
+        "; pick a place you can write (--user, or a --prefix of yours), or run as its owner\n"
+    )
+    assert "Traceback" not in done.stderr

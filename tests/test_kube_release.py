@@ -213,5 +213,9 @@ def test_an_admission_refusal_keeps_the_servers_sentence() -> None:
     )
     text = str(explain.failure(refused, who=WHO, doing="create its pod kq-1a2b3c4d-head-0"))
     assert text == (
-        "kernel 1a2b3c4d: could not create its pod kq-1a2b3c4d-head-0: " + refused.message
+        "kernel 1a2b3c4d: could not create its pod kq-1a2b3c4d-head-0: "
+        + refused.message
+        + "; the kernelspec's `service_account` 'kernels' does not exist in namespace "
+        "'default': create it (`kubectl create serviceaccount kernels -n default`) or fix "
+        "`service_account` in the kernelspec"
     )

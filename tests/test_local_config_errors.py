@@ -169,6 +169,24 @@ async def _failure(server: Server, name: str) -> dict[str, Any]:
             "`queue` is 'gpu\\ud800', which is not valid text (a lone surrogate)",
             id="lone-surrogate",
         ),
+        pytest.param(
+            {"checkpoint": {"enabled": True, "path": "/proc/kernel-queue"}},
+            "`checkpoint.path` is '/proc/kernel-queue', but /proc lies in /proc, which the "
+            "operating system makes up: no files go there; give a directory this server can "
+            "create and write in",
+            id="proc-checkpoint-path",
+        ),
+        pytest.param(
+            {"image": "quay.io/jupyter/minimal-notebook"},
+            "`image` is read by the kubernetes backend only, and this kernelspec runs on the "
+            "local backend; remove it, or set `backend` to 'kubernetes'",
+            id="kube-only-image",
+        ),
+        pytest.param(
+            {"namespace": "team-a"},
+            "`namespace` is read by the kubernetes backend only",
+            id="kube-only-namespace",
+        ),
     ],
 )
 async def test_bad_config_fails_the_kernel_with_a_clear_error(

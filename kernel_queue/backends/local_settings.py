@@ -219,9 +219,53 @@ def directory_problem(directory: Path) -> str | None:
         probe = probe.parent
     if not probe.is_dir():
         return f"{probe} is not a directory"
-    if not os.access(probe, os.W_OK | os.X_OK):
+    kind = _pseudo_filesystem(probe)
+    if kind:  # root passes os.access there, yet nothing can be made in it
+        return f"{probe} lies in {kind}, which the operating system makes up: no files go there"
+    if not os.access(probe, os.W_OK | os.X_OK) or _read_only(probe):
         return f"this server cannot write in {probe}"
     return None
+
+
+_PSEUDO = {
+    "proc": "/proc",
+    "sysfs": "/sys",
+    "devtmpfs": "/dev",
+    "cgroup": "a cgroup file system",
+    "cgroup2": "a cgroup file system",
+    "debugfs": "debugfs",
+    "tracefs": "tracefs",
+    "securityfs": "securityfs",
+    "configfs": "configfs",
+    "bpf": "bpffs",
+}
+"""Pseudo file systems, by type, and how a sentence names them."""
+
+
+def _pseudo_filesystem(directory: Path) -> str:
+    """How a sentence names the pseudo file system `directory` lies on; '' for a real one."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+        where = os.path.realpath(directory)
+    except OSError:
+        return ""
+    best, kind = "", ""
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = where == point or where.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return _PSEUDO.get(kind, "")
+
+
+def _read_only(directory: Path) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def planted_problem(directory: Path | None) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -83,10 +84,29 @@ def kernel_json(
         raise InstallError(f"--backend must be one of {', '.join(backends.NAMES)}, not {backend!r}")
     if gpus < 0:
         raise InstallError(f"--gpus must be 0 or more, not {gpus}")
-    if admission_timeout < 0:
-        raise InstallError("--admission-timeout must be 0 (wait forever) or more seconds")
+    if not math.isfinite(admission_timeout) or admission_timeout < 0:
+        raise InstallError(
+            f"--admission-timeout must be 0 (wait forever) or a finite number of seconds, not "
+            f"{admission_timeout}"
+        )
     if not queue:
         raise InstallError("--queue must name a queue, such as 'default'")
+    for option, value in (("--display-name", display_name), ("--queue", queue)):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InstallError(
+                f"{option} {value!r} is not valid UTF-8 text; write it in UTF-8"
+            ) from None
+    if backend == "kubernetes":
+        for option, value, key in (
+            ("--queue", queue, "queue"),
+            ("--namespace", namespace, "namespace"),
+            ("--priority-class", priority_class, "priority_class"),
+        ):
+            rule = spec.kube_name_problem(key, value)
+            if value and rule:
+                raise InstallError(f"{option} {value!r} is not {rule}")
     for option, value, parse in (
         ("--cpu", cpu, quantities.millicores),
         ("--memory", memory, quantities.bytes_),
@@ -97,7 +117,10 @@ def kernel_json(
             except ValueError as exc:
                 raise InstallError(f"{option}: {exc}") from None
     if backend == "kubernetes" and not image:
-        raise InstallError("--image is required for the kubernetes backend (the kernel's image)")
+        raise InstallError(
+            "--image is required for the kubernetes backend: pass the image the kernel runs in, "
+            "one with Python and ipykernel (such as quay.io/jupyter/minimal-notebook)"
+        )
     config: dict[str, Any] = {"backend": backend, "queue": queue, "gpus": gpus}
     optional = {
         "cpu": cpu,
@@ -167,7 +190,8 @@ class InstallApp(arguments.StrictOptions):
     display_name = Unicode("", config=True, help="Name shown in JupyterLab's launcher.")
     backend = Unicode("local", config=True, help="'local' or 'kubernetes'.")
     queue = Unicode(
-        "",
+        None,
+        allow_none=True,
         config=True,
         help="""Queue to wait in: one of the local backend's queues (default 'gpu' with GPUs,
         'cpu' without, as the shipped kernelspecs), or a Kueue LocalQueue (kubernetes: required).
@@ -263,6 +287,14 @@ class InstallApp(arguments.StrictOptions):
         if sum(bool(x) for x in (self.user, self.sys_prefix, self.prefix)) > 1:
             raise InstallError("choose at most one of --user, --sys-prefix and --prefix")
         local = self.backend == "local"
+        if self.queue is not None and not self.queue.strip():
+            fix = (
+                "name the queue the kernel waits in, or leave --queue out for the default "
+                "('gpu' with GPUs, 'cpu' without)"
+                if local
+                else "name the LocalQueue the kernel waits in"
+            )
+            raise InstallError(f"--queue is empty: {fix}")
         queue = self.queue or (DEFAULT_QUEUES[self.gpus > 0] if local else "")
         plural = "GPU" if self.gpus == 1 else "GPUs"
         display = self.display_name or f"Python 3 ({self.gpus} {plural}, queued in {queue})"
@@ -302,6 +334,16 @@ class InstallApp(arguments.StrictOptions):
                 f"a kernelspec named {self.kernel_name!r} already exists in {destination}; "
                 "pass --replace to overwrite it"
             )
+        try:
+            return self._write(spec, destination, prefix), note
+        except OSError as exc:
+            raise InstallError(
+                f"could not write the kernelspec in {destination}: "
+                f"{exc.strerror or exc}; pick a place you can write (--user, or a --prefix of "
+                "yours), or run as its owner"
+            ) from None
+
+    def _write(self, spec: dict[str, Any], destination: Path, prefix: str | None) -> str:
         # Its own logger, quiet: the one line printed says what was installed where.
         quiet = logging.getLogger("kernel_queue.cli.install.kernelspecs")
         quiet.setLevel(logging.WARNING)
@@ -315,7 +357,7 @@ class InstallApp(arguments.StrictOptions):
             path = manager.install_kernel_spec(
                 folder, kernel_name=self.kernel_name, user=self.user, prefix=prefix
             )
-        return str(path), note
+        return str(path)
 
 
 def _destination(name: str, *, user: bool, prefix: str | None) -> Path:

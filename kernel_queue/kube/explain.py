@@ -16,6 +16,8 @@ from kernel_queue import errors
 RBAC_FILE = "etc/kubernetes/rbac.yaml"
 SERVICE_ACCOUNT = "system:serviceaccount:"
 _RBAC = re.compile(r'User "[^"]*" cannot\b')
+_NO_ACCOUNT = re.compile(r"error looking up service account ([^/\s]+)/([^:\s]+): serviceaccount")
+"""The ServiceAccount admission plugin's refusal of a pod whose service account is missing."""
 
 
 def identity(user: str) -> str:
@@ -79,6 +81,14 @@ def failure(
         text = exc.message  # already ours (a foreign object, say)
     else:
         text = f"{who}: could not {doing}: {exc.message}"
+        account = _NO_ACCOUNT.search(exc.message)
+        if account is not None:
+            namespace, name = account.group(1), account.group(2)
+            text += (
+                f"; the kernelspec's `service_account` {name!r} does not exist in namespace "
+                f"{namespace!r}: create it (`kubectl create serviceaccount {name} -n "
+                f"{namespace}`) or fix `service_account` in the kernelspec"
+            )
     if after:
         text = text.rstrip(".")
     made = type(exc).__new__(type(exc))

@@ -201,9 +201,11 @@ async def test_a_missing_service_account_is_the_clusters_refusal_and_leaves_noth
 ) -> None:
     kernel, reason = await failure(server, kube_spec(kernelspec, service_account="kernels"))
     assert (
-        'error looking up service account default/kernels: serviceaccount "kernels" not found'
-        in reason
-    )
+        'error looking up service account default/kernels: serviceaccount "kernels" not found; '
+        "the kernelspec's `service_account` 'kernels' does not exist in namespace 'default': "
+        "create it (`kubectl create serviceaccount kernels -n default`) or fix "
+        "`service_account` in the kernelspec"
+    ) in reason
     await wait_clean(server, cluster, kernel)
     assert ours(cluster) == {}
 
