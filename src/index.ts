@@ -21,7 +21,7 @@ import { Event, ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar, Popup, showPopup } from '@jupyterlab/statusbar';
 
-import { indicatorText, toneOf } from './look';
+import { indicatorText, namedKernels, toneOf } from './look';
 import { QueuePanel } from './panel';
 import { QueuesListing } from './queues';
 import { QueueSessions } from './running';
@@ -88,10 +88,22 @@ async function postAction(
   return body as ListingEntry;
 }
 
+/** The notebook open here whose kernel's id starts with these eight hex digits, if any. */
+function notebookOf(app: JupyterFrontEnd, shortId: string): string | null {
+  for (const session of app.serviceManager.sessions.running()) {
+    const id = session.kernel?.id.replace(/-/g, '');
+    if (id?.startsWith(shortId) && session.path) {
+      return PathExt.basename(session.path);
+    }
+  }
+  return null;
+}
+
 function notify(app: JupyterFrontEnd, notice: Notice): void {
   const name = kernelName(app, notice.kernelId);
-  const text =
-    notice.moment === 'admitted' ? `${name}: kernel ${notice.message}` : `${name}: ${notice.message}`;
+  // The preemptor, say, named by its notebook where it is one of this user's.
+  const message = namedKernels(notice.message, id => notebookOf(app, id));
+  const text = notice.moment === 'admitted' ? `${name}: kernel ${message}` : `${name}: ${message}`;
   // What happened while the user looked away stays until dismissed; a resume or a park (its
   // item says Parked meanwhile) is a short note.
   const autoClose = notice.moment === 'resumed' || notice.moment === 'parked' ? 10000 : false;

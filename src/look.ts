@@ -116,3 +116,15 @@ export function indicatorText(status: QueueStatus, label: string): string | null
 export function spoken(label: string, sentence: string | null): string {
   return sentence ? `Kernel queue: ${label}. ${sentence}` : `Kernel queue: ${label}`;
 }
+
+/**
+ * `text` with each "kernel 1a2b3c4d" that `name` knows (a kernel of a notebook open here, by the
+ * first eight hex digits of its id) said as that notebook: "preempted by higher-priority
+ * kernel 844a8577" reads "preempted by higher-priority train.ipynb (kernel 844a8577)".
+ */
+export function namedKernels(text: string, name: (shortId: string) => string | null): string {
+  return text.replace(/\bkernel ([0-9a-f]{8})\b/g, (whole, shortId: string) => {
+    const known = name(shortId);
+    return known ? `${known} (${whole})` : whole;
+  });
+}

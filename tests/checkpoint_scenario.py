@@ -29,6 +29,9 @@ CHECK = "(count, settings['layers'][1], float(weights.sum()), square(7), origin.
 EXPECTED = repr((41, 32, float(sum(range(50 * 2**20 // 8))), 49, 25))
 
 NOTICE = "stopping to give back its GPUs (preempted, or parked while idle); saving state"
+"""What a kernel that cannot tell why it stops says (a pod's SIGTERM)."""
+PREEMPTED_NOTICE = "stopping to give back its GPUs (preempted by higher-priority kernel "
+"""What a local kernel says: its backend tells it why."""
 SAVED = "saved 6 variables"
 NOT_SAVED = "not saved: sock (socket"
 RESTORED = "restored 6 variables"

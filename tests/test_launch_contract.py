@@ -32,6 +32,7 @@ CONTRACT_NAMES = [
     contract.ENV_CHECKPOINT_KEEP,
     contract.ENV_CHECKPOINT_CONTINUOUS,
     contract.ENV_CHECKPOINT_REPORT,
+    contract.ENV_STOP_NOTE,
 ]
 
 
@@ -298,3 +299,16 @@ async def test_a_local_launcher_gets_the_rendered_contract_and_no_stray_launch_v
         contract.ENV_CHECKPOINT_DEADLINE: "9",
         contract.ENV_GENERATION: "0",
     }
+
+
+def test_a_stop_note_is_read_once_private_and_one_line(tmp_path: Path) -> None:
+    note = tmp_path / "group.log.stop"
+    environ = {contract.ENV_STOP_NOTE: str(note)}
+    assert contract.read_stop_note(environ) == ""  # nothing said: the notice cannot tell
+    contract.write_stop_note(str(note), "preempted by higher-priority\nkernel 1a2b3c4d" + "x" * 900)
+    assert oct(note.stat().st_mode & 0o777) == "0o600"
+    said = contract.read_stop_note(environ)
+    assert said.startswith("preempted by higher-priority kernel 1a2b3c4dxxx")
+    assert len(said) <= contract.STOP_NOTE_LIMIT
+    assert not note.exists()  # taken: a later SIGTERM is not told the same
+    assert contract.read_stop_note({}) == ""

@@ -17,7 +17,7 @@ from tests.checkpoint_scenario import (
     LOOP,
     NOT_RESTORED,
     NOT_SAVED,
-    NOTICE,
+    PREEMPTED_NOTICE,
     RESTORED,
     SAVED,
     SETUP,
@@ -54,11 +54,13 @@ async def test_an_idle_kernel_saves_requeues_and_resumes_with_its_variables(
         high = await preempt(server, kernelspec)
 
         async def told() -> bool:
-            return NOT_SAVED in listener.text() and NOTICE in listener.text()
+            return NOT_SAVED in listener.text() and PREEMPTED_NOTICE in listener.text()
 
         await server.wait_for(told, within=60)
         text = listener.text()
-        assert text.index(NOTICE) < text.index(SAVED), text  # told first, then the result
+        # told first, and by whom: the kernel that takes its GPU
+        assert f"{PREEMPTED_NOTICE}{high[:8]}" in text, text
+        assert text.index(PREEMPTED_NOTICE) < text.index(SAVED), text
     finally:
         listener.close()
     model = await server.wait_reason(low, "requeued")

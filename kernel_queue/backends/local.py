@@ -172,6 +172,7 @@ class LocalBackend(local_settings.LocalSettings):
         group.parking = True
         self.log.info("%s parking: saving its variables", group.who)
         feed.publish(group, group.status.evolve(phase=GroupPhase.PARKING, message=""))
+        group.note_stop("parked: the next cell brings it back")
         group.signal(signal.SIGTERM)
         kill_after = grace + contract.LOCAL_KILL_MARGIN_SECONDS
         self._tasks.spawn(
@@ -310,6 +311,7 @@ class LocalBackend(local_settings.LocalSettings):
         if group.process is None:
             self._requeue(group)  # admitted, not started yet
             return
+        group.note_stop(message)
         group.signal(signal.SIGTERM)
 
     def lost(self, name: str, message: str) -> None:

@@ -144,7 +144,10 @@ class Group:
             checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
             keep_checkpoints=spec.checkpoint.keep,
             continuous_checkpoints=spec.checkpoint.continuous,
+            stop_note=str(self.stop_note_path),
         )
+        with contextlib.suppress(OSError):
+            self.stop_note_path.unlink()  # an earlier launcher's, never read
         return local_process.LaunchRequest(
             kernel_id=spec.kernel_id,
             argv=spec.argv,
@@ -222,6 +225,16 @@ class Group:
         if self.kernel_status == code:  # the launcher passed on its kernel's death
             return f"the kernel process was killed by {name}"
         return f"its launcher was killed by {name} (exit {code})"
+
+    @property
+    def stop_note_path(self) -> Path:
+        """Where the next SIGTERM's reason goes for the kernel's notice (beside its log)."""
+        return self.log_path.with_name(self.log_path.name + ".stop")
+
+    def note_stop(self, why: str) -> None:
+        """Tell the kernel why the SIGTERM that follows comes (its notice says it)."""
+        with contextlib.suppress(OSError):  # the notice then says it cannot tell
+            contract.write_stop_note(str(self.stop_note_path), why)
 
     def lost_too_often(self, now: float) -> bool:
         """A kernel that stops without warning again and again (a restore that crashes it, a

@@ -221,8 +221,10 @@ class Ledger:
         and its record."""
 
         def work() -> None:
-            with contextlib.suppress(FileNotFoundError):
-                log_path.unlink()
+            # the log, and a stop note its kernel never read (`local_groups.Group.note_stop`)
+            for path in (log_path, log_path.with_name(log_path.name + ".stop")):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
             if checkpoints is None or root is None:
                 pass
             elif not remove_tree(checkpoints, root) and checkpoints.exists():

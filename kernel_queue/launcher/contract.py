@@ -9,6 +9,7 @@ follows SIGTERM. Stdlib only (`errors` is too): this runs in the kernel image an
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -28,6 +29,9 @@ ENV_STOP_TIMEOUT = PREFIX + "STOP_TIMEOUT"
 ENV_MODE = PREFIX + "MODE"
 """``kernel`` (the default) or ``worker``; ``--worker`` on the command line wins."""
 ENV_TERMINATION_LOG = PREFIX + "TERMINATION_LOG"
+ENV_STOP_NOTE = PREFIX + "STOP_NOTE"
+"""A file where the backend says, just before its SIGTERM, why the kernel stops ("preempted
+by ...", "parked"): the kernel's notice says so. Unset or absent: the notice says it cannot tell."""
 """File that receives the checkpoint sentence after a preemption (else /dev/termination-log)."""
 ENV_GENERATION = PREFIX + "GENERATION"
 """Set by the launcher for each kernel it starts: 0 for the first, one more per in-place restart."""
@@ -140,6 +144,8 @@ class Launch:
     continuous_checkpoints: bool = True
     """Checkpoint after each cell too (``checkpoint.continuous``); only with ``checkpoint_dir``."""
     termination_log: str | None = None
+    stop_note: str | None = None
+    """``ENV_STOP_NOTE``'s file (the local backend's; a pod's SIGTERM comes with no note)."""
 
 
 def render(launch: Launch) -> dict[str, str]:
@@ -157,6 +163,7 @@ def render(launch: Launch) -> dict[str, str]:
         found[ENV_CHECKPOINT_KEEP] = "1" if launch.keep_checkpoints else None
         found[ENV_CHECKPOINT_CONTINUOUS] = None if launch.continuous_checkpoints else "0"
     found[ENV_TERMINATION_LOG] = launch.termination_log
+    found[ENV_STOP_NOTE] = launch.stop_note
     return {name: value for name, value in found.items() if value is not None}
 
 
@@ -254,3 +261,31 @@ def parse_flag(raw: str, name: str, option: str | None = None) -> bool:
         return True
     fix = f", or pass {option}" if option else ""
     raise SettingsError(f"invalid {name}={raw!r}: set it to 1 or 0{fix}")
+
+
+STOP_NOTE_LIMIT = 500
+"""Characters of a stop note the kernel reads."""
+
+
+def read_stop_note(environ: Mapping[str, str]) -> str:
+    """Why the backend stops the kernel (``ENV_STOP_NOTE``'s file, taken: it is removed),
+    one line; '' when the backend said nothing."""
+    path = environ.get(ENV_STOP_NOTE)
+    if not path:
+        return ""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            text = file.read(STOP_NOTE_LIMIT)
+        os.unlink(path)
+    except OSError:
+        return ""
+    return " ".join(text.split())
+
+
+def write_stop_note(path: str, text: str) -> None:
+    """The backend's side of ``read_stop_note``: atomically, private to the user."""
+    temporary = f"{path}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        file.write(text)
+    os.replace(temporary, path)

@@ -31,8 +31,10 @@ if TYPE_CHECKING:
     from kernel_queue.launcher.continuous import Continuous
 
 NOTICE = "Kernel stopping to give back its GPUs (preempted, or parked while idle); saving state…"
-"""The stream message a user sees as soon as the kernel gets SIGTERM. The kernel cannot tell a
-preemption from a park (both stop it with SIGTERM); the kernel's status item says which."""
+"""The stream message a user sees as soon as the kernel gets SIGTERM with no word of why (a pod's
+SIGTERM: a preemption and a park look alike; the kernel's status item says which)."""
+NOTED = "Kernel stopping to give back its GPUs ({why}); saving state…"
+"""The same where the backend said why (``contract.ENV_STOP_NOTE``: the local backend does)."""
 REPLY_DELAY, WIRE_DELAY = 0.1, 0.2
 """Seconds for the interrupted cell's reply to leave the shell-channel thread before the loop
 stops; and for ZeroMQ to send the last IOPub messages before ``os._exit``."""
@@ -233,7 +235,8 @@ class Preemption:
             self._deadline = self._noticed + self.options.deadline
             self._notice_parent = self._parent
         log(f"SIGTERM: saving within {self.options.deadline:g} s")
-        self._publish(NOTICE, self._notice_parent)
+        why = contract.read_stop_note(os.environ)
+        self._publish(NOTED.format(why=why) if why else NOTICE, self._notice_parent)
         threading.Thread(target=self._guard, name="preempt-guard", daemon=True).start()
 
     def _guard(self) -> None:

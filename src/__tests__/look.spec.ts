@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import { failedLabel, indicatorText, spoken, toneOf } from '../look';
+import { failedLabel, indicatorText, namedKernels, spoken, toneOf } from '../look';
 import { QueueStatus, statusLabel } from '../state';
 
 function status(state: QueueStatus['state'], extra: Partial<QueueStatus> = {}): QueueStatus {
@@ -104,5 +104,25 @@ describe('spoken', () => {
       "Kernel queue: Queued · #1 in gpu. queued in 'gpu', position 1 of 1"
     );
     expect(spoken('Queue · 2 waiting', null)).toBe('Kernel queue: Queue · 2 waiting');
+  });
+});
+
+describe('namedKernels', () => {
+  const names: Record<string, string> = { '844a8577': 'train.ipynb' };
+  const name = (id: string) => names[id] ?? null;
+
+  it('says a kernel of a notebook open here as that notebook', () => {
+    expect(
+      namedKernels('preempted by higher-priority kernel 844a8577, which needs 1 GPU', name)
+    ).toBe('preempted by higher-priority train.ipynb (kernel 844a8577), which needs 1 GPU');
+  });
+
+  it('leaves another user’s kernel, and words that only look alike, as they are', () => {
+    expect(namedKernels('preempted by higher-priority kernel 1a2b3c4d', name)).toBe(
+      'preempted by higher-priority kernel 1a2b3c4d'
+    );
+    expect(namedKernels('kernel 844a8577x is not a short id', name)).toBe(
+      'kernel 844a8577x is not a short id'
+    );
   });
 });
