@@ -17,7 +17,7 @@ RBAC = list(yaml.safe_load_all((REPO / "etc" / "kubernetes" / "rbac.yaml").read_
 QUEUES = (REPO / "etc" / "kubernetes" / "queues.yaml").read_text()
 SERVER_TOKEN = "kernel-queue-server-token"
 ADMIN_TOKEN = "admin-token"
-GPU_QUOTA = {"cpu": 8, "memory": "32Gi", "nvidia.com/gpu": 1}
+GPU_QUOTA: dict[str, str | int] = {"cpu": 8, "memory": "32Gi", "nvidia.com/gpu": 1}
 OURS = "app.kubernetes.io/managed-by=kernel-queue"
 OWNER = "test-server"
 """The test server's `c.KubernetesBackend.owner_id`."""

@@ -1,5 +1,7 @@
 """The fault matrix: each fault kind at each call site, at start, cancel, preemption and shutdown,
-through a real jupyter_server and the real Kubernetes client against the fake cluster.
+through a real jupyter_server and the real Kubernetes client, on both planes: the whole matrix
+on the fake cluster, and on the real control plane (its faults from the FaultProxy in front of
+its API server) the cases of `REAL_PLANE`, at least one of every fault kind in every phase.
 
 For every case: the fault is met, no object of the kernel is left (by its own id label), the
 kernel leaves `/api/kernels` after its DELETE, and a kernel that failed says why in a sentence
@@ -16,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from tests.conftest import KernelspecFactory, Server
+from tests.kube.planes import Plane
 from tests.kube.support import a_sentence, gone, kube_spec, labelled, settled
 
 pytestmark = pytest.mark.timeout(400)
@@ -48,27 +50,27 @@ class Case:
         """Whether the kernel must fail (with a sentence) rather than go on."""
         return self.kind == "foreign"
 
-    def inject(self, cluster: FakeCluster) -> None:
+    def inject(self, plane: Plane) -> None:
         status = {"500": 500, "429": 429, "lost": 504}.get(self.kind, 500)
         if "+" in self.kind:  # one after the other, at a call made once: "500+429"
             for kind in self.kind.split("+"):
-                Case(self.verb, self.plural, kind).inject(cluster)
+                Case(self.verb, self.plural, kind).inject(plane)
         elif self.kind == "latency":
-            cluster.latency = LATENCY
+            plane.latency = LATENCY
         elif self.kind == "foreign":
-            cluster.plant_next(self.plural, FOREIGN)
+            plane.plant_next(self.plural, FOREIGN)
         elif self.verb == "watch":
             if self.kind == "410":
-                cluster.expire_next_watch()
+                plane.expire_next_watch()
             elif self.kind != "drop":
-                cluster.fail_next("watch", self.plural, status)
-            cluster.drop_watches()
+                plane.fail_next("watch", self.plural, status)
+            plane.drop_watches()
         elif self.verb == "relist":  # a watch that expired: the informer lists again
-            cluster.fail_next("list", self.plural, status)
-            cluster.expire_next_watch()
-            cluster.drop_watches()
+            plane.fail_next("list", self.plural, status)
+            plane.expire_next_watch()
+            plane.drop_watches()
         else:
-            cluster.fail_next(self.verb, self.plural, status, after=self.kind == "lost")
+            plane.fail_next(self.verb, self.plural, status, after=self.kind == "lost")
 
 
 def cases(sites: list[tuple[str, str]], kinds: tuple[str, ...]) -> list[Case]:
@@ -110,11 +112,59 @@ MATRIX = {
 }
 
 
+REAL_PLANE = {
+    "connect": {"500+429 on get /apis"},
+    "start": {
+        "429 on create secrets",
+        "lost on create pods",
+        "foreign on create pods",
+        "500 on watch workloads",
+        "410 on watch pods",
+        "drop on watch workloads",
+        "429 on relist pods",
+        "latency all",
+    },
+    "cancel": {
+        "500 on delete workloads",
+        "429 on get localqueues/pendingworkloads",
+        "latency all",
+    },
+    "shutdown": {"429 on delete pods", "500 on list pods", "latency all"},
+    "preemption": {
+        "lost on create pods",
+        "410 on watch pods",
+        "500 on get localqueues/pendingworkloads",
+    },
+}
+"""The cases (by name) the real control plane runs of each phase; the fake runs all of `MATRIX`.
+A case there costs seconds of real pods, scheduler and Kueue, the whole matrix minutes: so every
+phase runs there, and every fault kind (`KINDS`: 5xx, 429, a lost answer, someone else's object,
+410, a dropped watch, latency) at least once, at the sites where the real API server's answers
+differ most from the fake's (a relist, the visibility API, a lost pod create, a preemption's
+replacement pod). Checked below against `MATRIX`, so a renamed case cannot silently stop
+running."""
+KINDS = ("500", "429", "lost", "foreign", "410", "drop", "latency")
+
+
+def _kinds(*lists: list[Case]) -> set[str]:
+    return {kind for cases in lists for case in cases for kind in case.kind.split("+")}
+
+
+_REAL = {phase: [c for c in MATRIX[phase] if str(c) in REAL_PLANE[phase]] for phase in MATRIX}
+assert all(len(_REAL[phase]) == len(names) for phase, names in REAL_PLANE.items()), _REAL
+assert _kinds(*_REAL.values()) == set(KINDS) == _kinds(*MATRIX.values())
+
+
+def on_plane(plane: Plane, phase: str) -> list[Case]:
+    """The cases of `phase` that `plane` runs (`REAL_PLANE`)."""
+    return MATRIX[phase] if plane.kind == "fake" else _REAL[phase]
+
+
 class Run:
     """One phase's cases on one server, and what went wrong in each."""
 
-    def __init__(self, server: Server, cluster: FakeCluster, name: str) -> None:
-        self.server, self.cluster, self.name = server, cluster, name
+    def __init__(self, server: Server, plane: Plane, name: str) -> None:
+        self.server, self.plane, self.name = server, plane, name
         self.problems: list[str] = []
         self.kernels: list[str] = []
 
@@ -134,12 +184,12 @@ class Run:
 
     async def clean(self, case: Case, *kernels: str) -> None:
         async def clean() -> bool:
-            return not any(labelled(self.cluster, k) for k in kernels)
+            return not any(labelled(self.plane, k) for k in kernels)
 
         try:
             await self.server.wait_for(clean, within=60)
         except TimeoutError:
-            left = {k[:8]: labelled(self.cluster, k) for k in kernels}
+            left = {k[:8]: labelled(self.plane, k) for k in kernels}
             self.problems.append(f"{case}: left behind {left}")
 
     async def one(self, case: Case, drive: Callable[[Case], Awaitable[None]]) -> None:
@@ -149,14 +199,14 @@ class Run:
         except Exception as exc:
             self.problems.append(f"{case}: {type(exc).__name__}: {exc}")
         finally:
-            self.cluster.latency = 0.0
-            if self.cluster.faults_pending:
+            self.plane.latency = 0.0
+            if self.plane.faults_pending:
                 self.problems.append(f"{case}: the fault was never met")
-                self.cluster.clear_faults()
+                self.plane.clear_faults()
 
 
 async def run_start(run: Run, case: Case) -> None:
-    case.inject(run.cluster)
+    case.inject(run.plane)
     kernel = await run.start()
     model = await settled(run.server, kernel)
     if case.fails:
@@ -169,14 +219,14 @@ async def run_start(run: Run, case: Case) -> None:
     await run.delete(case, kernel)
     await run.clean(case, kernel)
     if case.fails:
-        run.cluster.store.delete_collection("", case.plural, "default", labels="app=someone-else")
+        run.plane.delete_labelled(case.plural, "app=someone-else")
 
 
 async def run_shutdown(run: Run, case: Case) -> None:
     kernel = await run.start()
     if not (await settled(run.server, kernel))["live"]:
         run.problems.append(f"{case}: the kernel did not start")
-    case.inject(run.cluster)
+    case.inject(run.plane)
     await run.delete(case, kernel)
     await run.clean(case, kernel)
 
@@ -185,16 +235,16 @@ def run_cancel(holder: str) -> Callable[[Run, Case], Awaitable[None]]:
     async def cancel(run: Run, case: Case) -> None:
         waiting = await run.start()
         await run.server.wait_reason(waiting, "position 1 of 1")
-        case.inject(run.cluster)
+        case.inject(run.plane)
         if case.plural == VISIBILITY[1]:  # met while it waits, before the DELETE
 
             async def met() -> bool:
-                return run.cluster.faults_pending == 0
+                return run.plane.faults_pending == 0
 
             await run.server.wait_for(met, within=30)
         await run.delete(case, waiting)
         await run.clean(case, waiting)
-        if not labelled(run.cluster, holder).get("pods"):
+        if not labelled(run.plane, holder).get("pods"):
             run.problems.append(f"{case}: the running kernel lost its pod")
 
     return cancel
@@ -206,14 +256,14 @@ def run_preemption(low_spec: str, high_spec: str) -> Callable[[Run, Case], Await
         if not (await settled(run.server, low))["live"]:
             run.problems.append(f"{case}: the low kernel did not start")
         if case.plural != VISIBILITY[1]:
-            case.inject(run.cluster)
+            case.inject(run.plane)
         high = await run.start(high_spec)
         await run.server.wait_reason(low, "requeued in 'user-queue', position")
         if case.plural == VISIBILITY[1]:
-            case.inject(run.cluster)
+            case.inject(run.plane)
 
             async def met() -> bool:
-                return run.cluster.faults_pending == 0
+                return run.plane.faults_pending == 0
 
             await run.server.wait_for(met, within=30)
         await run.delete(case, high)
@@ -231,11 +281,11 @@ def run_preemption(low_spec: str, high_spec: str) -> Callable[[Run, Case], Await
 async def test_every_fault_at_every_site_leaves_nothing_and_fails_only_in_a_sentence(
     server: Server,
     kernelspec: KernelspecFactory,
-    cluster: FakeCluster,
+    plane: Plane,
     phase: str,
     backend_config: dict[str, Any],
 ) -> None:
-    run = Run(server, cluster, kube_spec(kernelspec))
+    run = Run(server, plane, kube_spec(kernelspec))
     drive: Callable[[Run, Case], Awaitable[None]]
     holder = ""
     if phase in ("start", "connect"):
@@ -249,10 +299,10 @@ async def test_every_fault_at_every_site_leaves_nothing_and_fails_only_in_a_sent
     else:
         low = kube_spec(kernelspec, "low", priority_class="low")
         drive = run_preemption(low, kube_spec(kernelspec, "high", priority_class="high"))
-    for case in MATRIX[phase]:
+    for case in on_plane(plane, phase):
         await run.one(case, lambda c: drive(run, c))
     if holder:
         await server.shutdown(holder)
         await gone(server, holder)
     assert not run.problems, "\n".join(run.problems)
-    assert not any(labelled(cluster, k) for k in run.kernels)
+    assert not any(labelled(plane, k) for k in run.kernels)

@@ -1,4 +1,4 @@
-"""A fault soak: many kernels started and deleted through a Jupyter server while the fake cluster
+"""A fault soak: many kernels started and deleted through a Jupyter server while the cluster
 injects API faults, and what the user would notice counted.
 
 `soak(cluster, jupyter, ...)` runs `kernels` kernels, `parallel` at a time: each is started,
@@ -6,7 +6,9 @@ then deleted either once it runs or (a cancel) while it waits in the queue; an i
 `faults` random faults among them (500, 429, 409, a lost answer, someone else's object, 410,
 dropped watches, latency). The `Report` counts kernels stuck (never settled, or still listed
 after their DELETE), objects leaked (by each kernel's id label, once everything settled) and
-failures that are not a sentence. Used by tests/kube/test_fault_soak.py and
+failures that are not a sentence. The cluster is a `FakeCluster`, or anything with its fault
+calls and a way to read and delete objects (`Cluster`: tests/kube/planes.py's `Plane`, which is
+also the real control plane behind a `FaultProxy`). Used by tests/kube/test_fault_soak.py and
 benchmarks/fault_soak.py.
 """
 
@@ -14,14 +16,67 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kernel_queue_fake_cluster.cluster import FakeCluster
+from kernel_queue_fake_cluster.common.objects import Obj
 
 KERNEL_ID_LABEL = "kernel-queue.dev/kernel-id"
 FOREIGN = {"app": "someone-else"}
+PLANTED = ("pods", "secrets", "services")
+"""What `inject` plants someone else's object of."""
+KUEUE = "kueue.x-k8s.io"
+
+
+class Cluster(Protocol):
+    """What the soak asks of a cluster besides a `FakeCluster`: its fault calls (`FakeCluster`'s
+    names and meaning), and its objects, as tests/kube/planes.py's `Plane` reads and deletes
+    them (a kind the API server does not serve lists as none)."""
+
+    latency: float
+
+    @property
+    def faults_pending(self) -> int: ...
+    def fail_next(
+        self, verb: str, plural: str, status: int = 500, count: int = 1, *, after: bool = False
+    ) -> None: ...
+    def plant_next(
+        self, plural: str, labels: Mapping[str, str] | None = None, count: int = 1
+    ) -> None: ...
+    def drop_watches(self) -> None: ...
+    def expire_next_watch(self, count: int = 1) -> None: ...
+    def clear_faults(self) -> None: ...
+    def objects(
+        self, group: str, plural: str, namespace: str | None = "default", labels: str = ""
+    ) -> list[Obj]: ...
+    def delete(
+        self, group: str, plural: str, namespace: str | None, name: str, *, grace: int | None = None
+    ) -> None: ...
+
+
+def _objects(
+    cluster: FakeCluster | Cluster, group: str, plural: str, namespace: str, labels: str = ""
+) -> list[Obj]:
+    if not isinstance(cluster, FakeCluster):
+        return cluster.objects(group, plural, namespace, labels)
+    if (group, plural) not in cluster.store.types:
+        return []
+    items, _ = cluster.store.list_objects(group, plural, namespace, labels=labels)
+    return list(items)
+
+
+def _delete(cluster: FakeCluster | Cluster, plural: str, namespace: str, name: str) -> None:
+    """Delete core `plural` `name` at once; gone already is as asked."""
+    try:
+        if isinstance(cluster, FakeCluster):
+            cluster.store.delete("", plural, namespace, name, grace_seconds=0)
+        else:
+            cluster.delete("", plural, namespace, name, grace=0)
+    except Exception as exc:  # the fake's ApiError, or the real plane's client's
+        if getattr(exc, "code", None) != 404:
+            raise
 
 
 class Jupyter(Protocol):
@@ -69,27 +124,32 @@ def is_sentence(reason: str, kernel_id: str) -> bool:
     return f"kernel {kernel_id.replace('-', '')[:8]}" in reason and "injected fault" not in reason
 
 
-def leftovers(cluster: FakeCluster, kernel_id: str, namespace: str) -> dict[str, list[str]]:
+def _prefix(kernel_id: str) -> str:
+    """What the names of a kernel's objects start with (its pod group's name)."""
+    return f"kq-{kernel_id.replace('-', '')[:8]}"
+
+
+def leftovers(
+    cluster: FakeCluster | Cluster, kernel_id: str, namespace: str
+) -> dict[str, list[str]]:
     """The kernel's objects still there (by its id label; Workloads by its pods' group)."""
     found: dict[str, list[str]] = {}
     for plural in ("pods", "services", "secrets"):
-        items, _ = cluster.store.list_objects(
-            "", plural, namespace, labels=f"{KERNEL_ID_LABEL}={kernel_id}"
-        )
+        items = _objects(cluster, "", plural, namespace, f"{KERNEL_ID_LABEL}={kernel_id}")
         if items:
             found[plural] = [i["metadata"]["name"] for i in items]
-    if ("kueue.x-k8s.io", "workloads") in cluster.store.types:
-        prefix = f"kq-{kernel_id.replace('-', '')[:8]}"
-        workloads, _ = cluster.store.list_objects("kueue.x-k8s.io", "workloads", namespace)
-        names = [
-            w["metadata"]["name"] for w in workloads if w["metadata"]["name"].startswith(prefix)
-        ]
-        if names:
-            found["workloads"] = names
+    workloads = _objects(cluster, KUEUE, "workloads", namespace)
+    names = [
+        w["metadata"]["name"]
+        for w in workloads
+        if w["metadata"]["name"].startswith(_prefix(kernel_id))
+    ]
+    if names:
+        found["workloads"] = names
     return found
 
 
-def inject(cluster: FakeCluster, rng: random.Random) -> str:
+def inject(cluster: FakeCluster | Cluster, rng: random.Random) -> str:
     """One random fault; returns what it was."""
     kind = rng.choice(
         ["500", "500", "429", "409", "lost", "foreign", "410", "drop", "latency", "watch-500"]
@@ -120,7 +180,7 @@ def inject(cluster: FakeCluster, rng: random.Random) -> str:
         cluster.fail_next("create", plural, 504, after=True)
         return f"lost answer of create {plural}"
     if kind == "foreign":
-        plural = rng.choice(["pods", "secrets", "services"])
+        plural = rng.choice(PLANTED)
         cluster.plant_next(plural, FOREIGN)
         return f"someone else's {plural}"
     if kind == "410":
@@ -150,7 +210,7 @@ async def _poll(check: Any, within: float, every: float = 0.1) -> bool:
 
 
 async def soak(
-    cluster: FakeCluster,
+    cluster: FakeCluster | Cluster,
     jupyter: Jupyter,
     kernelspec: str,
     *,
@@ -215,6 +275,10 @@ async def soak(
 
         if not await _poll(gone, gone_seconds, every=0.2):
             report.stuck.setdefault(kernel, "still listed after its DELETE")
+        # someone else's object in its way goes with the kernel, as its owner would delete it:
+        # on a real node a planted pod runs and holds a GPU, and two leave none to the kernels
+        # Kueue admits
+        _drop_foreign(cluster, namespace, PLANTED, _prefix(kernel))
         cluster.latency = 0.0
 
     async def worker() -> None:
@@ -236,11 +300,17 @@ async def soak(
         left = leftovers(cluster, kernel, namespace)
         if left:
             report.leaked[kernel] = left
-    _drop_foreign(cluster, namespace, ("pods", "services", "secrets"))
+    _drop_foreign(cluster, namespace, PLANTED)
     return report
 
 
-def _drop_foreign(cluster: FakeCluster, namespace: str, plurals: Iterable[str]) -> None:
-    """Delete the objects `inject` planted as someone else's."""
+def _drop_foreign(
+    cluster: FakeCluster | Cluster, namespace: str, plurals: Iterable[str], prefix: str = ""
+) -> None:
+    """Delete the objects `inject` planted as someone else's (those whose name starts with
+    `prefix`)."""
+    labels = ",".join(f"{key}={value}" for key, value in FOREIGN.items())
     for plural in plurals:
-        cluster.store.delete_collection("", plural, namespace, labels="app=someone-else")
+        for obj in _objects(cluster, "", plural, namespace, labels):
+            if obj["metadata"]["name"].startswith(prefix):
+                _delete(cluster, plural, namespace, obj["metadata"]["name"])
