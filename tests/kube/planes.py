@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kernel_queue_fake_cluster.apiserver import pod_rules
 from kernel_queue_fake_cluster.apiserver.faults import PLANTED_LABEL
 from kernel_queue_fake_cluster.cluster import FakeCluster
 from kernel_queue_fake_cluster.control_plane.client import ApiError
@@ -78,6 +79,11 @@ class Plane:
 
     def apply(self, manifests: str | Iterable[Obj]) -> list[Obj]:
         """Create or replace each object; Kueue's at the version this release serves."""
+        raise NotImplementedError
+
+    def evict(self, namespace: str, name: str) -> None:
+        """Evict pod `name` as a drain or the kubelet's pressure does: its `eviction`
+        subresource (policy/v1), a graceful delete (the real plane's over HTTP as an admin)."""
         raise NotImplementedError
 
     def set_quota(self, cluster_queue: str, flavor: str, quota: Mapping[str, str | int]) -> None:
@@ -214,6 +220,11 @@ class FakePlane(Plane):
     def apply(self, manifests: str | Iterable[Obj]) -> list[Obj]:
         return self.cluster.apply(self.cluster.for_release(manifests))
 
+    def evict(self, namespace: str, name: str) -> None:
+        # the store's own eviction (this cluster serves on the test's loop: an HTTP call from
+        # here would wait on itself); the HTTP route is the fake cluster's own tests'
+        pod_rules.evict(self.cluster.store, namespace, name, _eviction(namespace, name))
+
     def set_quota(self, cluster_queue: str, flavor: str, quota: Mapping[str, str | int]) -> None:
         assert self.cluster.kueue is not None
         self.cluster.kueue.set_quota(cluster_queue, flavor, dict(quota))
@@ -319,6 +330,10 @@ class RealPlane(Plane):
 
     def apply(self, manifests: str | Iterable[Obj]) -> list[Obj]:
         return self.admin.apply(converted(manifests, self.version(KUEUE)))
+
+    def evict(self, namespace: str, name: str) -> None:
+        path = self.admin.resource("", "v1", "pods", namespace, name) + "/eviction"
+        self.admin.request("POST", path, _eviction(namespace, name))
 
     def set_quota(self, cluster_queue: str, flavor: str, quota: Mapping[str, str | int]) -> None:
         path = self.admin.resource(KUEUE, self.version(KUEUE), "clusterqueues", None, cluster_queue)
@@ -636,3 +651,11 @@ class RealPlanes:
 
     def __iter__(self) -> Iterator[ControlPlane]:
         return iter(self._planes.values())
+
+
+def _eviction(namespace: str, name: str) -> Obj:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+    }

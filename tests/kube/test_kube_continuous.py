@@ -1,5 +1,6 @@
 """A kernel pod deleted with grace 0 (no SIGTERM reaches the kernel: a lost node, a forced delete)
-comes back, through Jupyter's restarter, as of the last cell its continuous checkpoints saved."""
+comes back, through Jupyter's restarter, as of the last cell its continuous checkpoints saved;
+an evicted one (a graceful delete: its SIGTERM lets it save) as of that save."""
 
 from __future__ import annotations
 
@@ -44,3 +45,30 @@ async def test_a_pod_deleted_at_grace_0_after_five_cells_comes_back_as_of_the_fi
     await server.shutdown(kernel_id)
     await wait_clean(server, plane, kernel_id)
     assert not store.exists()  # deleted at shutdown (checkpoint.keep is off)
+
+
+async def test_an_evicted_pod_saves_and_comes_back_with_its_variables(
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, event_log: Any
+) -> None:
+    """An eviction (a drain, the node's pressure) is a graceful delete: the kernel is told by its
+    SIGTERM, saves, and comes back as of that save, its first cell saying so."""
+    plane.apply(PVC)
+    kernel_id = await server.start(kube_spec(kernelspec, "low", checkpoint=CHECKPOINT))
+    assert (await run(server, kernel_id, "y = 41"))["status"] == "ok"
+    assert (await run(server, kernel_id, "y += 1"))["status"] == "ok"
+    (pod,) = labelled(plane, kernel_id)["pods"]
+
+    plane.evict("default", pod)
+
+    def running_again() -> bool:
+        states = event_log.states(kernel_id)
+        later = states[states.index("running") + 1 :] if "running" in states else []
+        return "running" in later
+
+    await server.wait_for(running_again, what="the kernel running again", within=120)
+    first = await run(server, kernel_id, "y")
+    assert first["data"] == "42", first
+    assert first["stream"].startswith("restored 1 variable"), first["stream"]
+    assert "Restored: y." in first["stream"], first["stream"]
+    await server.shutdown(kernel_id)
+    await wait_clean(server, plane, kernel_id)

@@ -267,3 +267,22 @@ async def test_the_heartbeat_renews_the_node_lease_where_leases_are_served() -> 
         assert lease["metadata"]["ownerReferences"][0]["kind"] == "Node"
         again = await register(client, "node-1", Capacity(gpus=3))  # a restarted agent's
         assert again["status"]["capacity"]["nvidia.com/gpu"] == "3"
+
+
+async def test_an_eviction_over_http_is_a_graceful_delete_of_a_bound_pod() -> None:
+    """POST `pods/{name}/eviction` (policy/v1), as `kubectl drain` sends it: 201 Success, and
+    the bound pod is marked for deletion with its own grace period, as the real API server
+    does without a PodDisruptionBudget; an unbound one goes at once."""
+    async with serving() as (store, _, client):
+        store.create("", "pods", NS, pod("bound", terminationGracePeriodSeconds=20))
+        await client.create(path("pods", NS, "bound", "binding"), binding("bound"))
+        store.create("", "pods", NS, pod("pending"))
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction"}
+        for name in ("bound", "pending"):
+            body = {**eviction, "metadata": {"name": name, "namespace": NS}}
+            answer = await client.create(path("pods", NS, name, "eviction"), body)
+            assert (answer["kind"], answer["status"], answer["code"]) == ("Status", "Success", 201)
+        evicted = store.get("", "pods", NS, "bound")
+        assert evicted["metadata"]["deletionGracePeriodSeconds"] == 20
+        with pytest.raises(Exception, match="not found"):
+            store.get("", "pods", NS, "pending")

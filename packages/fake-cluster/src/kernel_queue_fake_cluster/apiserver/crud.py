@@ -1,7 +1,7 @@
 """The resource verbs of the fake API server: one request on a resource path, onto the store.
 
-GET (one object or a list), POST (and a pod's `binding`), PUT, PATCH and DELETE (one object or a
-collection, with a uid precondition), with the
+GET (one object or a list), POST (and a pod's `binding` and `eviction`), PUT, PATCH and DELETE
+(one object or a collection, with a uid precondition), with the
 apiserver's rules for which path takes which verb, the JSON-only bodies of POST and PUT (415
 otherwise), the DELETE options, and every body read and answered at the version the path names
 (the store converts). Watches, routing, RBAC and faults come before this, in `server.py`; object
@@ -24,6 +24,10 @@ for the built-in kinds kubectl creates, `protobuf.py`)."""
 
 OBJECT_PATCHES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
 """Patches shaped as the object, whose fields `fields.check` can read."""
+
+
+POD_ACTIONS = ("binding", "eviction")
+"""A pod's subresources one POSTs to (a scheduler's binding, an eviction)."""
 
 
 def serve(
@@ -55,7 +59,7 @@ def serve(
         return 200, collection(store, rtype, version, items, store.resource_version)
     if method == "GET":
         return 200, store.get(*key, name, version=version)
-    if (method == "POST") == bool(name) and not (method == "POST" and sub == "binding"):
+    if (method == "POST") == bool(name) and not (method == "POST" and sub in POD_ACTIONS):
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on this path")
     if method in ("POST", "PUT") and (
         media not in BODY_TYPES or (media == protobuf.MEDIA_TYPE and not rtype.builtin)
@@ -79,6 +83,8 @@ def serve(
         raise ApiError(400, "BadRequest", "the request body must be a JSON object")
     if sub == "binding":
         return 201, pod_rules.bind(store, target.namespace, name, sent)
+    if sub == "eviction":
+        return 201, pod_rules.evict(store, target.namespace, name, sent)
     if method == "POST":
         return 201, served(store.create(*key, sent, version=version))
     given = (sent.get("metadata") or {}).get("name")

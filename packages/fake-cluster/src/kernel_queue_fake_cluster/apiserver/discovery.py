@@ -153,4 +153,7 @@ def _api_resources(rtype: ResourceType) -> list[Obj]:
     if rtype.key == ("", "pods"):
         binding = {"name": "pods/binding", "singularName": "", "kind": "Binding"}
         found.append(entry | binding | {"verbs": ["create"]})
+        eviction = {"name": "pods/eviction", "singularName": "", "kind": "Eviction"}
+        eviction |= {"group": "policy", "version": "v1"}
+        found.append(entry | eviction | {"verbs": ["create"]})
     return found

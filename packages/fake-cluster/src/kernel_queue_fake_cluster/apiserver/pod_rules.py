@@ -101,6 +101,18 @@ def bind(store: Store, namespace: str, name: str, binding: Obj) -> Obj:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
 
+def evict(store: Store, namespace: str, name: str, eviction: Obj) -> Obj:
+    """POST `pods/{name}/eviction` (policy/v1 Eviction): a graceful delete of the pod, with the
+    eviction's `deleteOptions` (its own grace period unless they give one). No
+    PodDisruptionBudget is served here, so every eviction is allowed, as on a cluster without
+    one. The answer is a Success `Status`, 201, as the real API server's."""
+    options = eviction.get("deleteOptions") or {}
+    grace = options.get("gracePeriodSeconds")
+    uid = (options.get("preconditions") or {}).get("uid")
+    store.delete("", "pods", namespace, name, grace_seconds=grace, uid=uid)
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+
 def _create_causes(pod: Obj) -> list[tuple[str, str]]:
     containers = (pod.get("spec") or {}).get("containers") or []
     if not containers:

@@ -307,7 +307,7 @@ class Server:
                 return 200, openapi.serve(self.store, path)
             return 200, discovery.document(self.store, self._extra, path)
         rtype = self.store.type(target.group, target.plural)
-        binding = target.sub == "binding" and rtype.key == ("", "pods") and method == "POST"
+        binding = target.sub in crud.POD_ACTIONS and rtype.key == ("", "pods") and method == "POST"
         if (
             target.version not in rtype.versions
             or (target.namespace and not rtype.namespaced)
