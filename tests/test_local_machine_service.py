@@ -112,3 +112,19 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+async def test_a_server_stopped_with_no_kernel_closes_its_backends(
+    server: Server, kernelspec: KernelspecFactory
+) -> None:
+    """jupyter_server's cleanup skipped shutdown_all for a kernel manager with no kernels (it
+    was false): the backend's connection to the machine's queue service stayed open for the
+    process's life, and with it the service."""
+    from kernel_queue import backends
+
+    kernel = await server.start(kernelspec("cleanup", gpus=1))
+    await server.shutdown_and_wait(kernel)
+    manager = server.app.kernel_manager
+    assert manager in backends._shared  # the backend its kernel used
+    await server.app.cleanup_kernels()  # as the server does when it stops
+    assert manager not in backends._shared

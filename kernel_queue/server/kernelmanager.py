@@ -85,6 +85,13 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
     parks_idle_kernels = True
     """Read by the provisioner: a kernelspec's `park_after` works under this manager."""
 
+    def __bool__(self) -> bool:
+        """Always true, even with no kernels (MultiKernelManager's `__len__` made it false):
+        jupyter_server's cleanup skips `shutdown_all` for a false kernel manager, so a server
+        stopped with no kernel left its backends open (the machine queue's connection, the
+        cluster's watches) for as long as the process lived."""
+        return True
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.parker = parking.IdleParker(self)
