@@ -27,6 +27,7 @@ pytest_plugins = [
     "pytest_jupyter.jupyter_core",
     "jupyter_server.pytest_plugin",
     "kernel_queue_fake_cluster.plugin",
+    "tests.leftovers",
 ]
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,0 +1,74 @@
+"""The suite leaves no process behind: a pytest plugin (named in tests/conftest.py).
+
+Every process this session starts carries `SESSION_ENV` in its environment (it is set in the
+pytest process before the first test, and children inherit it: servers' launchers and kernels,
+machine queue services, node agents, control planes, hubs). When the session ends, those still
+alive a few seconds later (a queue service outlives its last client by 3 s) fail the run, each
+named with its pid and command line, and are killed so the next run starts clean."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+SESSION_ENV = "KERNEL_QUEUE_TEST_SESSION"
+GRACE_SECONDS = 8.0
+"""How long the session's processes get to end after its last test."""
+
+
+def _marked(marker: bytes) -> dict[int, str]:
+    """pid -> command line of each live process (not this one) whose environment has `marker`."""
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        if state != "Z" and line.strip():
+            found[int(entry.name)] = line.strip()
+    return found
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ[SESSION_ENV] = uuid.uuid4().hex
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    marker = f"{SESSION_ENV}={os.environ.get(SESSION_ENV, '')}".encode()
+    if not Path("/proc/self/environ").exists():
+        return  # no /proc: nothing to look at
+    deadline = time.monotonic() + GRACE_SECONDS
+    left = _marked(marker)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = _marked(marker)
+    if not left:
+        return
+    for pid in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    lines = [f"  pid {pid}: {line[:300]}" for pid, line in sorted(left.items())]
+    text = (
+        f"{len(left)} process(es) this test session started outlived it by {GRACE_SECONDS:g} s "
+        "(killed now):\n" + "\n".join(lines)
+    )
+    if reporter is not None:
+        reporter.write_sep("=", "processes left behind", red=True)
+        reporter.write_line(text)
+    else:
+        print(text)
+    if session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
