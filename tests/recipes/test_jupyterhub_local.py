@@ -43,6 +43,7 @@ from tornado.websocket import websocket_connect
 from kernel_queue.machine import client
 from tests import polling
 from tests.conftest import skip_unless_ci
+from tests.leftovers import SESSION_ENV
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -284,11 +285,13 @@ class Hub:
         }
         lines = ["c = get_config()  # noqa", f"load_subconfig({str(RECIPE)!r})"]
         lines += [f"c.{key} = {value!r}" for key, value in settings.items()]
+        # The session's marker reaches the servers and kernels too (tests/leftovers.py).
+        lines.append(f"c.Spawner.env_keep.append({SESSION_ENV!r})")
         self.config.write_text("\n".join(lines) + "\n")
         self.env = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith(("JUPYTER", "KERNEL_QUEUE", "PYTEST"))
+            if not k.startswith(("JUPYTER", "PYTEST")) and k != client.SOCKET_ENV
         }
         self.env[client.SYSTEM_SOCKET_ENV] = str(queue_socket)
         self.process: subprocess.Popen[bytes] | None = None
