@@ -118,6 +118,8 @@ REAL_PLANE = {
         "429 on create secrets",
         "lost on create pods",
         "foreign on create pods",
+        "foreign on create services",
+        "500 on get localqueues",
         "500 on watch workloads",
         "410 on watch pods",
         "drop on watch workloads",
@@ -126,14 +128,22 @@ REAL_PLANE = {
     },
     "cancel": {
         "500 on delete workloads",
+        "429 on list pods",
         "429 on get localqueues/pendingworkloads",
         "latency all",
     },
-    "shutdown": {"429 on delete pods", "500 on list pods", "latency all"},
+    "shutdown": {
+        "500 on delete workloads",
+        "429 on delete pods",
+        "500 on list pods",
+        "latency all",
+    },
     "preemption": {
         "lost on create pods",
         "410 on watch pods",
+        "drop on watch pods",
         "500 on get localqueues/pendingworkloads",
+        "latency all",
     },
 }
 """The cases (by name) the real control plane runs of each phase; the fake runs all of `MATRIX`.
