@@ -467,3 +467,18 @@ async def test_a_holds_without_a_lease_on_record_jumps_no_queue(runtime: Path) -
         writer.close()
         await writer.wait_closed()
         assert _alive(service)
+
+
+async def test_a_system_socket_nobody_serves_says_how_to_start_the_service(
+    runtime: Path,
+) -> None:
+    """A server pinned to the machine's system queue while the service is down: a sentence
+    naming the socket and systemd's commands (it said the service "hung up at hello" and
+    pointed at a per-user log the system service never writes)."""
+    system = client.system_socket()
+    with pytest.raises(errors.LaunchFailed) as failed:
+        await client.MachineClient.connect(QUOTA, path=system)
+    assert str(failed.value) == (
+        f"no kernel-queue service answers on {system}, the machine's system queue: start it "
+        "(`sudo systemctl start kernel-queue`; `journalctl -u kernel-queue` says why it stopped)"
+    )

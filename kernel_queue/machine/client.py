@@ -131,6 +131,19 @@ def start_service(path: Path) -> None:
             )
 
 
+def _no_answer(path: Path) -> str:
+    """Why no service greeted this client at `path`, and what to do."""
+    if path == system_socket():  # systemd's to start; it logs to the journal
+        return (
+            f"no kernel-queue service answers on {path}, the machine's system queue: start it "
+            "(`sudo systemctl start kernel-queue`; `journalctl -u kernel-queue` says why it "
+            "stopped)"
+        )
+    there = path.exists() or path.is_symlink()
+    what = "hung up at hello" if there else "did not start"
+    return f"the machine's kernel-queue service on {path} {what}; see {path.with_name('queue.log')}"
+
+
 async def _greet(
     path: Path, quota: protocol.Quota | None, version: str
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, protocol.Message] | None:
@@ -204,10 +217,7 @@ class MachineClient:
             await asyncio.to_thread(start_service, path)
             greeted = await _greet(path, quota, version)
         if greeted is None:
-            raise errors.LaunchFailed(
-                f"the machine's kernel-queue service on {path} hung up at hello; see "
-                f"{path.with_name('queue.log')}"
-            )
+            raise errors.LaunchFailed(_no_answer(path))
         reader, writer, answer = greeted
         welcome = _welcome(path, version, reader, writer, answer)
         differences = (
