@@ -98,13 +98,23 @@ class GroupSpec:
     park_after: float = 0.0  # seconds idle before the kernel is parked; 0 = never
 
     def needs(self) -> str:
-        """What the kernel asks for, as users read it: "1 GPU", "2 GPUs, 4 CPU, 8Gi memory"."""
-        parts = [f"{self.gpus} GPU" + ("" if self.gpus == 1 else "s")] if self.gpus else []
-        if self.cpu:
-            parts.append(f"{self.cpu} CPU")
-        if self.memory:
-            parts.append(f"{self.memory} memory")
-        return ", ".join(parts) or "no GPU"
+        """What the kernel asks for, as users read it: "1 GPU", "2 GPUs, 4 CPU, 8Gi memory";
+        a group of several pods counts the whole group: "2 GPUs: 2 pods of 1 GPU"."""
+        each = _asks(self.gpus, self.cpu, self.memory)
+        size = self.pod_group_size
+        if size <= 1:
+            return each
+        total = self.gpus * size
+        return f"{total} GPU{'' if total == 1 else 's'}: {size} pods of {each}"
+
+
+def _asks(gpus: int, cpu: str | None, memory: str | None) -> str:
+    parts = [f"{gpus} GPU" + ("" if gpus == 1 else "s")] if gpus else []
+    if cpu:
+        parts.append(f"{cpu} CPU")
+    if memory:
+        parts.append(f"{memory} memory")
+    return ", ".join(parts) or "no GPU"
 
 
 @dataclass(frozen=True)

@@ -302,3 +302,16 @@ def test_a_prefix_nobody_can_write_is_a_sentence_not_a_traceback(
         "; pick a place you can write (--user, or a --prefix of yours), or run as its owner\n"
     )
     assert "Traceback" not in done.stderr
+
+
+def test_a_kernel_of_several_pods_is_installed_with_its_group_size(
+    user_env: dict[str, str],
+) -> None:
+    done = install(user_env, *KUBE, "--queue", "q", "--pod-group-size", "2")
+    assert done.returncode == 0, done.stderr
+    spec = written(user_env)
+    assert spec["metadata"]["kernel_provisioner"]["config"]["pod_group_size"] == 2
+    assert spec["display_name"] == "Python 3 (2 pods of 1 GPU, queued in q)"
+    local = install(user_env, "--pod-group-size", "2", "--name", "local2")
+    assert local.returncode == 2
+    assert "--pod-group-size is for the kubernetes backend" in local.stderr

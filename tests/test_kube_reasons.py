@@ -413,3 +413,30 @@ def test_parse_takes_the_flavor_assigner_message_apart() -> None:
     parsed = parse(MAX_BEFORE)
     assert parsed.maximum == (("nvidia.com/gpu", "default-flavor", "3", "2"),)
     assert (parsed.short, parsed.unavailable, parsed.preempting, parsed.other) == ((), (), 0, False)
+
+
+def test_a_group_that_never_fits_names_pod_group_size_in_the_fix() -> None:
+    """Two pods of 1 GPU under a ClusterQueue of 1: `gpus` already asks for 1; the fix names
+    the group's size too."""
+    keys = {**KEYS, "pod_group_size": "2"}
+    message = (
+        "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in "
+        "flavor default-flavor, request > maximum capacity (2 > 1)"
+    )
+    never = explain(workload("Pending", message), queue=QUEUE, keys=keys).never
+    assert never == (
+        "asks for 2 nvidia.com/gpu but ClusterQueue 'gpu-cq' can never give more than 1, so it "
+        "could never start. Ask for fewer `gpus` per pod, or a smaller `pod_group_size` (now 2 "
+        "pods), in the kernelspec, or use a `queue` whose ClusterQueue has more."
+    )
+
+
+def test_a_groups_needs_count_the_whole_group() -> None:
+    from dataclasses import replace
+
+    from tests.test_manifests import SPEC
+
+    assert replace(SPEC, gpus=1, pod_group_size=1, cpu=None, memory=None).needs() == "1 GPU"
+    group = replace(SPEC, gpus=1, pod_group_size=2, cpu=None, memory=None)
+    assert group.needs() == "2 GPUs: 2 pods of 1 GPU"
+    assert replace(group, cpu="4").needs() == "2 GPUs: 2 pods of 1 GPU, 4 CPU"

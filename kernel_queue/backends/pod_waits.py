@@ -30,7 +30,10 @@ DEFAULT_GPU = "nvidia.com/gpu"
 def keys(spec: GroupSpec | None) -> dict[str, str]:
     """Resource name -> the kernelspec key that asks for it."""
     gpu = spec.gpu_resource if spec is not None else DEFAULT_GPU
-    return {gpu: "gpus", "cpu": "cpu", "memory": "memory"}
+    found = {gpu: "gpus", "cpu": "cpu", "memory": "memory"}
+    if spec is not None and spec.pod_group_size > 1:  # each key asks per pod
+        found[reasons.GROUP_SIZE] = str(spec.pod_group_size)
+    return found
 
 
 def admitted_at(workload: Obj) -> tuple[str, float | None]:

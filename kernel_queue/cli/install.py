@@ -53,6 +53,7 @@ def kernel_json(
     backend: str,
     queue: str,
     gpus: int,
+    pod_group_size: int = 1,
     cpu: str = "",
     memory: str = "",
     image: str = "",
@@ -121,7 +122,16 @@ def kernel_json(
             "--image is required for the kubernetes backend: pass the image the kernel runs in, "
             "one with Python and ipykernel (such as quay.io/jupyter/minimal-notebook)"
         )
+    if pod_group_size < 1:
+        raise InstallError(f"--pod-group-size must be 1 or more pods, not {pod_group_size}")
+    if pod_group_size > 1 and backend != "kubernetes":
+        raise InstallError(
+            "--pod-group-size is for the kubernetes backend (a kernel of several pods); "
+            "leave it out, or pass --backend kubernetes"
+        )
     config: dict[str, Any] = {"backend": backend, "queue": queue, "gpus": gpus}
+    if pod_group_size > 1:
+        config["pod_group_size"] = pod_group_size
     optional = {
         "cpu": cpu,
         "memory": memory,
@@ -197,7 +207,10 @@ class InstallApp(arguments.StrictOptions):
         'cpu' without, as the shipped kernelspecs), or a Kueue LocalQueue (kubernetes: required).
         Checked against the server's config, or the cluster.""",
     )
-    gpus = Int(1, config=True, help="GPUs each kernel asks for.")
+    gpus = Int(1, config=True, help="GPUs each kernel asks for (each pod, in a group of pods).")
+    pod_group_size = Int(
+        1, config=True, help="Kubernetes backend: the kernel's pods (the head and its workers)."
+    )
     cpu = Unicode("", config=True, help="CPU each kernel asks for ('2', '500m').")
     memory = Unicode("", config=True, help="Memory each kernel asks for ('8Gi').")
     image = Unicode("", config=True, help="Kernel image (kubernetes backend).")
@@ -239,6 +252,7 @@ class InstallApp(arguments.StrictOptions):
         "backend": "InstallApp.backend",
         "queue": "InstallApp.queue",
         "gpus": "InstallApp.gpus",
+        "pod-group-size": "InstallApp.pod_group_size",
         "cpu": "InstallApp.cpu",
         "memory": "InstallApp.memory",
         "image": "InstallApp.image",
@@ -297,7 +311,10 @@ class InstallApp(arguments.StrictOptions):
             raise InstallError(f"--queue is empty: {fix}")
         queue = self.queue or (DEFAULT_QUEUES[self.gpus > 0] if local else "")
         plural = "GPU" if self.gpus == 1 else "GPUs"
-        display = self.display_name or f"Python 3 ({self.gpus} {plural}, queued in {queue})"
+        asks = f"{self.gpus} {plural}"
+        if self.pod_group_size > 1:
+            asks = f"{self.pod_group_size} pods of {asks}"
+        display = self.display_name or f"Python 3 ({asks}, queued in {queue})"
         if self.backend == "kubernetes" and not queue:
             raise InstallError(
                 "--queue is required for the kubernetes backend: name the LocalQueue the "
@@ -308,6 +325,7 @@ class InstallApp(arguments.StrictOptions):
             backend=self.backend,
             queue=queue,
             gpus=self.gpus,
+            pod_group_size=self.pod_group_size,
             cpu=self.cpu,
             memory=self.memory,
             image=self.image,

@@ -216,12 +216,18 @@ def _never(parsed: _Parsed, message: str, queue: Queue, keys: Mapping[str, str])
     return f"can never be admitted by {queue.where}: {message}"
 
 
+GROUP_SIZE = "pod_group_size"
+"""In `keys`: the group's pods, when more than one (each kernelspec key then asks per pod)."""
+
+
 def _fewer(resource: str, keys: Mapping[str, str]) -> str:
     key = keys.get(resource)
+    size = keys.get(GROUP_SIZE)
+    group = f" per pod, or a smaller `pod_group_size` (now {size} pods)," if size else ""
     if key == "gpus":
-        return "Ask for fewer `gpus` in the kernelspec"
+        return f"Ask for fewer `gpus`{group} in the kernelspec"
     if key:
-        return f"Lower `{key}` in the kernelspec"
+        return f"Lower `{key}`{group} in the kernelspec"
     return f"Lower its {resource} request (`pod_template` in the kernelspec)"
 
 

@@ -41,7 +41,8 @@ async def test_a_two_pod_group_waits_whole_and_is_admitted_whole(
     holder = await server.start(kube_spec(kernelspec, "holder"))
     assert (await server.execute(holder, "1"))["data"] == "1"
     gang = await server.start(kube_spec(kernelspec, "gang", pod_group_size=2, gpus=1))
-    await server.wait_reason(gang, "position 1 of 1")
+    # the group's words count the whole group
+    await server.wait_reason(gang, "position 1 of 1, needs 2 GPUs: 2 pods of 1 GPU")
     pods = plane.objects("", "pods", "default", f"kernel-queue.dev/kernel-id={gang}")
     assert len(pods) == 2
     for pod in pods:  # both wait, gated, none runs: the group is admitted whole or not at all
