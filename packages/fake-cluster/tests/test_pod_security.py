@@ -91,7 +91,13 @@ def test_a_hardened_pod_passes_restricted(store: Store) -> None:
             id="host-namespaces",
         ),
         pytest.param(
-            with_changes(containers=[*HARDENED["spec"]["containers"], container(privileged=True)]),
+            with_changes(
+                containers=[
+                    *HARDENED["spec"]["containers"],
+                    # privileged may escalate: the apiserver refuses it kept from escalating
+                    container(privileged=True, allowPrivilegeEscalation=True),
+                ]
+            ),
             'privileged (container "side" must not set securityContext.privileged=true)',
             id="privileged-sidecar",
         ),
@@ -103,9 +109,25 @@ def test_a_hardened_pod_passes_restricted(store: Store) -> None:
         ),
         pytest.param(
             with_changes(volumes=[{"name": "root", "hostPath": {"path": "/"}}]),
-            'hostPath volumes (volume "root"), restricted volume types (volume "root" uses '
-            'restricted volume type "hostPath")',
+            # restrictedVolumes overrides the baseline's hostPathVolumes: said once
+            'violates PodSecurity "restricted:latest": restricted volume types (volume "root" '
+            'uses restricted volume type "hostPath")',
             id="host-path",
+        ),
+        pytest.param(
+            with_changes(
+                hostNetwork=True,
+                containers=[
+                    {
+                        **HARDENED["spec"]["containers"][0],
+                        "ports": [{"containerPort": 8888}, {"containerPort": 9, "hostPort": 99}],
+                    }
+                ],
+            ),
+            # a host-network pod's container ports are defaulted to host ports, then judged
+            'violates PodSecurity "restricted:latest": host namespaces (hostNetwork=true), '
+            'hostPort (container "kernel" uses hostPorts 8888, 99)',
+            id="host-network-ports-are-host-ports",
         ),
         pytest.param(
             with_changes(
@@ -160,6 +182,77 @@ def test_baseline_allows_what_only_restricted_forbids(store: Store) -> None:
     assert error.message == (
         'pods "q" is forbidden: violates PodSecurity "baseline:v1.30": host namespaces '
         "(hostIPC=true)"
+    )
+
+
+def test_baseline_says_a_host_path_volume_as_such(store: Store) -> None:
+    pod = with_changes(volumes=[{"name": "root", "hostPath": {"path": "/"}}])
+    pod["metadata"]["namespace"] = "base"
+    assert refusal(store, pod).message == (
+        'pods "p" is forbidden: violates PodSecurity "baseline:v1.30": hostPath volumes '
+        '(volume "root")'
+    )
+
+
+@pytest.mark.parametrize(
+    ("security", "cause"),
+    [
+        ({"privileged": True, "runAsNonRoot": True}, "`privileged` to true"),
+        (
+            {"capabilities": {"add": ["CAP_SYS_ADMIN"], "drop": ["ALL"]}},
+            "`capabilities.Add` CAP_SYS_ADMIN",
+        ),
+    ],
+)
+def test_a_container_kept_from_escalating_cannot_be_privileged_in_any_namespace(
+    store: Store, security: Obj, cause: str
+) -> None:
+    """The apiserver's validation, before any admission plugin: 422 in a namespace enforcing
+    nothing, and in one enforcing restricted too (the words of kube-apiserver v1.36)."""
+    for namespace in ("default", "secure"):
+        pod = with_changes(containers=[*HARDENED["spec"]["containers"], container(**security)])
+        pod["metadata"]["namespace"] = namespace
+        with pytest.raises(ApiError) as caught:
+            store.create("", "pods", namespace, pod)
+        assert (caught.value.code, caught.value.reason) == (422, "Invalid")
+        shown: dict[str, Any] = {
+            "Capabilities": {"Add": None, "Drop": ["ALL"]},
+            "Privileged": None,
+            "SELinuxOptions": None,
+            "WindowsOptions": None,
+            "RunAsUser": None,
+            "RunAsGroup": None,
+            "RunAsNonRoot": None,
+            "ReadOnlyRootFilesystem": None,
+            "AllowPrivilegeEscalation": False,
+            "ProcMount": None,
+            "SeccompProfile": None,
+            "AppArmorProfile": None,
+        }
+        if "privileged" in security:
+            shown |= {"Privileged": True, "RunAsNonRoot": True}
+        else:
+            shown["Capabilities"]["Add"] = ["CAP_SYS_ADMIN"]
+        assert caught.value.message == (
+            'Pod "p" is invalid: spec.containers[1].securityContext: Invalid value: '
+            f"{json.dumps(shown, separators=(',', ':'))}: cannot set `allowPrivilegeEscalation` "
+            f"to false and {cause}"
+        )
+
+
+def test_the_invalid_value_is_the_go_struct_the_real_apiserver_shows() -> None:
+    # as kube-apiserver v1.36.3 answered kernel-queue's pod with a privileged sidecar
+    context = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "privileged": True,
+    }
+    assert pods._go_security_context(context) == (
+        '{"Capabilities":{"Add":null,"Drop":["ALL"]},"Privileged":true,"SELinuxOptions":null,'
+        '"WindowsOptions":null,"RunAsUser":null,"RunAsGroup":null,"RunAsNonRoot":true,'
+        '"ReadOnlyRootFilesystem":null,"AllowPrivilegeEscalation":false,"ProcMount":null,'
+        '"SeccompProfile":null,"AppArmorProfile":null}'
     )
 
 

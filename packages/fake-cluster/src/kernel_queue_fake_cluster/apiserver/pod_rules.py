@@ -1,8 +1,9 @@
 """The apiserver's own pod rules, with or without a node: admission of pods and their conditions.
 
-`install` adds the apiserver's pod admission (defaults, Pending status, SchedulingGated, the
-gate-removal rule, spec immutability) and graceful deletion (`grace_period`: a pod bound to a
-node and not finished only gets `deletionTimestamp` until its kubelet deletes it with grace 0);
+`install` adds the apiserver's pod admission (defaults, a host-network pod's hostPorts among
+them, Pending status, SchedulingGated, the gate-removal rule, spec immutability, no container
+both privileged and kept from escalating) and graceful deletion (`grace_period`: a pod bound to
+a node and not finished only gets `deletionTimestamp` until its kubelet deletes it with grace 0);
 `bind` is the `pods/{name}/binding` subresource a scheduler (or the node agent of a plane without
 one) binds a pod to a node with. What a spec means to the kubelet (env, volumes) is the node
 agent's (`node/pod_env.py`, `node/volumes.py`).
@@ -11,6 +12,7 @@ agent's (`node/pod_env.py`, `node/volumes.py`).
 from __future__ import annotations
 
 import copy
+import json
 import re
 import weakref
 from typing import Any
@@ -114,7 +116,8 @@ def evict(store: Store, namespace: str, name: str, eviction: Obj) -> Obj:
 
 
 def _create_causes(pod: Obj) -> list[tuple[str, str]]:
-    containers = (pod.get("spec") or {}).get("containers") or []
+    spec = pod.get("spec") or {}
+    containers = spec.get("containers") or []
     if not containers:
         return [("spec.containers", "Required value")]
     causes, seen = [], set()
@@ -127,7 +130,79 @@ def _create_causes(pod: Obj) -> list[tuple[str, str]]:
         seen.add(name)
         if not container.get("image"):
             causes.append((f"spec.containers[{i}].image", "Required value"))
+    for kind in ("containers", "initContainers"):
+        for i, container in enumerate(spec.get(kind) or []):
+            path = f"spec.{kind}[{i}].securityContext"
+            causes += [(path, m) for m in _security_causes(container.get("securityContext"))]
     return causes
+
+
+def _security_causes(context: Any) -> list[str]:
+    """The apiserver's checks of a container's securityContext that need no other field
+    (ValidateSecurityContext): no escalation forbidden while privileged or adding
+    CAP_SYS_ADMIN, both of which escalate."""
+    if not isinstance(context, dict) or context.get("allowPrivilegeEscalation") is not False:
+        return []
+    value = _go_security_context(context)
+    causes = []
+    if context.get("privileged") is True:
+        causes.append("cannot set `allowPrivilegeEscalation` to false and `privileged` to true")
+    added = (context.get("capabilities") or {}).get("add") or []
+    causes += [
+        "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN"
+        for capability in added
+        if capability == "CAP_SYS_ADMIN"
+    ]
+    return [f"Invalid value: {value}: {cause}" for cause in causes]
+
+
+_GO_SECURITY_FIELDS: tuple[tuple[str, str, dict[str, str]], ...] = (
+    ("capabilities", "Capabilities", {"add": "Add", "drop": "Drop"}),
+    ("privileged", "Privileged", {}),
+    (
+        "seLinuxOptions",
+        "SELinuxOptions",
+        {"user": "User", "role": "Role", "type": "Type", "level": "Level"},
+    ),
+    (
+        "windowsOptions",
+        "WindowsOptions",
+        {
+            "gmsaCredentialSpecName": "GMSACredentialSpecName",
+            "gmsaCredentialSpec": "GMSACredentialSpec",
+            "runAsUserName": "RunAsUserName",
+            "hostProcess": "HostProcess",
+        },
+    ),
+    ("runAsUser", "RunAsUser", {}),
+    ("runAsGroup", "RunAsGroup", {}),
+    ("runAsNonRoot", "RunAsNonRoot", {}),
+    ("readOnlyRootFilesystem", "ReadOnlyRootFilesystem", {}),
+    ("allowPrivilegeEscalation", "AllowPrivilegeEscalation", {}),
+    ("procMount", "ProcMount", {}),
+    ("seccompProfile", "SeccompProfile", {"type": "Type", "localhostProfile": "LocalhostProfile"}),
+    (
+        "appArmorProfile",
+        "AppArmorProfile",
+        {"type": "Type", "localhostProfile": "LocalhostProfile"},
+    ),
+)
+"""The Go struct of a container's securityContext: each field's JSON and Go names, in order,
+and those of its parts."""
+
+
+def _go_security_context(context: Obj) -> str:
+    """`context` as the apiserver shows an invalid securityContext: its Go struct in JSON, the
+    fields by their Go names in the struct's order, null where unset ("" for SELinuxOptions'
+    plain strings)."""
+    shown: dict[str, Any] = {}
+    for key, name, parts in _GO_SECURITY_FIELDS:
+        value = context.get(key)
+        if parts and isinstance(value, dict):
+            unset = "" if key == "seLinuxOptions" else None
+            value = {go: value.get(part, unset) for part, go in parts.items()}
+        shown[name] = value
+    return json.dumps(shown, separators=(",", ":"))
 
 
 def _defaulted(pod: Obj) -> Obj:
@@ -145,6 +220,11 @@ def _defaulted(pod: Obj) -> Obj:
             ":latest"
         )
         container.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+    if spec.get("hostNetwork"):  # on the node's network a container port is the node's port
+        for container in [*spec["containers"], *spec.get("initContainers", [])]:
+            for port in container.get("ports") or []:
+                if not port.get("hostPort") and port.get("containerPort"):
+                    port["hostPort"] = port["containerPort"]
     status: Obj = {"phase": "Pending", "qosClass": _qos_class(spec["containers"])}
     if gates(pod):
         status["conditions"] = [scheduling_gated(now_rfc3339())]

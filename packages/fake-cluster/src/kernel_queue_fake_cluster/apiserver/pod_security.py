@@ -115,7 +115,7 @@ def _check_pod_security(store: Store, pod: Obj) -> None:
     checks = dict(_BASELINE)
     if level == "restricted":
         checks.update(_RESTRICTED)
-        for overridden in ("capabilities_baseline", "seccompProfile_baseline"):
+        for overridden in _OVERRIDDEN:
             checks.pop(overridden)
     spec = pod.get("spec") or {}
     found = []
@@ -367,3 +367,6 @@ _RESTRICTED: dict[str, tuple[str, Check]] = {
     "runAsUser": ("runAsUser=0", _run_as_user),
     "seccompProfile_restricted": ("seccompProfile", _seccomp_restricted),
 }
+_OVERRIDDEN = ("capabilities_baseline", "hostPathVolumes", "seccompProfile_baseline")
+"""Baseline checks a restricted one replaces (the apiserver's OverrideCheckIDs): a hostPath
+volume is reported once, as a restricted volume type."""
