@@ -96,6 +96,9 @@ class GroupSpec:
     connect: str = "service"  # kubernetes: reach the kernel through its Service or the pod IP
     backend: str = "local"
     park_after: float = 0.0  # seconds idle before the kernel is parked; 0 = never
+    allowed_exceptions: tuple[str, ...] = ()
+    """The pod_template rules the server's admin allows (c.PodTemplatePolicy.allowed_exceptions):
+    where the template sets such a field, the pods keep it over the hardening."""
 
     def needs(self) -> str:
         """What the kernel asks for, as users read it: "1 GPU", "2 GPUs, 4 CPU, 8Gi memory";

@@ -158,9 +158,10 @@ def _build(
             f"is {options.shown(startup_timeout)}",
             "give the finite, positive number of seconds a kernel may take to start",
         )
+    allowed: tuple[str, ...] = ()
     if backend == "kubernetes":
         _kube_names(provisioner)
-        _pod_template(provisioner, f"kernelspec {name!r}")
+        allowed = _pod_template(provisioner, f"kernelspec {name!r}")
     cpu = _quantity(provisioner.cpu, "cpu", quantities.millicores)
     memory = _quantity(provisioner.memory, "memory", quantities.bytes_)
     checkpoint, grace = checkpoint_settings(provisioner.checkpoint, backend)
@@ -200,6 +201,7 @@ def _build(
         connect=provisioner.connect,
         backend=backend,
         park_after=park_after,
+        allowed_exceptions=allowed,
     )
 
 
@@ -391,8 +393,9 @@ def _kube_names(provisioner: Any) -> None:
             )
 
 
-def _pod_template(provisioner: Any, where: str) -> None:
-    """`kube.pod_policy` on the template, less the exceptions the server's admin allows."""
+def _pod_template(provisioner: Any, where: str) -> tuple[str, ...]:
+    """`kube.pod_policy` on the template, less the exceptions the server's admin allows; those
+    exceptions."""
     allowed = options.PodTemplatePolicy(config=provisioner.config).allowed_exceptions
     for entry in pod_policy.unknown_exceptions(allowed):
         guess = options.nearest(entry, sorted(pod_policy.RULES))
@@ -404,6 +407,7 @@ def _pod_template(provisioner: Any, where: str) -> None:
     found = pod_policy.refused(provisioner.pod_template, allowed)
     if found:
         raise errors.ConfigError(f"{where}: {pod_policy.message(found)}")
+    return tuple(allowed)
 
 
 def _quantity(value: Any, key: str, parse: Any) -> str | None:

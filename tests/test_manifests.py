@@ -892,3 +892,30 @@ def test_continuous_checkpoints_turned_off_in_the_kernelspec_reach_the_launcher(
     assert env["KERNEL_QUEUE_LAUNCH_CHECKPOINT_CONTINUOUS"] == "0"
     default = {e["name"] for e in on["spec"]["containers"][0]["env"]}
     assert "KERNEL_QUEUE_LAUNCH_CHECKPOINT_CONTINUOUS" not in default  # on unless said
+
+
+def test_an_exception_the_admin_allows_is_kept_over_the_hardening() -> None:
+    """A privileged sidecar or an added capability, allowed by the server's admin, reaches the
+    pod (the hardening overwrote them: a privileged container with allowPrivilegeEscalation
+    false, which the API server refuses in any namespace, and SYS_ADMIN silently dropped);
+    not allowed, the hardening wins as ever."""
+    side = {
+        "name": "side",
+        "image": "registry.example/side:1",
+        "securityContext": {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}},
+    }
+    template = {"spec": {"containers": [{"name": "kernel"}, side]}}
+    spec = replace(SPEC, pod_template=template, allowed_exceptions=("privileged", "capabilities"))
+    [pod] = manifests.pods(spec, GROUP, 0)
+    sidecar = pod["spec"]["containers"][1]["securityContext"]
+    assert sidecar == {
+        "privileged": True,
+        "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]},
+        "runAsNonRoot": True,
+    }
+    [strict] = manifests.pods(replace(spec, allowed_exceptions=()), GROUP, 0)
+    assert strict["spec"]["containers"][1]["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+    }

@@ -248,15 +248,17 @@ def _pod(
         ours = _head_container(spec, image, kernel_env, checkpoint_claim)
     else:
         ours = _worker_container(spec, image, index, kernel_env, worker_command)
+    allowed = spec.allowed_exceptions
     sidecars = [
-        templates.hardened(c, CONTAINER_SECURITY)
+        templates.hardened(c, CONTAINER_SECURITY, allowed)
         for c in containers
         if c["name"] not in (KERNEL_CONTAINER, WORKER_CONTAINER)
     ]
-    pod_spec["containers"] = [templates.merge_container(ours, by_name.get(mine, {})), *sidecars]
+    kernel = templates.merge_container(ours, by_name.get(mine, {}), allowed)
+    pod_spec["containers"] = [kernel, *sidecars]
     if "initContainers" in pod_spec:
         pod_spec["initContainers"] = [
-            templates.hardened(c, CONTAINER_SECURITY)
+            templates.hardened(c, CONTAINER_SECURITY, allowed)
             for c in templates.dicts(pod_spec["initContainers"])
         ]
 
@@ -267,10 +269,11 @@ def _pod(
     pod_spec.setdefault("automountServiceAccountToken", False)
     if spec.service_account:
         pod_spec["serviceAccountName"] = spec.service_account
-    pod_spec["securityContext"] = {
-        **templates.mapping(pod_spec.get("securityContext")),
-        **POD_SECURITY,
-    }
+    theirs = templates.mapping(pod_spec.get("securityContext"))
+    pod_spec["securityContext"] = {**theirs, **POD_SECURITY}
+    for rule in ("runAsNonRoot", "seccompProfile"):  # where the admin allows the template's
+        if rule in allowed and rule in theirs:
+            pod_spec["securityContext"][rule] = theirs[rule]
     if role == kueue.ROLE_HEAD and checkpoint_claim:
         volume = {
             "name": CHECKPOINT_VOLUME,

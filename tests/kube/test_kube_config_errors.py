@@ -239,15 +239,6 @@ async def test_an_exception_the_admin_allows_reaches_the_pod(
     await wait_clean(server, plane, kernel)
 
 
-PRIVILEGED_STAYS_INVALID = pytest.mark.xfail(
-    strict=True,
-    reason="kernel-queue's hardening sets allowPrivilegeEscalation false on every container, "
-    "also on one the admin allows to be privileged: the API server's validation refuses that "
-    "pod in any namespace (422 'cannot set `allowPrivilegeEscalation` to false and "
-    "`privileged` to true'), before Pod Security judges it",
-)
-
-
 @pytest.mark.parametrize(
     ("allowed", "template", "refused"),
     [
@@ -277,7 +268,6 @@ PRIVILEGED_STAYS_INVALID = pytest.mark.xfail(
             PRIVILEGED_SIDECAR,
             'privileged (container "side" must not set securityContext.privileged=true)',
             id="privileged",
-            marks=PRIVILEGED_STAYS_INVALID,
         ),
     ],
 )
