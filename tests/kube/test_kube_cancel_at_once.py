@@ -1,0 +1,46 @@
+"""A shutdown is a cancel whenever it comes (kubernetes backend, both planes): a DELETE sent
+0 ms to 100 ms after `POST /api/kernels`, while the kernel's objects are being created, its
+pods wait gated in the queue, or it was just admitted, answers at once and leaves nothing in
+the cluster (issue 27; the local backend's is tests/test_cancel_at_once.py)."""
+
+from __future__ import annotations
+
+from tests import cancel_race
+from tests.conftest import KernelspecFactory, Server
+from tests.kube.planes import Plane
+from tests.kube.support import kube_spec, wait_clean
+from tests.test_cancel_at_once import OFFSETS, token, url  # noqa: F401 - fixtures
+
+REPEAT = 5
+
+
+async def test_a_delete_at_any_moment_of_a_queued_start_answers_and_leaves_nothing(
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, url: str, token: str
+) -> None:
+    name = kube_spec(kernelspec)
+    holder = await server.start(name)  # the queue's one GPU is held: the others wait
+    assert (await server.execute(holder, "1"))["data"] == "1"
+
+    outcomes = await cancel_race.race(url, token, name, OFFSETS, REPEAT)
+
+    assert [str(o) for o in outcomes if o.status != 204] == []
+    assert await server.kernel_ids() == {holder}
+    await wait_clean(server, plane, *(o.kernel_id for o in outcomes))
+    await server.shutdown(holder)
+    await wait_clean(server, plane, holder)
+
+
+async def test_a_delete_while_the_admitted_kernel_starts_answers_and_leaves_nothing(
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, url: str, token: str
+) -> None:
+    name = kube_spec(kernelspec)
+
+    outcomes = await cancel_race.race(url, token, name, (*OFFSETS, 0.3), 2)
+
+    assert [str(o) for o in outcomes if o.status != 204] == []
+    assert not await server.kernel_ids()
+    await wait_clean(server, plane, *(o.kernel_id for o in outcomes))
+    kernel = await server.start(name)  # the GPU is free again
+    assert (await server.execute(kernel, "2"))["data"] == "2"
+    await server.shutdown(kernel)
+    await wait_clean(server, plane, kernel)
