@@ -323,6 +323,18 @@ def event_log(jp_ws_fetch: Any, jp_asyncio_loop: asyncio.AbstractEventLoop) -> A
 
 
 @pytest.fixture
+def url(jp_base_url: str, jp_http_port: int) -> str:
+    """The test server's base URL on its real port (for a client in another thread)."""
+    return f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
+
+
+@pytest.fixture
+def token(jp_auth_header: dict[str, str]) -> str:
+    """The test server's token."""
+    return jp_auth_header["Authorization"].split()[-1]
+
+
+@pytest.fixture
 def server(jp_fetch: Any, jp_ws_fetch: Any, jp_serverapp: Any) -> Server:
     return Server(jp_fetch, jp_ws_fetch, jp_serverapp)
 

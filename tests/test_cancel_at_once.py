@@ -20,16 +20,6 @@ def local_backend_config() -> dict[str, Any]:
     return {"gpus": ["0"]}
 
 
-@pytest.fixture
-def url(jp_base_url: str, jp_http_port: int) -> str:
-    return f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
-
-
-@pytest.fixture
-def token(jp_auth_header: dict[str, str]) -> str:
-    return jp_auth_header["Authorization"].split()[-1]
-
-
 def _failures(outcomes: list[cancel_race.Outcome]) -> list[str]:
     return [str(o) for o in outcomes if o.status != 204]
 

@@ -9,7 +9,7 @@ from tests import cancel_race
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, wait_clean
-from tests.test_cancel_at_once import OFFSETS, token, url  # noqa: F401 - fixtures
+from tests.test_cancel_at_once import OFFSETS
 
 REPEAT = 5
 
