@@ -88,12 +88,16 @@ async function postAction(
   return body as ListingEntry;
 }
 
+/** A session's path until JupyterLab gives it the document's (a new session's, a moment). */
+const PROVISIONAL_PATH = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
 /** The notebook open here whose kernel's id starts with these eight hex digits, if any. */
 function notebookOf(app: JupyterFrontEnd, shortId: string): string | null {
   for (const session of app.serviceManager.sessions.running()) {
     const id = session.kernel?.id.replace(/-/g, '');
-    if (id?.startsWith(shortId) && session.path) {
-      return PathExt.basename(session.path);
+    const name = session.path ? PathExt.basename(session.path) : '';
+    if (id?.startsWith(shortId) && name && !PROVISIONAL_PATH.test(name)) {
+      return name;
     }
   }
   return null;
