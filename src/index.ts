@@ -105,8 +105,10 @@ function notebookOf(app: JupyterFrontEnd, shortId: string): string | null {
 
 function notify(app: JupyterFrontEnd, notice: Notice): void {
   const name = kernelName(app, notice.kernelId);
-  // The preemptor, say, named by its notebook where it is one of this user's.
-  const message = namedKernels(notice.message, id => notebookOf(app, id));
+  // The preemptor, say, named by its notebook where it is one of this user's (the kernel the
+  // notice is about is already named first).
+  const own = notice.kernelId.replace(/-/g, '').slice(0, 8);
+  const message = namedKernels(notice.message, id => (id === own ? null : notebookOf(app, id)));
   const text = notice.moment === 'admitted' ? `${name}: kernel ${message}` : `${name}: ${message}`;
   // What happened while the user looked away stays until dismissed; a resume or a park (its
   // item says Parked meanwhile) is a short note.
