@@ -148,6 +148,7 @@ async def test_delete_of_a_queued_kernel_cancels_at_once_and_leaves_nothing(
 async def test_a_new_server_reattaches_to_a_running_and_a_queued_kernel(
     server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
+    import zmq.asyncio
     from jupyter_client import AsyncKernelClient
 
     from kernel_queue.provisioner import QueuedKernelProvisioner
@@ -179,7 +180,10 @@ async def test_a_new_server_reattaches_to_a_running_and_a_queued_kernel(
         assert await provisioner.poll() is None  # alive: running, or waiting in the queue
     assert again[queued].waiting_in_queue
 
-    client = AsyncKernelClient()
+    # A context of the test's own, ended here: one the client made would be ended whenever the
+    # client is collected, in a later test (a CI run once saw unraisable warnings here).
+    context = zmq.asyncio.Context()
+    client = AsyncKernelClient(context=context)
     client.load_connection_info(saved[running]["connection_info"])
     client.start_channels()
     try:
@@ -187,6 +191,7 @@ async def test_a_new_server_reattaches_to_a_running_and_a_queued_kernel(
         assert reply["content"]["status"] == "ok"  # the same kernel, its variables intact
     finally:
         client.stop_channels()
+        context.destroy(linger=0)
 
     await again[running].cleanup(restart=False)  # the new server ends the running kernel
 
