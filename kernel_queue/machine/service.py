@@ -213,13 +213,7 @@ class Service:
             return
         submit = checked
         assert self.quota is not None
-        request = admission.Request(
-            name=submit.group,
-            queue=submit.queue,
-            resources=dict(submit.resources),
-            priority=submit.priority,
-            created=float(next(self._arrivals)),
-        )
+        request = self._request(submit)
         unfit = admission.check_fits_ever(self.quota.cluster_queue(), request)
         if unfit is not None:
             client.send(protocol.Refused(unfit.message, submit.group))
@@ -252,18 +246,11 @@ class Service:
             return False
         busy = {d for g in self._groups.values() if g.admitted for d in g.devices}
         held = tuple(submit.holds)
-        request = admission.Request(
-            name=submit.group,
-            queue=checked.queue,
-            resources=dict(checked.resources),
-            priority=checked.priority,
-            created=float(next(self._arrivals)),
-        )
+        request = self._request(checked)
         group = connections.Group(checked, client, request)
         self._groups[submit.group] = group
         client.groups.add(submit.group)
-        flavors = {resource: protocol.FLAVOR for resource in request.resources}
-        group.admitted = admission.Admitted(request, flavors, asyncio.get_running_loop().time())
+        _hold(group, asyncio.get_running_loop().time())
         # (a holds with no lease on record jumps no queue: free GPUs with nobody waiting only)
         waiting = any(g.admitted is None for g in self._groups.values() if g is not group)
         if busy.isdisjoint(held) and set(held) <= set(self.quota.gpus) and not waiting:
@@ -281,6 +268,16 @@ class Service:
             )
         self._schedule()
         return True
+
+    def _request(self, submit: protocol.Submit) -> admission.Request:
+        """The admission engine's request for `submit`, in arrival order."""
+        return admission.Request(
+            name=submit.group,
+            queue=submit.queue,
+            resources=dict(submit.resources),
+            priority=submit.priority,
+            created=float(next(self._arrivals)),
+        )
 
     def _adopt(
         self, group: connections.Group, client: connections.Client, submit: protocol.Submit
@@ -315,16 +312,9 @@ class Service:
             if not isinstance(submit, protocol.Submit) or not _alive(pid):
                 continue
             client = connections.Client.absent(pid, config.Identity(uid, uid, user))
-            request = admission.Request(
-                name=submit.group,
-                queue=submit.queue,
-                resources=dict(submit.resources),
-                priority=submit.priority,
-                created=float(next(self._arrivals)),
-            )
+            request = self._request(submit)
             group = connections.Group(submit, client, request, devices=devices)
-            flavors = {resource: protocol.FLAVOR for resource in request.resources}
-            group.admitted = admission.Admitted(request, flavors, loop.time())
+            _hold(group, loop.time())
             group.expires = loop.call_later(RECLAIM_SECONDS, self._expire, group)
             self._groups[submit.group] = group
             client.groups.add(submit.group)
@@ -550,3 +540,9 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _hold(group: connections.Group, now: float) -> None:
+    """Mark `group` admitted as it already is (a lease from before a restart)."""
+    flavors = {resource: protocol.FLAVOR for resource in group.request.resources}
+    group.admitted = admission.Admitted(group.request, flavors, now)
