@@ -38,17 +38,23 @@ def children(pid: int) -> list[int]:
     ]
 
 
-async def run(server: Server, kernel_id: str, code: str) -> dict[str, Any]:
-    """Run ``code`` as a notebook does (``store_history``: the cell gets its number); the
-    execute_result's text, the stream text and the reply's status and execution_count."""
-    ws = await server.ws_fetch("api", "kernels", kernel_id, "channels")
-    msg_id = uuid.uuid4().hex
-    header = {"msg_id": msg_id, "msg_type": "execute_request", "username": "test"}
+def execute_request(code: str) -> dict[str, Any]:
+    """A notebook's execute_request of ``code`` for the websocket (``store_history``)."""
+    header = {"msg_id": uuid.uuid4().hex, "msg_type": "execute_request", "username": "test"}
     header.update(session=uuid.uuid4().hex, version="5.3", date="")
     content = {"code": code, "silent": False, "store_history": True, "user_expressions": {}}
     content.update(allow_stdin=False, stop_on_error=True)
     request = {"header": header, "parent_header": {}, "metadata": {}, "channel": "shell"}
     request.update(content=content, buffers=[])
+    return request
+
+
+async def run(server: Server, kernel_id: str, code: str) -> dict[str, Any]:
+    """Run ``code`` as a notebook does (``store_history``: the cell gets its number); the
+    execute_result's text, the stream text and the reply's status and execution_count."""
+    ws = await server.ws_fetch("api", "kernels", kernel_id, "channels")
+    request = execute_request(code)
+    msg_id = request["header"]["msg_id"]
     result: dict[str, Any] = {"stream": "", "data": None, "status": None, "idle": False}
     try:
         async with asyncio.timeout(60):

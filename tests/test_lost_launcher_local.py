@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import signal
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import pytest
 import kernel_queue.checkpoint as kc
 from kernel_queue.backends import local_groups
 from tests.conftest import EventLog, KernelspecFactory, Server, launcher_pids
-from tests.test_continuous_local import run
+from tests.test_continuous_local import execute_request, run
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -36,13 +35,8 @@ async def _running_cell(server: Server, kernel_id: str, code: str) -> Any:
     """Send `code` through a websocket and return once the kernel says it is busy with it; the
     websocket (the caller closes it)."""
     ws = await server.ws_fetch("api", "kernels", kernel_id, "channels")
-    msg_id = uuid.uuid4().hex
-    header = {"msg_id": msg_id, "msg_type": "execute_request", "username": "test"}
-    header.update(session=uuid.uuid4().hex, version="5.3", date="")
-    content = {"code": code, "silent": False, "store_history": True, "user_expressions": {}}
-    content.update(allow_stdin=False, stop_on_error=True)
-    request = {"header": header, "parent_header": {}, "metadata": {}, "channel": "shell"}
-    request.update(content=content, buffers=[])
+    request = execute_request(code)
+    msg_id = request["header"]["msg_id"]
     async with asyncio.timeout(60):
         await ws.write_message(json.dumps(request))
         while True:
