@@ -19,7 +19,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.websocket import websocket_connect
 
 from tests import polling
+from tests.messages import execute_request
 
 JUPYTER = str(Path(sys.executable).parent / "jupyter")
 TOKEN = "machine-queue-test"
@@ -111,13 +111,8 @@ class ServerProcess:
         """Run `code` on the kernel's websocket: its execute_result text, stream, error name."""
         url = f"ws://127.0.0.1:{self.port}/api/kernels/{kernel_id}/channels?token={TOKEN}"
         ws = await websocket_connect(url)
-        msg_id = uuid.uuid4().hex
-        header = {"msg_id": msg_id, "msg_type": "execute_request", "username": "test"}
-        header.update(session=uuid.uuid4().hex, version="5.3", date="")
-        content = {"code": code, "silent": False, "store_history": True}
-        content.update(user_expressions={}, allow_stdin=False, stop_on_error=True)
-        message = {"header": header, "parent_header": {}, "metadata": {}, "channel": "shell"}
-        message.update(content=content, buffers=[])
+        message = execute_request(code)
+        msg_id = message["header"]["msg_id"]
         result: dict[str, Any] = {"data": None, "stream": "", "error": None, "idle": False}
         try:
             async with asyncio.timeout(within):

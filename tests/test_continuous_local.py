@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import signal
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 
 import kernel_queue.checkpoint as kc
 from tests.conftest import KernelspecFactory, Server, launcher_pids
+from tests.messages import execute_request
 
 CELLS = [
     "import numpy as np\nx = 1",
@@ -36,17 +36,6 @@ def children(pid: int) -> list[int]:
         for task in Path(f"/proc/{pid}/task").iterdir()
         for child in (task / "children").read_text().split()
     ]
-
-
-def execute_request(code: str) -> dict[str, Any]:
-    """A notebook's execute_request of ``code`` for the websocket (``store_history``)."""
-    header = {"msg_id": uuid.uuid4().hex, "msg_type": "execute_request", "username": "test"}
-    header.update(session=uuid.uuid4().hex, version="5.3", date="")
-    content = {"code": code, "silent": False, "store_history": True, "user_expressions": {}}
-    content.update(allow_stdin=False, stop_on_error=True)
-    request = {"header": header, "parent_header": {}, "metadata": {}, "channel": "shell"}
-    request.update(content=content, buffers=[])
-    return request
 
 
 async def run(server: Server, kernel_id: str, code: str) -> dict[str, Any]:

@@ -19,7 +19,8 @@ import pytest
 import kernel_queue.checkpoint as kc
 from kernel_queue.backends import local_groups
 from tests.conftest import EventLog, KernelspecFactory, Server, launcher_pids
-from tests.test_continuous_local import execute_request, run
+from tests.messages import execute_request
+from tests.test_continuous_local import run
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -44,6 +44,7 @@ from kernel_queue.machine import client
 from tests import polling
 from tests.conftest import skip_unless_ci
 from tests.leftovers import SESSION_ENV
+from tests.messages import execute_request
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -404,13 +405,8 @@ class Hub:
             headers={"Authorization": f"token {self.tokens[user]}"},
         )
         ws = await websocket_connect(request)
-        msg_id = uuid.uuid4().hex
-        header = {"msg_id": msg_id, "msg_type": "execute_request", "username": user}
-        header.update(session=uuid.uuid4().hex, version="5.3", date="")
-        content = {"code": code, "silent": False, "store_history": True}
-        content.update(user_expressions={}, allow_stdin=False, stop_on_error=True)
-        message = {"header": header, "parent_header": {}, "metadata": {}, "channel": "shell"}
-        message.update(content=content, buffers=[])
+        message = execute_request(code, username=user)
+        msg_id = message["header"]["msg_id"]
         result: dict[str, Any] = {"data": None, "stream": "", "error": None}
         try:
             async with asyncio.timeout(120):
