@@ -44,6 +44,46 @@ os.environ["KERNEL_QUEUE_SYSTEM_SOCKET"] = str(
 )
 
 
+REAL_PLANE_GROUP = "real-control-plane"
+"""Under pytest-xdist (`scripts/test` runs the suite on workers) every test on the real control
+plane goes to one worker, which runs them one after another: one plane runs at a time (Kueue
+0.14's visibility server listens on a fixed port) and each is started once per worker. The
+scheduler hands out the largest unit first, so this longest tier starts at once."""
+
+
+def on_real_plane(nodeid: str) -> bool:
+    """Whether a test runs on the real control plane, by its id (what xdist's controller sees):
+    its `plane` is `real-<release>`, or its module is a `*_real_plane.py`."""
+    module, _, rest = nodeid.partition("::")
+    return rest.partition("[")[2].startswith("real-") or module.endswith("_real_plane.py")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class RealPlaneTogether(LoadScopeScheduling):  # type: ignore[misc]
+        """Each test its own unit of work, but those on the real plane one unit."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return REAL_PLANE_GROUP if on_real_plane(nodeid) else nodeid
+
+    return RealPlaneTogether(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that starts a real plane must say so in its id (`on_real_plane`), or it would run
+    on any worker, beside another's plane."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        plane = callspec.params.get("plane") if callspec else None
+        real = "real_planes" in getattr(item, "fixturenames", ()) or (plane and plane[0] == "real")
+        if real and not on_real_plane(item.nodeid):
+            raise pytest.UsageError(
+                f"{item.nodeid} uses the real control plane but its id does not say so: name "
+                "its module *_real_plane.py or its `plane` parameter real-<release>"
+            )
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
     """Kernels a test starts run as they do for users: ipykernel 7 turns its capture of fd 1

@@ -4,7 +4,11 @@ Every process this session starts carries `SESSION_ENV` in its environment (it i
 pytest process before the first test, and children inherit it: servers' launchers and kernels,
 machine queue services, node agents, control planes, hubs). When the session ends, those still
 alive a few seconds later (a queue service outlives its last client by 3 s) fail the run, each
-named with its pid and command line, and are killed so the next run starts clean."""
+named with its pid and command line, and are killed so the next run starts clean.
+
+Under pytest-xdist the controller holds the session's mark; each worker adds its own name to it
+(`<mark>-gw1`), so what a worker's tests left is named with the worker, and the controller, which
+outlives every worker, looks for all of them at its end."""
 
 from __future__ import annotations
 
@@ -23,29 +27,39 @@ GRACE_SECONDS = 8.0
 
 
 def _marked(marker: bytes) -> dict[int, str]:
-    """pid -> command line of each live process (not this one) whose environment has `marker`."""
+    """pid -> command line of each live process (not this one) whose environment has `marker`,
+    or `marker` and a worker's name."""
     found: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            if marker not in (entry / "environ").read_bytes().split(b"\0"):
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            mark = next((v for v in environ if v == marker or v.startswith(marker + b"-gw")), None)
+            if mark is None:
                 continue
             line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue  # gone meanwhile, or not ours to read
         if state != "Z" and line.strip():
-            found[int(entry.name)] = line.strip()
+            worker = mark[len(marker) + 1 :].decode()
+            found[int(entry.name)] = f"(worker {worker}) {line.strip()}" if worker else line.strip()
     return found
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    os.environ[SESSION_ENV] = uuid.uuid4().hex
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if worker is None:
+        os.environ[SESSION_ENV] = uuid.uuid4().hex
+    else:  # an xdist worker: the controller's mark (inherited), with this worker's name
+        os.environ[SESSION_ENV] = f"{os.environ[SESSION_ENV].split('-gw')[0]}-{worker}"
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):
+        return  # the controller looks, once every worker has ended
     marker = f"{SESSION_ENV}={os.environ.get(SESSION_ENV, '')}".encode()
     if not Path("/proc/self/environ").exists():
         return  # no /proc: nothing to look at

@@ -203,13 +203,18 @@ def launch(tmp_path: Path) -> Iterator[LaunchFactory]:
 
 def execute(client: BlockingKernelClient, code: str, **options: Any) -> dict[str, Any]:
     """Run ``code`` and return the shell reply's content (no IOPub needed)."""
-    msg_id = client.execute(code, **options)
+    content: dict[str, Any] = reply_to(client, client.execute(code, **options))["content"]
+    return content
+
+
+def reply_to(client: BlockingKernelClient, msg_id: str) -> dict[str, Any]:
+    """The shell reply to `msg_id`, past any other (a second kernel_info_reply of a loaded
+    machine's wait_for_ready)."""
     deadline = time.monotonic() + WAIT
     while True:
-        reply = client.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+        reply: dict[str, Any] = client.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
         if reply["parent_header"].get("msg_id") == msg_id:
-            content: dict[str, Any] = reply["content"]
-            return content
+            return reply
 
 
 def evaluate(client: BlockingKernelClient, expression: str) -> dict[str, Any]:
@@ -384,8 +389,7 @@ def test_sigint_to_the_launcher_interrupts_the_running_cell(launch: LaunchFactor
 
     launched.proc.send_signal(signal.SIGINT)
 
-    reply = client.get_shell_msg(timeout=WAIT)
-    assert reply["parent_header"]["msg_id"] == msg_id
+    reply = reply_to(client, msg_id)
     assert reply["content"]["status"] == "error"
     assert reply["content"]["ename"] == "KeyboardInterrupt"
     # After an error ipykernel aborts requests that arrive before its "stop aborting" marker.

@@ -28,8 +28,9 @@ async def test_the_culler_leaves_a_queued_kernel_alone(
     assert (await server.execute(holder, "1"))["data"] == "1"
     queued = await server.start(kernelspec("gpu", gpus=1))
     await server.wait_reason(queued, "position 1 of 1")
+    # No cell on it: with a 1 s idle timeout the culler may take it before a cell's answer
+    # comes back on a loaded machine.
     idle = await server.start(kernelspec("cpu", gpus=0, queue="cpu"))
-    assert (await server.execute(idle, "1"))["data"] == "1"
 
     async def idle_culled() -> bool:
         return idle not in await server.kernel_ids()
