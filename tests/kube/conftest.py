@@ -85,8 +85,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests on the real plane run last, those of one release together (one plane at a time,
-    started once; by then `scripts/test`'s background build of it has had the most time). A
+    """In one process (`-n 0`), tests on the real plane run last, those of one release together
+    (one plane at a time, started once; by then a background build of it has had the most
+    time); on xdist workers they are one unit of work (tests/conftest.py). A
     `SUBSET` entry naming no test of its module is an error, not a test that silently stopped
     running on every release."""
 
