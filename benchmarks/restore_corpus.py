@@ -4,7 +4,8 @@ Each case is restored exactly (its fingerprint, taken before the save and after 
 two fresh processes whose `__main__` plays the kernel's namespace, is equal, and its identity
 checks hold), or skipped with its name and reason; anything else is wrong. Prints
 "restored exactly N / skipped with reason N / wrong N (must be 0) out of N".
-Usage: python benchmarks/restore_corpus.py [--dir D]   (tests/test_restore_corpus.py runs it too)
+Usage: python benchmarks/restore_corpus.py [--dir D]
+(tests/checkpoint/test_restore_corpus.py runs it too)
 """
 
 from __future__ import annotations

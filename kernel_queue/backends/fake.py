@@ -1,6 +1,6 @@
 """`FakeBackend`: a `ClusterBackend` whose groups do what a test says, with no process at all.
 
-Shipped for tests of kernel sessions and of both front ends (`tests/test_session.py`);
+Shipped for tests of kernel sessions and of both front ends (`tests/core/test_session.py`);
 production code never imports it (an import-linter contract). A group is queued at submit and
 then admitted, run, evicted, requeued, restarted, finished or failed as the test scripts; its
 kernel "answers" kernel_info and heartbeats through the backend's `probe`. Every call is

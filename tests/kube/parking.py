@@ -14,9 +14,9 @@ import pytest
 from kernel_queue.backends.kubernetes import KubernetesBackend
 from kernel_queue.kube import kueue
 from kernel_queue.model import GroupRef
+from tests.core.test_backend_contract import Contract, Followed, client_of
 from tests.kube.planes import Plane
 from tests.kube.support import OWNER
-from tests.test_backend_contract import Contract, Followed, client_of
 
 CLAIM = "kernel-checkpoints"
 PVC = f"""

@@ -1,7 +1,7 @@
 """A shutdown is a cancel whenever it comes (kubernetes backend, both planes): a DELETE sent
 0 ms to 100 ms after `POST /api/kernels`, while the kernel's objects are being created, its
 pods wait gated in the queue, or it was just admitted, answers at once and leaves nothing in
-the cluster (issue 27; the local backend's is tests/test_cancel_at_once.py)."""
+the cluster (issue 27; the local backend's is tests/local/test_cancel_at_once.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from tests import cancel_race
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, wait_clean
-from tests.test_cancel_at_once import OFFSETS
+from tests.local.test_cancel_at_once import OFFSETS
 
 REPEAT = 5
 

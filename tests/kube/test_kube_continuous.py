@@ -11,7 +11,7 @@ from tests.conftest import KernelspecFactory, Server
 from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, labelled, wait_clean
 from tests.kube.test_kube_checkpoint import CHECKPOINT, CLAIM, PVC
-from tests.test_continuous_local import CELLS, run
+from tests.local.test_continuous_local import CELLS, run
 
 
 async def test_a_pod_deleted_at_grace_0_after_five_cells_comes_back_as_of_the_fifth(

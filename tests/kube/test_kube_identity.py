@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, labelled, ours, wait_clean
-from tests.test_local_identity import TWIN_A, TWIN_B, start_with_id
+from tests.local.test_local_identity import TWIN_A, TWIN_B, start_with_id
 
 
 async def test_two_kernels_whose_ids_share_eight_hex_digits_have_their_own_objects(

@@ -13,7 +13,7 @@ from tests.conftest import EventLog, KernelspecFactory, Listener, Server
 from tests.kube.parking import CHECKPOINT, PVC
 from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, wait_clean
-from tests.test_park_idle import PARK_AFTER, finished, send, state, streamed
+from tests.park.test_park_idle import PARK_AFTER, finished, send, state, streamed
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture
 def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
     # A nudge that waited for a parked kernel would hold a connection this long (as in
-    # tests/test_park_idle.py): only an answer without the kernel lets the test go on.
+    # tests/park/test_park_idle.py): only an answer without the kernel lets the test go on.
     jp_server_config["MappingKernelManager"]["kernel_info_timeout"] = 3600
     return jp_server_config
 

@@ -16,7 +16,7 @@ from kernel_queue.kube.status import (
     saved_message,
 )
 from kernel_queue.model import GroupPhase, QueuePlace
-from tests.test_kube_status import cond, pod
+from tests.kube_pieces.test_kube_status import cond, pod
 
 P = GroupPhase
 SAVED = "saved 3 variables, 1.2 MB"

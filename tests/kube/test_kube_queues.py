@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.planes import Plane
 from tests.kube.support import GPU_QUOTA, gone, kube_spec, ours, settled, wait_clean
-from tests.test_queues_endpoint import start_in_notebook
+from tests.server.test_queues_endpoint import start_in_notebook
 
 OTHER_NAMESPACE = "team-alice"
 OTHER_WORKLOAD = "alice-secret-analysis"

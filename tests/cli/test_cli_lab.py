@@ -18,7 +18,7 @@ import pytest
 from kernel_queue.backends import gpus as gpu_detection
 from kernel_queue.cli.lab import inventory_message
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 JUPYTER = str(Path(sys.executable).parent / "jupyter")
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from kernel_queue import __version__
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 JUPYTER = str(Path(sys.executable).parent / "jupyter")
 
 

@@ -87,7 +87,7 @@ def test_the_default_queue_is_the_shipped_kernelspecs_gpu_or_cpu(
 ) -> None:
     assert install(user_env, "--name", "g").returncode == 0
     assert install(user_env, "--name", "c", "--gpus", "0").returncode == 0
-    repo = Path(__file__).resolve().parents[1] / "kernelspecs"
+    repo = Path(__file__).resolve().parents[2] / "kernelspecs"
     shipped_gpu = json.loads((repo / "python3-gpu-queued" / "kernel.json").read_text())
     shipped_cpu = json.loads((repo / "python3-cpu-queued" / "kernel.json").read_text())
     for name, shipped in (("g", shipped_gpu), ("c", shipped_cpu)):

@@ -30,7 +30,7 @@ from kernel_queue.cli import status
 from kernel_queue.machine import client, config, protocol, rules
 from tests.polling import until
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 JUPYTER = str(Path(sys.executable).parent / "jupyter")
 WITHIN = 20.0

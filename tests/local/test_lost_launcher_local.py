@@ -19,8 +19,8 @@ import pytest
 import kernel_queue.checkpoint as kc
 from kernel_queue.backends import local_groups
 from tests.conftest import EventLog, KernelspecFactory, Server, launcher_pids
+from tests.local.test_continuous_local import run
 from tests.messages import execute_request
-from tests.test_continuous_local import run
 
 pytestmark = pytest.mark.timeout(900)
 

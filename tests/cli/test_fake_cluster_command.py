@@ -76,7 +76,7 @@ def test_fake_cluster_command_serves_kueue_with_sample_queues(tmp_path: Path) ->
 def test_fake_cluster_sample_queues_are_etc_kubernetes_queues() -> None:
     from kernel_queue.cli.fake_cluster import sample_queue_objects
 
-    shipped = Path(__file__).resolve().parents[1] / "etc" / "kubernetes" / "queues.yaml"
+    shipped = Path(__file__).resolve().parents[2] / "etc" / "kubernetes" / "queues.yaml"
     assert list(yaml.safe_load_all(shipped.read_text())) == sample_queue_objects()
 
 

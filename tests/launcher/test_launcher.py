@@ -30,7 +30,7 @@ from tests.polling import until_sync
 
 pytestmark = pytest.mark.timeout(120)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 KEY = "test-key-0123456789abcdef"
 WAIT = 30.0
 """Seconds any single wait may take before the test fails."""

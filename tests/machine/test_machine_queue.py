@@ -21,6 +21,7 @@ import pytest
 
 from kernel_queue import errors
 from kernel_queue.machine import client, protocol
+from tests.conftest import REPO
 from tests.polling import until
 
 # A client process: connect (starting the service if need be), submit one group, print each
@@ -118,7 +119,7 @@ class Machine:
             *[sys.executable, "-c", ACTOR, group, str(priority), klass, str(grace)],
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+            env={**os.environ, "PYTHONPATH": str(REPO)},
         )
         actor = Actor(process)
         self.started.append(actor)

@@ -27,8 +27,7 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from kernel_queue import checkpoint, launcher
 from kernel_queue.checkpoint.stores import RESTORED
 from kernel_queue.launcher import contract
-from tests.polling import until_sync
-from tests.test_launcher import (
+from tests.launcher.test_launcher import (
     KEY,
     WAIT,
     StatusReader,
@@ -38,6 +37,7 @@ from tests.test_launcher import (
     launcher_env,
     value_of,
 )
+from tests.polling import until_sync
 
 pytestmark = pytest.mark.timeout(180)
 
