@@ -17,8 +17,8 @@ import pytest
 
 import kernel_queue.checkpoint as kc
 from kernel_queue.launcher import checkpointing
-from tests.launcher.test_launcher import KEY
-from tests.launcher.test_preemption_kernel import StartKernel, run, start_kernel
+from tests.launcher.kernels import StartKernel, run, start_kernel
+from tests.launcher.processes import KEY
 
 __all__ = ["start_kernel"]  # the real-launcher fixture, shared with the preemption tests
 

@@ -13,16 +13,13 @@ import pytest
 
 from kernel_queue import checkpoint
 from kernel_queue.launcher import continuous
-from tests.launcher.test_launcher import WAIT, execute, is_gone, value_of
-from tests.launcher.test_preemption_kernel import (
+from tests.launcher.kernels import (
     Kernel,
     StartKernel,
     run,
-    start_kernel,
 )
+from tests.launcher.processes import WAIT, execute, is_gone, value_of
 from tests.polling import until_sync
-
-__all__ = ["start_kernel"]  # the fixture, shared with the preemption tests
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -12,7 +12,7 @@ import pytest
 
 from kernel_queue.backends import local_process
 from kernel_queue.launcher import contract
-from tests.launcher.test_launcher import launcher_env
+from tests.launcher.processes import launcher_env
 
 CONTRACT_NAMES = [
     contract.ENV_IP,
