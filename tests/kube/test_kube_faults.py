@@ -71,18 +71,22 @@ async def test_a_release_that_keeps_failing_is_handed_to_the_reaper(
     kernel = await server.start(kube_spec(kernelspec))
     assert (await settled(server, kernel))["live"]
     plane.fail_next("delete", "services", 500, count=8)
+
+    def reaped() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("reaper: del")]
+
+    async def said_so() -> bool:  # the line comes a moment after the Service is gone
+        return any("Service" in line for line in reaped())
+
     with caplog.at_level(logging.INFO):
         await server.shutdown(kernel)
         await gone(server, kernel)  # the listing does not wait for the cluster to recover
         await wait_clean(server, plane, kernel)
+        await server.wait_for(said_so, within=10, detail=reaped)
     assert plane.faults_pending == 0
     handed = [r for r in caplog.records if "reaper" in r.getMessage() and r.levelno >= 30]
     assert len(handed) == 1, [r.getMessage() for r in caplog.records]  # one warning, no traceback
     assert handed[0].exc_info is None
-    reaped = [
-        r.getMessage() for r in caplog.records if r.getMessage().startswith("reaper: deleted")
-    ]
-    assert any("Service" in line for line in reaped), reaped
 
 
 @pytest.mark.parametrize(
