@@ -28,7 +28,13 @@ def ref_of(server: Server, kernel_id: str) -> GroupRef:
 
 def release_on(server: Server, ref: GroupRef, phase: GroupPhase) -> tuple[Any, asyncio.Event]:
     """Follow the group and release it as soon as it reports `phase`, before anything else
-    the backend scheduled for that moment runs (a watcher's wakeup comes first)."""
+    the backend scheduled for that moment runs (a watcher's wakeup comes first).
+
+    The release comes from the backend's own API, as the server's shutdown makes it, so the
+    kernel's restarter is stopped first, as that shutdown stops it: left running, it would see
+    the released kernel ended and start it again, through the queue (a CI run's loaded machine
+    once gave it the time to)."""
+    server.app.kernel_manager.get_kernel(ref.kernel_id).stop_restarter()
     backend, following = server.backend(), asyncio.Event()
 
     async def run() -> None:
