@@ -12,7 +12,7 @@ import pytest
 
 from kernel_queue.kube.status import needs_replacement
 from kernel_queue.model import GroupPhase
-from tests.core.test_backend_contract import Contract
+from tests.contract import Contract
 from tests.kube.parking import backend_settings, execute, kube, workload  # noqa: F401 - fixtures
 from tests.kube.planes import Plane
 from tests.kube.test_kube_attack_park import nothing_left, running, shut_down

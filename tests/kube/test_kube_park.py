@@ -10,7 +10,7 @@ from __future__ import annotations
 from kernel_queue.kube import kueue
 from kernel_queue.kube.status import PARKING_MESSAGE
 from kernel_queue.model import GroupPhase, StopCause
-from tests.core.test_backend_contract import Contract
+from tests.contract import Contract
 from tests.kube.parking import backend_settings, execute, kube, workload  # noqa: F401 - fixtures
 from tests.kube.planes import Plane
 from tests.kube.support import labelled

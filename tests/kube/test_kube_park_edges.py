@@ -13,7 +13,7 @@ import pytest
 
 from kernel_queue import errors
 from kernel_queue.model import GroupPhase, GroupRef, StopCause
-from tests.core.test_backend_contract import Contract, Followed
+from tests.contract import Contract, Followed
 from tests.kube import parking
 from tests.kube.parking import backend_settings, execute, kube, workload  # noqa: F401 - fixtures
 from tests.kube.planes import Plane
