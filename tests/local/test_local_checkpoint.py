@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import kernel_queue.checkpoint as kc
+from kernel_queue.checkpoint.stores import PARTIAL
 from tests.checkpoint_scenario import (
     CHECK,
     EXPECTED,
@@ -131,14 +132,21 @@ async def test_with_keep_the_checkpoint_outlives_the_kernel(
     assert kept.answer == 42
 
 
+def committed(store: Path) -> list[Path]:
+    """The manifests of committed checkpoints: not one of a `.partial` directory, which a save
+    still writes and renames when it commits."""
+    found = store.rglob("manifest.json")
+    return sorted(p for p in found if not p.parent.name.endswith(PARTIAL))
+
+
 async def test_a_user_restart_neither_saves_nor_restores(
     server: Server, kernelspec: KernelspecFactory, tmp_path: Path
 ) -> None:
     store = tmp_path / "checkpoints"
     low = await server.start(checkpointed(kernelspec, store))
     assert (await server.execute(low, "answer = 42"))["status"] == "ok"
-    await server.wait_for(lambda: list(store.rglob("manifest.json")), what="the cell's checkpoint")
-    [own] = store.rglob("manifest.json")
+    await server.wait_for(lambda: committed(store), what="the cell's checkpoint")
+    [own] = committed(store)
     # A checkpoint not yet restored, as a preemption would leave: only the restart's own
     # generation keeps the new kernel process from restoring it.
     state = types.ModuleType("__main__")
@@ -146,13 +154,13 @@ async def test_a_user_restart_neither_saves_nor_restores(
     report = kc.save(state, kc.DirectoryStore(store / low))
     planted = report.checkpoint
     assert planted is not None, report.error
-    before = sorted(store.rglob("manifest.json"))
+    before = committed(store)
     response = await server.fetch("api", "kernels", low, "restart", method="POST", body="")
     assert response.code == 200
     back = await server.execute(low, "answer")
     assert back["error"] == "NameError"
     assert "restored" not in back["stream"]
-    assert sorted(store.rglob("manifest.json")) == before  # the restart saved nothing
+    assert committed(store) == before  # the restart saved nothing
     # the kernel's own newest checkpoint (the cell's) is marked: a later relaunch (after a kill)
     # must not roll the fresh kernel back to it
     assert (own.parent / "restored").exists()
