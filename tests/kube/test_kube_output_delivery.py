@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, wait_clean
-from tests.server.test_output_delivery import cell, held
+from tests.server.clients import cell, held
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -27,7 +27,7 @@ from jupyter_core.utils import ensure_event_loop
 
 from kernel_queue.launcher import subscriptions
 from tests.conftest import KernelspecFactory, Listener, Server
-from tests.server.test_output_delivery import OUTPUT_WAIT, HeldSocket, cell
+from tests.server.clients import OUTPUT_WAIT, HeldSocket, cell
 
 pytestmark = pytest.mark.timeout(900)
 
