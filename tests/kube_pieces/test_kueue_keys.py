@@ -33,16 +33,8 @@ def test_kueue_keys_have_kueues_values() -> None:
 
 
 def test_condition_types_and_reasons() -> None:
-    assert [
-        kueue.ADMITTED,
-        kueue.EVICTED,
-        kueue.REQUEUED,
-        kueue.WAITING_FOR_REPLACEMENT_PODS,
-        kueue.FINISHED,
-    ] == [
-        "Admitted",
-        "Evicted",
-        "Requeued",
+    assert [kueue.ADMITTED, kueue.EVICTED, kueue.REQUEUED] == ["Admitted", "Evicted", "Requeued"]
+    assert [kueue.WAITING_FOR_REPLACEMENT_PODS, kueue.FINISHED] == [
         "WaitingForReplacementPods",
         "Finished",
     ]
@@ -70,65 +62,33 @@ def test_our_keys_share_one_prefix() -> None:
     assert (kueue.ROLE_HEAD, kueue.ROLE_WORKER) == ("head", "worker")
 
 
+KQ1, KQ2 = "/apis/kueue.x-k8s.io/v1beta1", "/apis/kueue.x-k8s.io/v1beta2"
+V1, V2 = KueueVersions("v1beta1"), KueueVersions("v1beta2")
+
+
+def namespaced(kind: kueue.Kind, root: str, plural: str, id: str) -> Any:
+    """A case of `kind`, served at `root`: its API version, and its collection in namespace ns."""
+    version = root.removeprefix("/api/").removeprefix("/apis/")
+    return pytest.param(kind, version, f"{root}/namespaces/ns/{plural}", id=id)
+
+
 @pytest.mark.parametrize(
-    ("kind", "api_version", "collection", "named"),
+    ("kind", "api_version", "collection"),
     [
-        pytest.param(
-            kueue.PODS,
-            "v1",
-            "/api/v1/namespaces/ns/pods",
-            "/api/v1/namespaces/ns/pods/p",
-            id="pods",
-        ),
-        pytest.param(
-            kueue.SECRETS,
-            "v1",
-            "/api/v1/namespaces/ns/secrets",
-            "/api/v1/namespaces/ns/secrets/p",
-            id="secrets",
-        ),
-        pytest.param(
-            kueue.SERVICES,
-            "v1",
-            "/api/v1/namespaces/ns/services",
-            "/api/v1/namespaces/ns/services/p",
-            id="services",
-        ),
-        pytest.param(
-            KueueVersions("v1beta2").workloads,
-            "kueue.x-k8s.io/v1beta2",
-            "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/workloads",
-            "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/workloads/p",
-            id="workloads",
-        ),
-        pytest.param(
-            KueueVersions("v1beta1").workloads,
-            "kueue.x-k8s.io/v1beta1",
-            "/apis/kueue.x-k8s.io/v1beta1/namespaces/ns/workloads",
-            "/apis/kueue.x-k8s.io/v1beta1/namespaces/ns/workloads/p",
-            id="workloads-v1beta1",
-        ),
-        pytest.param(
-            KueueVersions("v1beta2").local_queues,
-            "kueue.x-k8s.io/v1beta2",
-            "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/localqueues",
-            "/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/localqueues/p",
-            id="localqueues",
-        ),
-        pytest.param(
-            KueueVersions("v1beta1").local_queues,
-            "kueue.x-k8s.io/v1beta1",
-            "/apis/kueue.x-k8s.io/v1beta1/namespaces/ns/localqueues",
-            "/apis/kueue.x-k8s.io/v1beta1/namespaces/ns/localqueues/p",
-            id="localqueues-v1beta1",
-        ),
+        namespaced(kueue.PODS, "/api/v1", "pods", "pods"),
+        namespaced(kueue.SECRETS, "/api/v1", "secrets", "secrets"),
+        namespaced(kueue.SERVICES, "/api/v1", "services", "services"),
+        namespaced(V2.workloads, KQ2, "workloads", "workloads"),
+        namespaced(V1.workloads, KQ1, "workloads", "workloads-v1beta1"),
+        namespaced(V2.local_queues, KQ2, "localqueues", "localqueues"),
+        namespaced(V1.local_queues, KQ1, "localqueues", "localqueues-v1beta1"),
     ],
 )
-def test_namespaced_kinds(kind: kueue.Kind, api_version: str, collection: str, named: str) -> None:
+def test_namespaced_kinds(kind: kueue.Kind, api_version: str, collection: str) -> None:
     assert kind.namespaced
     assert kind.api_version == api_version
     assert kind.path("ns") == collection
-    assert kind.path("ns", "p") == named
+    assert kind.path("ns", "p") == collection + "/p"
     assert kind.path() == collection.replace("/namespaces/ns", "")  # across all namespaces
     with pytest.raises(ValueError, match="needs a namespace"):
         kind.path(None, "p")
@@ -138,20 +98,16 @@ def test_namespaced_kinds(kind: kueue.Kind, api_version: str, collection: str, n
     ("kind", "collection"),
     [
         pytest.param(
-            KueueVersions("v1beta2").workload_priority_classes,
-            "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses",
+            V2.workload_priority_classes,
+            f"{KQ2}/workloadpriorityclasses",
             id="workloadpriorityclasses",
         ),
         pytest.param(
-            KueueVersions("v1beta1").workload_priority_classes,
-            "/apis/kueue.x-k8s.io/v1beta1/workloadpriorityclasses",
+            V1.workload_priority_classes,
+            f"{KQ1}/workloadpriorityclasses",
             id="workloadpriorityclasses-v1beta1",
         ),
-        pytest.param(
-            KueueVersions("v1beta1").cluster_queues,
-            "/apis/kueue.x-k8s.io/v1beta1/clusterqueues",
-            id="clusterqueues-v1beta1",
-        ),
+        pytest.param(V1.cluster_queues, f"{KQ1}/clusterqueues", id="clusterqueues-v1beta1"),
     ],
 )
 def test_cluster_scoped_kinds(kind: kueue.Kind, collection: str) -> None:
@@ -218,31 +174,18 @@ def test_is_gated(obj: dict[str, Any], gated: bool) -> None:
     assert kueue.is_gated(obj) is gated
 
 
+READY = {status: cond("Ready", status) for status in ("True", "False", "Unknown")}
+
+
 @pytest.mark.parametrize(
     ("obj", "type_", "found", "true"),
     [
+        pytest.param(pod(conditions=[READY["True"]]), "Ready", READY["True"], True, id="true"),
+        pytest.param(pod(conditions=[READY["False"]]), "Ready", READY["False"], False, id="false"),
         pytest.param(
-            pod(conditions=[cond("Ready", "True")]),
-            "Ready",
-            cond("Ready", "True"),
-            True,
-            id="true",
+            pod(conditions=[READY["Unknown"]]), "Ready", READY["Unknown"], False, id="unknown"
         ),
-        pytest.param(
-            pod(conditions=[cond("Ready", "False")]),
-            "Ready",
-            cond("Ready", "False"),
-            False,
-            id="false",
-        ),
-        pytest.param(
-            pod(conditions=[cond("Ready", "Unknown")]),
-            "Ready",
-            cond("Ready", "Unknown"),
-            False,
-            id="unknown",
-        ),
-        pytest.param(pod(conditions=[cond("Ready", "True")]), "Other", None, False, id="absent"),
+        pytest.param(pod(conditions=[READY["True"]]), "Other", None, False, id="absent"),
         pytest.param({}, "Ready", None, False, id="no-status"),
         pytest.param({"status": {"conditions": None}}, "Ready", None, False, id="null-list"),
     ],
@@ -300,44 +243,37 @@ def test_container_exit_code(obj: dict[str, Any], container: str, code: int | No
     assert kueue.container_exit_code(obj, container) == code
 
 
+def kernel_waits(reason: str, message: str = "") -> dict[str, Any]:
+    return pod(statuses=[waiting("kernel", reason, message)])
+
+
+def unscheduled(reason: str, message: str = "") -> dict[str, Any]:
+    return pod(conditions=[cond("PodScheduled", "False", reason, message)])
+
+
+BACK_OFF = ("ImagePullBackOff", "Back-off pulling image")
+NO_SECRET = ("CreateContainerConfigError", 'secret "s" not found')
+INIT_FAILS = pod(
+    statuses=[waiting("kernel", "ContainerCreating")],
+    init_statuses=[waiting("init", "ErrImagePull", "init image")],
+)
+
+
 @pytest.mark.parametrize(
     ("obj", "reason"),
     [
+        pytest.param(kernel_waits(*BACK_OFF), BACK_OFF, id="image-pull-backoff"),
+        pytest.param(kernel_waits("ErrImagePull"), ("ErrImagePull", ""), id="err-image-pull"),
+        pytest.param(kernel_waits(*NO_SECRET), NO_SECRET, id="config-error"),
+        pytest.param(INIT_FAILS, ("ErrImagePull", "init image"), id="init-container-first"),
+        pytest.param(kernel_waits("ContainerCreating"), None, id="starting-skipped"),
         pytest.param(
-            pod(statuses=[waiting("kernel", "ImagePullBackOff", "Back-off pulling image")]),
-            ("ImagePullBackOff", "Back-off pulling image"),
-            id="image-pull-backoff",
-        ),
-        pytest.param(
-            pod(statuses=[waiting("kernel", "ErrImagePull")]),
-            ("ErrImagePull", ""),
-            id="err-image-pull",
-        ),
-        pytest.param(
-            pod(statuses=[waiting("kernel", "CreateContainerConfigError", 'secret "s" not found')]),
-            ("CreateContainerConfigError", 'secret "s" not found'),
-            id="config-error",
-        ),
-        pytest.param(
-            pod(
-                statuses=[waiting("kernel", "ContainerCreating")],
-                init_statuses=[waiting("init", "ErrImagePull", "init image")],
-            ),
-            ("ErrImagePull", "init image"),
-            id="init-container-first",
-        ),
-        pytest.param(
-            pod(statuses=[waiting("kernel", "ContainerCreating")]), None, id="starting-skipped"
-        ),
-        pytest.param(
-            pod(conditions=[cond("PodScheduled", "False", "Unschedulable", "0/3 nodes")]),
+            unscheduled("Unschedulable", "0/3 nodes"),
             ("Unschedulable", "0/3 nodes"),
             id="unschedulable",
         ),
         pytest.param(
-            pod(conditions=[cond("PodScheduled", "False", "SchedulingGated", "gated")]),
-            None,
-            id="scheduling-gated-is-not-a-problem",
+            unscheduled("SchedulingGated", "gated"), None, id="scheduling-gated-is-not-a-problem"
         ),
         pytest.param(
             pod(
@@ -365,58 +301,56 @@ def workload(*conditions: dict[str, Any], admission: Any = None) -> dict[str, An
 PREEMPTED_MESSAGE = "Preempted to accommodate a workload (UID: u, JobUID: UNKNOWN) due to ..."
 
 
+def reads(
+    wl: dict[str, Any],
+    *,
+    admitted: bool = False,
+    evicted: tuple[str, str] | None = None,
+    finished: tuple[str, str] | None = None,
+    id: str,
+) -> Any:
+    """A case of a Workload and what the readers say of it (not admitted, evicted nor finished
+    where not said)."""
+    return pytest.param(wl, admitted, evicted, finished, id=id)
+
+
 @pytest.mark.parametrize(
     ("wl", "admitted", "evicted", "finished"),
     [
-        pytest.param(
-            workload(cond("QuotaReserved", "False", "Pending", "waiting")),
-            False,
-            None,
-            None,
-            id="pending",
-        ),
-        pytest.param(
+        reads(workload(cond("QuotaReserved", "False", "Pending", "waiting")), id="pending"),
+        reads(
             workload(
                 cond("QuotaReserved", "True", "QuotaReserved"),
                 cond("Admitted", "True", "Admitted", "The workload is admitted"),
             ),
-            True,
-            None,
-            None,
+            admitted=True,
             id="admitted",
         ),
-        pytest.param(
+        reads(
             workload(
                 cond("Admitted", "True", "Admitted"),
                 cond("Evicted", "True", "Preempted", PREEMPTED_MESSAGE),
             ),
-            False,
-            ("Preempted", PREEMPTED_MESSAGE),
-            None,
+            evicted=("Preempted", PREEMPTED_MESSAGE),
             id="evicted-while-still-admitted",
         ),
-        pytest.param(
+        reads(
             workload(
                 cond("Admitted", "False", "NoReservation"),
                 cond("Evicted", "False", "QuotaReserved", "Previously: Preempted"),
             ),
-            False,
-            None,
-            None,
             id="readmission-pending-evicted-false",
         ),
-        pytest.param(
+        reads(
             workload(
                 cond("Admitted", "True", "Admitted"),
                 cond("Finished", "True", "Succeeded", "Pods succeeded: 1/1."),
             ),
-            False,
-            None,
-            ("Succeeded", "Pods succeeded: 1/1."),
+            finished=("Succeeded", "Pods succeeded: 1/1."),
             id="finished",
         ),
-        pytest.param(workload(), False, None, None, id="fresh"),
-        pytest.param({}, False, None, None, id="empty"),
+        reads(workload(), id="fresh"),
+        reads({}, id="empty"),
     ],
 )
 def test_workload_readers(

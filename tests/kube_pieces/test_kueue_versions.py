@@ -88,117 +88,72 @@ def workload(spec: dict[str, Any], status: dict[str, Any], version: str) -> dict
 
 
 ADMITTED_VIEW = {"name": "kq-1a2b3c4d", "namespace": "team-a", "queue": "user-queue"}
+PAST_EXECUTION = {  # the status field of the time run before, by version
+    "v1beta1": "accumulatedPastExexcutionTimeSeconds",  # sic
+    "v1beta2": "accumulatedPastExecutionTimeSeconds",
+}
+
+
+def classed(version: str, kind: str, name: str, priority: int, past: int, id: str) -> Any:
+    """An admitted Workload of `version`'s shape naming a priority class, and how it reads."""
+    group = "kueue.x-k8s.io" if kind == "WorkloadPriorityClass" else "scheduling.k8s.io"
+    if version == "v1beta1":
+        spec: dict[str, Any] = {
+            "priorityClassName": name,
+            "priorityClassSource": f"{group}/{kind.lower()}",
+        }
+    else:
+        spec = {"priorityClassRef": {"group": group, "kind": kind, "name": name}}
+    status = {PAST_EXECUTION[version]: past} if past else {}
+    view = WorkloadView(
+        **ADMITTED_VIEW,
+        priority=priority,
+        priority_class=PriorityClassRef(kind, name),
+        cluster_queue="gpu-cq",
+        past_execution_seconds=past,
+    )
+    obj = workload({**spec, "priority": priority}, status, version)
+    return pytest.param(obj, version, view, id=id)
+
+
+def pending(version: str) -> Any:
+    """A Workload of `version`'s shape not yet admitted, naming no class."""
+    view = WorkloadView(
+        **ADMITTED_VIEW,
+        priority=None,
+        priority_class=None,
+        cluster_queue=None,
+        past_execution_seconds=0,
+    )
+    obj = {**workload({}, {}, version), "status": {}}
+    return pytest.param(obj, version, view, id=f"{version}-pending-without-class")
+
+
 WORKLOADS = [
-    pytest.param(
-        workload(
-            {
-                "priorityClassName": "high",
-                "priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass",
-                "priority": 1000,
-            },
-            {"accumulatedPastExexcutionTimeSeconds": 120},  # sic
-            "v1beta1",
-        ),
+    classed(
+        "v1beta1", "WorkloadPriorityClass", "high", 1000, 120, "v1beta1-workload-priority-class"
+    ),
+    classed(
+        "v1beta2", "WorkloadPriorityClass", "high", 1000, 120, "v1beta2-workload-priority-class"
+    ),
+    classed(
         "v1beta1",
-        WorkloadView(
-            **ADMITTED_VIEW,
-            priority=1000,
-            priority_class=PriorityClassRef("WorkloadPriorityClass", "high"),
-            cluster_queue="gpu-cq",
-            past_execution_seconds=120,
-        ),
-        id="v1beta1-workload-priority-class",
+        "PriorityClass",
+        "system-node-critical",
+        2000001000,
+        0,
+        "v1beta1-pod-priority-class",
     ),
-    pytest.param(
-        workload(
-            {
-                "priorityClassRef": {
-                    "group": "kueue.x-k8s.io",
-                    "kind": "WorkloadPriorityClass",
-                    "name": "high",
-                },
-                "priority": 1000,
-            },
-            {"accumulatedPastExecutionTimeSeconds": 120},
-            "v1beta2",
-        ),
+    classed(
         "v1beta2",
-        WorkloadView(
-            **ADMITTED_VIEW,
-            priority=1000,
-            priority_class=PriorityClassRef("WorkloadPriorityClass", "high"),
-            cluster_queue="gpu-cq",
-            past_execution_seconds=120,
-        ),
-        id="v1beta2-workload-priority-class",
+        "PriorityClass",
+        "system-node-critical",
+        2000001000,
+        0,
+        "v1beta2-pod-priority-class",
     ),
-    pytest.param(
-        workload(
-            {
-                "priorityClassName": "system-node-critical",
-                "priorityClassSource": "scheduling.k8s.io/priorityclass",
-                "priority": 2000001000,
-            },
-            {},
-            "v1beta1",
-        ),
-        "v1beta1",
-        WorkloadView(
-            **ADMITTED_VIEW,
-            priority=2000001000,
-            priority_class=PriorityClassRef("PriorityClass", "system-node-critical"),
-            cluster_queue="gpu-cq",
-            past_execution_seconds=0,
-        ),
-        id="v1beta1-pod-priority-class",
-    ),
-    pytest.param(
-        workload(
-            {
-                "priorityClassRef": {
-                    "group": "scheduling.k8s.io",
-                    "kind": "PriorityClass",
-                    "name": "system-node-critical",
-                },
-                "priority": 2000001000,
-            },
-            {},
-            "v1beta2",
-        ),
-        "v1beta2",
-        WorkloadView(
-            **ADMITTED_VIEW,
-            priority=2000001000,
-            priority_class=PriorityClassRef("PriorityClass", "system-node-critical"),
-            cluster_queue="gpu-cq",
-            past_execution_seconds=0,
-        ),
-        id="v1beta2-pod-priority-class",
-    ),
-    pytest.param(
-        {**workload({}, {}, "v1beta1"), "status": {}},
-        "v1beta1",
-        WorkloadView(
-            **ADMITTED_VIEW,
-            priority=None,
-            priority_class=None,
-            cluster_queue=None,
-            past_execution_seconds=0,
-        ),
-        id="v1beta1-pending-without-class",
-    ),
-    pytest.param(
-        {**workload({}, {}, "v1beta2"), "status": {}},
-        "v1beta2",
-        WorkloadView(
-            **ADMITTED_VIEW,
-            priority=None,
-            priority_class=None,
-            cluster_queue=None,
-            past_execution_seconds=0,
-        ),
-        id="v1beta2-pending-without-class",
-    ),
+    pending("v1beta1"),
+    pending("v1beta2"),
 ]
 
 
@@ -384,45 +339,28 @@ def groups(**found: list[str]) -> dict[str, Any]:
     }
 
 
+def discovered(kueue: list[str], visibility: list[str], chosen: Any, id: str) -> Any:
+    """A case of discovery serving these versions of Kueue's two groups (none where empty)."""
+    found = {k: v for k, v in (("kueue", kueue), ("visibility", visibility)) if v}
+    return pytest.param(groups(**found), chosen, id=id)
+
+
+V1, V2 = "v1beta1", "v1beta2"
+
+
 @pytest.mark.parametrize(
     ("discovery", "chosen"),
     [
-        pytest.param(
-            groups(kueue=["v1beta1"], visibility=["v1beta1"]),
-            KueueVersions("v1beta1", "v1beta1"),
-            id="kueue-0.14",
-        ),
-        pytest.param(
-            groups(kueue=["v1beta2", "v1beta1"], visibility=["v1beta2", "v1beta1"]),
-            KueueVersions("v1beta2", "v1beta2"),
-            id="kueue-0.19",
-        ),
-        pytest.param(
-            groups(kueue=["v1beta2"], visibility=["v1beta2"]),
-            KueueVersions("v1beta2", "v1beta2"),
-            id="kueue-0.20",
-        ),
-        pytest.param(
-            groups(kueue=["v1beta2", "v1beta1"], visibility=["v1beta1"]),
-            KueueVersions("v1beta2", "v1beta1"),
-            id="objects-v1beta2-visibility-v1beta1",
-        ),
-        pytest.param(
-            groups(kueue=["v1beta1"], visibility=["v1beta2"]),
-            KueueVersions("v1beta1", "v1beta2"),
-            id="objects-v1beta1-visibility-v1beta2",
-        ),
-        pytest.param(
-            groups(kueue=["v1beta2"]), KueueVersions("v1beta2", None), id="no-visibility-api"
-        ),
-        pytest.param(
-            groups(kueue=["v1beta2"], visibility=["v1alpha1"]),
-            KueueVersions("v1beta2", None),
-            id="visibility-v1alpha1-only",
-        ),
-        pytest.param(groups(kueue=["v1alpha1"]), None, id="kueue-v1alpha1-only"),
-        pytest.param(groups(), None, id="no-kueue"),
-        pytest.param(groups(visibility=["v1beta2"]), None, id="visibility-without-kueue"),
+        discovered([V1], [V1], KueueVersions(V1, V1), "kueue-0.14"),
+        discovered([V2, V1], [V2, V1], KueueVersions(V2, V2), "kueue-0.19"),
+        discovered([V2], [V2], KueueVersions(V2, V2), "kueue-0.20"),
+        discovered([V2, V1], [V1], KueueVersions(V2, V1), "objects-v1beta2-visibility-v1beta1"),
+        discovered([V1], [V2], KueueVersions(V1, V2), "objects-v1beta1-visibility-v1beta2"),
+        discovered([V2], [], KueueVersions(V2, None), "no-visibility-api"),
+        discovered([V2], ["v1alpha1"], KueueVersions(V2, None), "visibility-v1alpha1-only"),
+        discovered(["v1alpha1"], [], None, "kueue-v1alpha1-only"),
+        discovered([], [], None, "no-kueue"),
+        discovered([], [V2], None, "visibility-without-kueue"),
     ],
 )
 def test_discovery_chooses_v1beta2_where_served_else_v1beta1_for_each_api(
