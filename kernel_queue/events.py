@@ -4,13 +4,15 @@ The server extension registers `SCHEMA_PATH` at server start (never lazily: list
 only to schemas registered when they subscribe); the provisioner emits `SCHEMA_ID` events. The
 schema grows by optional fields only, its `version` bumped each time (2 added
 `estimated_wait_seconds`, 3 the state `parked` with `parks` and `parked_since`, 4 `failure`:
-what kind of failure a `failed` kernel met), under the same `$id`, so consumers of an earlier
-version keep working.
+what kind of failure a `failed` kernel met, 5 what the sentence says as fields: `needs`, `has`,
+`priority_class`, `saving`, `waking`), under the same `$id`, so consumers of an earlier version
+keep working. JupyterLab's extension reads the fields, never the sentence.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,6 +43,31 @@ def failure_kind(error: BaseException | None) -> str | None:
     return next((kind for cls, kind in FAILURES if isinstance(error, cls)), "launch")
 
 
+def failure_has(error: BaseException | None) -> dict[str, int | str] | None:
+    """What the queue could ever give, for the schema's `has`, where the error says it (its
+    `has` attribute: {"gpus": 2}, {"cpu": "16"}); None otherwise."""
+    has = getattr(error, "has", None)
+    if not isinstance(has, Mapping):
+        return None
+    return {
+        str(k): v for k, v in has.items() if isinstance(v, int | str) and not isinstance(v, bool)
+    }
+
+
+def _needs(spec: object) -> str | None:
+    """The schema's `needs`: a `GroupSpec`'s `needs()`, a `Noted`'s `needs`; None if unknown."""
+    needs = getattr(spec, "needs", None)
+    words = needs() if callable(needs) else needs
+    return words if isinstance(words, str) and words else None
+
+
+def _checkpoints(spec: object) -> bool:
+    """Whether the kernel saves its variables when stopped (a `Noted`, or a `GroupSpec`)."""
+    if isinstance(spec, GroupSpec):
+        return spec.checkpoint.enabled
+    return bool(getattr(spec, "checkpoints", False))
+
+
 class Subject(Protocol):
     """What an event says of the kernel itself: a `GroupSpec`, or what a front end persisted
     of one (`model.Noted`, for a kernel reattached after a restart)."""
@@ -62,15 +89,22 @@ def status_payload(
     *,
     parked_since: str | None = None,
     failure: str | None = None,
+    has: Mapping[str, int | str] | None = None,
 ) -> dict[str, Any]:
     """The event data (and the REST listing entry) for one kernel's current state;
-    `parked_since` (ISO 8601) while it is parked; `failure` (`failure_kind`) once it failed."""
+    `parked_since` (ISO 8601) while it is parked; `failure` (`failure_kind`) and `has`
+    (`failure_has`) once it failed."""
     waiting = lifecycle.state in (KernelState.QUEUED, KernelState.REQUEUED)
     place = status.place if waiting else None
     estimate = status.waiting.estimate if waiting and status.waiting else None
+    shown = lifecycles.shown(lifecycle)
+    failed = lifecycle.state is KernelState.FAILED
+    saving = (shown is KernelState.PARKED and status.phase is GroupPhase.PARKING) or (
+        shown is KernelState.PREEMPTED and _checkpoints(spec)
+    )
     return {
         "kernel_id": spec.kernel_id,
-        "state": str(lifecycles.shown(lifecycle)),  # the schema's states: no "restarting"
+        "state": str(shown),  # the schema's states: no "restarting"
         "backend": backend,
         "queue": place.queue if place else spec.queue,
         "position": place.position if place else None,
@@ -81,7 +115,12 @@ def status_payload(
         "preemptions": lifecycle.preemptions,
         "parks": lifecycle.parks,
         "parked_since": parked_since if lifecycle.state is KernelState.PARKED else None,
-        "failure": failure if lifecycle.state is KernelState.FAILED else None,
+        "failure": failure if failed else None,
+        "needs": _needs(spec),
+        "has": dict(has) if failed and has else None,
+        "priority_class": getattr(spec, "priority_class", None),
+        "saving": saving,
+        "waking": shown is KernelState.REQUEUED and lifecycle.waking,
         "message": message,
     }
 
@@ -103,6 +142,7 @@ def failed_payload(
         status,
         str(error),
         failure=failure_kind(error),
+        has=failure_has(error),
     )
 
 
@@ -110,6 +150,7 @@ def refused_payload(kernel_id: str, config: dict[str, Any], error: BaseException
     """The payload of a kernel whose kernelspec config was refused before anything was built or
     submitted: what the config said of its backend, queue and GPUs, as far as it is readable."""
     gpus = config.get("gpus")
+    priority_class = config.get("priority_class")
     return {
         "kernel_id": kernel_id,
         "state": str(KernelState.FAILED),
@@ -124,5 +165,10 @@ def refused_payload(kernel_id: str, config: dict[str, Any], error: BaseException
         "parks": 0,
         "parked_since": None,
         "failure": failure_kind(error),
+        "needs": None,
+        "has": failure_has(error),
+        "priority_class": priority_class if isinstance(priority_class, str) else None,
+        "saving": False,
+        "waking": False,
         "message": str(error),
     }

@@ -368,6 +368,7 @@ class KernelSession:
             self.message(),
             parked_since=since,
             failure=events.failure_kind(tracker.failure),
+            has=events.failure_has(tracker.failure),
         )
 
     def _changed(self, state: Lifecycle, status: GroupStatus) -> None:

@@ -1,10 +1,11 @@
 """The status event's payload against its schema: the wait estimate is a new optional field of
-version 2, the parked state and its fields came in version 3, `failure` in version 4, and the
-$id old consumers filter on is unchanged."""
+version 2, the parked state and its fields came in version 3, `failure` in version 4, the
+sentence's facts as fields (`needs`, `has`, `priority_class`, `saving`, `waking`) in version 5,
+and the $id old consumers filter on is unchanged."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 from jupyter_events.schema import EventSchema
@@ -12,10 +13,12 @@ from jupyter_events.schema import EventSchema
 from kernel_queue import errors, events
 from kernel_queue.lifecycle import KernelState, Lifecycle
 from kernel_queue.model import (
+    CheckpointSettings,
     ConnectionInfo,
     GroupPhase,
     GroupSpec,
     GroupStatus,
+    Noted,
     QueuePlace,
     Waiting,
 )
@@ -66,9 +69,9 @@ def test_a_parked_kernel_says_since_when_and_how_often_and_others_say_null() -> 
     assert (running["parks"], running["parked_since"]) == (2, None)
 
 
-def test_the_schema_is_version_4_under_the_same_id_and_version_1_payloads_still_validate() -> None:
+def test_the_schema_is_version_5_under_the_same_id_and_version_1_payloads_still_validate() -> None:
     raw = yaml.safe_load(events.SCHEMA_PATH.read_text())
-    assert (raw["$id"], raw["version"]) == (events.SCHEMA_ID, "4")
+    assert (raw["$id"], raw["version"]) == (events.SCHEMA_ID, "5")
     assert raw["$id"].endswith("/kernel-status/v1")  # what consumers of version 1 listen for
     old = {"kernel_id": "k-1", "state": "queued", "message": "queued in 'user-queue'"}
     SCHEMA.validate({**old, "position": 1, "queue_length": 1, "gpus": 1})
@@ -92,3 +95,79 @@ def test_a_failed_kernel_says_what_kind_of_failure_and_others_say_null() -> None
     assert queued["failure"] is None
     assert events.failure_kind(RuntimeError("boom")) == "launch"
     assert events.failure_kind(errors.QueueNotFound("x")) == "queue_not_found"
+
+
+class Lacking(errors.NeverFits):
+    """A backend's never-fits error that says what its queue could ever give."""
+
+    has: ClassVar[dict[str, int]] = {"gpus": 2}
+
+
+def test_a_queued_kernel_says_what_it_needs_and_where_it_waits_as_fields() -> None:
+    # As the session emits it: what the front end kept of the kernel (`Noted`), its place.
+    noted = Noted.of(
+        GroupSpec(**{**SPEC.__dict__, "gpus": 2, "cpu": "4", "priority_class": "high"})
+    )
+    status = GroupStatus(GroupPhase.QUEUED, place=QueuePlace("user-queue", 2, 3))
+    data = events.status_payload(noted, "local", Lifecycle(), status, "queued in 'user-queue'")
+    SCHEMA.validate(data)
+    assert data["needs"] == "2 GPUs, 4 CPU"
+    assert (data["queue"], data["position"], data["queue_length"]) == ("user-queue", 2, 3)
+    assert (data["has"], data["failure"], data["saving"], data["waking"]) == (
+        None,
+        None,
+        False,
+        False,
+    )
+
+
+def test_a_kernel_that_never_fits_says_what_it_needs_and_what_the_queue_has() -> None:
+    spec = GroupSpec(**{**SPEC.__dict__, "gpus": 3, "priority_class": "urgent"})
+    error = Lacking("kernel 1 asks for 3 GPU(s) but this machine has 2 GPU(s) in all")
+    data = events.failed_payload(spec, "local", error)
+    SCHEMA.validate(data)
+    assert (data["state"], data["failure"]) == ("failed", "never_fits")
+    assert (data["needs"], data["has"], data["queue"]) == ("3 GPUs", {"gpus": 2}, "user-queue")
+    assert data["priority_class"] == "urgent"
+    # An error that does not say what the queue has: `has` is null, the rest as before.
+    plain = events.failed_payload(spec, "local", errors.QueueNotFound("no queue 'user-queue'"))
+    SCHEMA.validate(plain)
+    assert (plain["failure"], plain["has"], plain["queue"]) == (
+        "queue_not_found",
+        None,
+        "user-queue",
+    )
+
+
+def test_a_kernelspec_refused_before_queueing_names_its_priority_class_and_needs_nothing() -> None:
+    config = {"backend": "local", "queue": "gpu", "gpus": 1, "priority_class": "nosuch"}
+    data = events.refused_payload("k-1", config, errors.PriorityClassNotFound("no such class"))
+    SCHEMA.validate(data)
+    assert (data["failure"], data["priority_class"], data["needs"]) == (
+        "priority_class_not_found",
+        "nosuch",
+        None,
+    )
+
+
+def test_saving_is_true_while_parking_and_while_a_checkpointing_kernel_is_preempted() -> None:
+    saves = GroupSpec(**{**SPEC.__dict__, "checkpoint": CheckpointSettings(enabled=True)})
+    parking = GroupStatus(GroupPhase.PARKING)
+    parked = Lifecycle(KernelState.PARKED, parks=1)
+    assert events.status_payload(SPEC, "local", parked, parking, "parking")["saving"] is True
+    done = GroupStatus(GroupPhase.PARKED)
+    assert events.status_payload(SPEC, "local", parked, done, "parked")["saving"] is False
+    evicted = GroupStatus(GroupPhase.EVICTED)
+    preempted = Lifecycle(KernelState.PREEMPTED)
+    assert events.status_payload(Noted.of(saves), "local", preempted, evicted, "p")["saving"]
+    assert not events.status_payload(Noted.of(SPEC), "local", preempted, evicted, "p")["saving"]
+
+
+def test_waking_is_true_only_for_a_kernel_requeued_from_parked() -> None:
+    status = GroupStatus(GroupPhase.QUEUED, place=QueuePlace("user-queue", 1, 1))
+    woken = Lifecycle(KernelState.REQUEUED, parks=1, waking=True)
+    data = events.status_payload(SPEC, "local", woken, status, "waking from parked")
+    SCHEMA.validate(data)
+    assert data["waking"] is True
+    preempted = Lifecycle(KernelState.REQUEUED, preemptions=1)
+    assert events.status_payload(SPEC, "local", preempted, status, "x")["waking"] is False
