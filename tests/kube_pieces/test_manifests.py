@@ -71,6 +71,7 @@ CONTAINER_SECURITY = {
     "capabilities": {"drop": ["ALL"]},
     "runAsNonRoot": True,
 }
+READINESS = {"tcpSocket": {"port": "shell"}, "periodSeconds": 1, "failureThreshold": 3}
 POD_SECURITY = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
 
 GOLDEN_GPU_HEAD = {
@@ -190,13 +191,7 @@ def test_a_priority_class_adds_kueues_label() -> None:
     [pod] = manifests.pods(replace(SPEC, priority_class="interactive"), GROUP, 0)
 
     assert pod["metadata"]["labels"] == {
-        "kernel-queue.dev/kernel-id": KERNEL_ID,
-        "kernel-queue.dev/role": "head",
-        "kernel-queue.dev/user": "alice",
-        "app.kubernetes.io/managed-by": "kernel-queue",
-        "app.kubernetes.io/component": "kernel",
-        "kueue.x-k8s.io/queue-name": "user-queue",
-        "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d",
+        **GOLDEN_GPU_HEAD["metadata"]["labels"],
         "kueue.x-k8s.io/priority-class": "interactive",
     }
 
@@ -258,6 +253,43 @@ async def test_replacement_pods_carry_the_class_kueue_gave_the_first_pods() -> N
     assert submission.pinned(named, submission.Progress()).priority_class == "interactive"
 
 
+def two_pod_group_member(name: str, role: str, container: dict[str, Any]) -> dict[str, Any]:
+    """A pod of the two-pod group kq-…-1 (each asking for 2 CPUs and a GPU) running `container`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "labels": {
+                **OUR_LABELS,
+                "kernel-queue.dev/role": role,
+                "kueue.x-k8s.io/queue-name": "user-queue",
+                "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-1",
+            },
+            "annotations": {**OUR_ANNOTATIONS, "kueue.x-k8s.io/pod-group-total-count": "2"},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 30,
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+            "securityContext": POD_SECURITY,
+            "containers": [
+                {
+                    **container,
+                    "image": "registry.example/kernel:1.0",
+                    "resources": {
+                        "requests": {"cpu": "2", "nvidia.com/gpu": "1"},
+                        "limits": {"nvidia.com/gpu": "1"},
+                    },
+                    "securityContext": CONTAINER_SECURITY,
+                }
+            ],
+        },
+    }
+
+
 def test_a_two_pod_group_is_a_head_and_a_worker() -> None:
     spec = replace(SPEC, pod_group_size=2, cpu="2")
 
@@ -265,92 +297,36 @@ def test_a_two_pod_group_is_a_head_and_a_worker() -> None:
         spec, "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-1", 0, kernel_env={"OMP_NUM_THREADS": "2"}
     )
 
-    assert head == {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-1-head-0",
-            "namespace": "team-a",
-            "labels": {
-                **OUR_LABELS,
-                "kernel-queue.dev/role": "head",
-                "kueue.x-k8s.io/queue-name": "user-queue",
-                "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-1",
-            },
-            "annotations": {**OUR_ANNOTATIONS, "kueue.x-k8s.io/pod-group-total-count": "2"},
+    assert head == two_pod_group_member(
+        "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-1-head-0",
+        "head",
+        {
+            "name": "kernel",
+            "command": ["python", "-m", "kernel_queue.launcher"],
+            "args": ["--", "python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "env": [*HEAD_ENV, {"name": "OMP_NUM_THREADS", "value": "2"}],
+            "ports": HEAD_PORTS,
+            "readinessProbe": READINESS,
         },
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 30,
-            "enableServiceLinks": False,
-            "automountServiceAccountToken": False,
-            "securityContext": POD_SECURITY,
-            "containers": [
+    )
+    assert worker == two_pod_group_member(
+        "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-1-w1-0",
+        "worker",
+        {
+            "name": "worker",
+            "command": ["python", "-m", "kernel_queue.launcher", "--worker"],
+            "env": [
+                {"name": "KERNEL_QUEUE_RANK", "value": "1"},
+                {"name": "KERNEL_QUEUE_WORLD_SIZE", "value": "2"},
                 {
-                    "name": "kernel",
-                    "image": "registry.example/kernel:1.0",
-                    "command": ["python", "-m", "kernel_queue.launcher"],
-                    "args": ["--", "python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                    "env": [*HEAD_ENV, {"name": "OMP_NUM_THREADS", "value": "2"}],
-                    "ports": HEAD_PORTS,
-                    "readinessProbe": {
-                        "tcpSocket": {"port": "shell"},
-                        "periodSeconds": 1,
-                        "failureThreshold": 3,
-                    },
-                    "resources": {
-                        "requests": {"cpu": "2", "nvidia.com/gpu": "1"},
-                        "limits": {"nvidia.com/gpu": "1"},
-                    },
-                    "securityContext": CONTAINER_SECURITY,
-                }
+                    "name": "KERNEL_QUEUE_HEAD_ADDRESS",
+                    "value": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d.team-a.svc",
+                },
+                {"name": "KERNEL_ID", "value": KERNEL_ID},
+                {"name": "OMP_NUM_THREADS", "value": "2"},
             ],
         },
-    }
-    assert worker == {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-1-w1-0",
-            "namespace": "team-a",
-            "labels": {
-                **OUR_LABELS,
-                "kernel-queue.dev/role": "worker",
-                "kueue.x-k8s.io/queue-name": "user-queue",
-                "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-1",
-            },
-            "annotations": {**OUR_ANNOTATIONS, "kueue.x-k8s.io/pod-group-total-count": "2"},
-        },
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 30,
-            "enableServiceLinks": False,
-            "automountServiceAccountToken": False,
-            "securityContext": POD_SECURITY,
-            "containers": [
-                {
-                    "name": "worker",
-                    "image": "registry.example/kernel:1.0",
-                    "command": ["python", "-m", "kernel_queue.launcher", "--worker"],
-                    "env": [
-                        {"name": "KERNEL_QUEUE_RANK", "value": "1"},
-                        {"name": "KERNEL_QUEUE_WORLD_SIZE", "value": "2"},
-                        {
-                            "name": "KERNEL_QUEUE_HEAD_ADDRESS",
-                            "value": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d.team-a.svc",
-                        },
-                        {"name": "KERNEL_ID", "value": KERNEL_ID},
-                        {"name": "OMP_NUM_THREADS", "value": "2"},
-                    ],
-                    "resources": {
-                        "requests": {"cpu": "2", "nvidia.com/gpu": "1"},
-                        "limits": {"nvidia.com/gpu": "1"},
-                    },
-                    "securityContext": CONTAINER_SECURITY,
-                }
-            ],
-        },
-    }
+    )
 
 
 def test_workers_are_numbered_and_may_run_another_command() -> None:
@@ -431,26 +407,26 @@ def test_the_pod_template_is_merged_under_our_fields() -> None:
 
     [pod] = manifests.pods(spec, GROUP, 0)
 
+    assert (sorted(pod), pod["apiVersion"], pod["kind"]) == (
+        ["apiVersion", "kind", "metadata", "spec"],
+        "v1",
+        "Pod",
+    )
     assert pod == {
-        "apiVersion": "v1",
-        "kind": "Pod",
+        **pod,
         "metadata": {
-            "name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-head-0",
+            "name": f"{GROUP}-head-0",
             "namespace": "team-a",
             "labels": {
                 "team": "ml",
-                "kernel-queue.dev/kernel-id": KERNEL_ID,
+                **OUR_LABELS,
                 "kernel-queue.dev/role": "head",
-                "kernel-queue.dev/user": "alice",
-                "app.kubernetes.io/managed-by": "kernel-queue",
-                "app.kubernetes.io/component": "kernel",
                 "kueue.x-k8s.io/queue-name": "user-queue",
-                "kueue.x-k8s.io/pod-group-name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d",
+                "kueue.x-k8s.io/pod-group-name": GROUP,
             },
             "annotations": {
                 "example.com/owner": "ml-team",
-                "kernel-queue.dev/user": "alice",
-                "kernel-queue.dev/kernelspec": "python3-gpu-queued",
+                **OUR_ANNOTATIONS,
                 "kueue.x-k8s.io/pod-group-total-count": "1",
             },
         },
@@ -481,11 +457,7 @@ def test_the_pod_template_is_merged_under_our_fields() -> None:
                     "env": [*HEAD_ENV, {"name": "HF_HOME", "value": "/cache/hf"}],
                     "envFrom": [{"configMapRef": {"name": "kernel-defaults"}}],
                     "ports": HEAD_PORTS,
-                    "readinessProbe": {
-                        "tcpSocket": {"port": "shell"},
-                        "periodSeconds": 1,
-                        "failureThreshold": 3,
-                    },
+                    "readinessProbe": READINESS,
                     "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
                     "resources": {
                         "requests": {
@@ -559,24 +531,21 @@ def test_a_missing_image_is_a_config_error_naming_the_fix() -> None:
     assert KERNEL_ID in str(raised.value)
 
 
+def our_metadata(name: str) -> dict[str, Any]:
+    """The metadata of the kernel's Secret and Service: our labels and annotations only."""
+    return {
+        "name": name,
+        "namespace": "team-a",
+        "labels": OUR_LABELS,
+        "annotations": OUR_ANNOTATIONS,
+    }
+
+
 def test_the_secret() -> None:
     assert manifests.secret(SPEC) == {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {
-            "name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-key",
-            "namespace": "team-a",
-            "labels": {
-                "kernel-queue.dev/kernel-id": KERNEL_ID,
-                "kernel-queue.dev/user": "alice",
-                "app.kubernetes.io/managed-by": "kernel-queue",
-                "app.kubernetes.io/component": "kernel",
-            },
-            "annotations": {
-                "kernel-queue.dev/user": "alice",
-                "kernel-queue.dev/kernelspec": "python3-gpu-queued",
-            },
-        },
+        "metadata": our_metadata("kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-key"),
         "type": "Opaque",
         "stringData": {"key": KEY},
     }
@@ -586,20 +555,7 @@ def test_the_service() -> None:
     assert manifests.service(SPEC) == {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {
-            "name": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d",
-            "namespace": "team-a",
-            "labels": {
-                "kernel-queue.dev/kernel-id": KERNEL_ID,
-                "kernel-queue.dev/user": "alice",
-                "app.kubernetes.io/managed-by": "kernel-queue",
-                "app.kubernetes.io/component": "kernel",
-            },
-            "annotations": {
-                "kernel-queue.dev/user": "alice",
-                "kernel-queue.dev/kernelspec": "python3-gpu-queued",
-            },
-        },
+        "metadata": our_metadata("kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d"),
         "spec": {
             "type": "ClusterIP",
             "selector": {"kernel-queue.dev/kernel-id": KERNEL_ID, "kernel-queue.dev/role": "head"},
