@@ -158,7 +158,7 @@ async def main(n: int, window: float, root: Path) -> dict[str, Any]:
     import jupyter_client.manager  # noqa: F401  (imported before the first RSS figure)
     from traitlets.config import Config
 
-    import kernel_queue.kube.api  # noqa: F401
+    import kernel_queue.kube.client.api  # noqa: F401
     from kernel_queue import backends
     from kernel_queue.backends.kubernetes import KubernetesBackend
 

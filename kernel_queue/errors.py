@@ -85,7 +85,8 @@ class KueueNotInstalled(KernelQueueError, LookupError):
 
 class ClusterApiError(KernelQueueError):
     """The Kubernetes API server answered with an error; `status`, `reason` and `message` are
-    taken from its `Status` body. Raised only by `kube/api.py`, chained from the client's error."""
+    taken from its `Status` body. Raised only by `kube/client/api.py`, chained from the client's
+    error."""
 
     def __init__(self, status: int, reason: str, message: str) -> None:
         super().__init__(message)

@@ -202,7 +202,8 @@ class KernelOptions(LoggingConfigurable):
 
 
 class PodTemplatePolicy(LoggingConfigurable):
-    """What a kernelspec's `pod_template` may set despite the pod policy (`kube.pod_policy`).
+    """What a kernelspec's `pod_template` may set despite the pod policy
+    (`kube.objects.pod_policy`).
 
     A server setting (`c.PodTemplatePolicy.allowed_exceptions` in the server's config), never a
     kernelspec key: a kernelspec must not be able to grant itself host access."""

@@ -18,7 +18,7 @@ from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from typing_extensions import override
 
 from kernel_queue import errors, events, lifecycle, spec
-from kernel_queue.backends.leases import BackendLease
+from kernel_queue.backends import BackendLease
 from kernel_queue.lifecycle import KernelState
 from kernel_queue.model import GroupRef, Noted, StopCause, short_id
 from kernel_queue.options import KernelOptions

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from kernel_queue import backends, errors, events, lifecycle, spec, tracking
-from kernel_queue.backends.leases import BackendLease
+from kernel_queue.backends import BackendLease
 from kernel_queue.lifecycle import IN_PLACE, LIVE, TERMINAL, KernelState, Lifecycle
 from kernel_queue.model import (
     GroupPhase,

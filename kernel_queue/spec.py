@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from kernel_queue import backends, errors, ids, options, quantities
-from kernel_queue.backends import local_settings
-from kernel_queue.kube import names, pod_policy
+from kernel_queue.backends.local import settings as local_settings
+from kernel_queue.kube import names
+from kernel_queue.kube.objects import pod_policy
 from kernel_queue.launcher import contract
 from kernel_queue.model import CheckpointSettings, ConnectionInfo, GroupSpec, group_name
 
@@ -394,8 +395,8 @@ def _kube_names(provisioner: Any) -> None:
 
 
 def _pod_template(provisioner: Any, where: str) -> tuple[str, ...]:
-    """`kube.pod_policy` on the template, less the exceptions the server's admin allows; those
-    exceptions."""
+    """`kube.objects.pod_policy` on the template, less the exceptions the server's admin allows;
+    those exceptions."""
     allowed = options.PodTemplatePolicy(config=provisioner.config).allowed_exceptions
     for entry in pod_policy.unknown_exceptions(allowed):
         guess = options.nearest(entry, sorted(pod_policy.RULES))

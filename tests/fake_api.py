@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
-from kernel_queue.kube.api import KubernetesApi
+from kernel_queue.kube.client.api import KubernetesApi
 
 
 @contextlib.asynccontextmanager

@@ -2,7 +2,10 @@
 
 `ClusterBackend` is what the provisioner calls; `get_backend` returns the one instance of a
 backend shared by every kernel of one kernel manager (a Jupyter server), created on first use.
-Nothing here reads config at import time.
+A front end holds a `BackendLease` on the backend its kernels share; Enterprise Gateway has no
+hook at its final shutdown, so its leases are counted and the last to end closes the owner's
+backends. The backends themselves are the packages `local` and `kubernetes`, and `fake` for
+tests. Nothing here reads config at import time.
 """
 
 from __future__ import annotations
@@ -105,3 +108,39 @@ def _create(name: str, *, config: Any, log: Any) -> ClusterBackend:
             ) from exc
         return kubernetes.KubernetesBackend(config=config, log=log)
     raise errors.ConfigError(f"unknown backend {name!r}: choose one of {', '.join(NAMES)}")
+
+
+# id(owner) -> counted leases of that owner's backends (see `BackendLease`)
+_users: dict[int, int] = {}
+
+
+class BackendLease:
+    """One front end's use of the backend `name` shared by everything `owner` runs.
+
+    `counted`: the owner's last counted lease to end closes the owner's backends (Enterprise
+    Gateway has no hook at its final shutdown); uncounted leases leave that to the kernel
+    manager (`server.kernelmanager.QueuedMappingKernelManager.shutdown_all`)."""
+
+    def __init__(self, name: str, *, owner: Any, config: Any, log: Any, counted: bool = False):
+        self.name = name
+        self.backend = get_backend(name, owner=owner, config=config, log=log)
+        self._owner: Any = owner if counted else None
+        if counted:
+            _users[id(owner)] = _users.get(id(owner), 0) + 1
+
+    def forget(self) -> bool:
+        """Stop counting this lease (idempotent); True if it was its owner's last."""
+        owner, self._owner = self._owner, None
+        if owner is None:
+            return False
+        _users[id(owner)] -= 1
+        if _users[id(owner)]:
+            return False
+        del _users[id(owner)]
+        return True
+
+    async def aclose(self) -> None:
+        """End the lease; close the owner's backends if no counted lease uses them now."""
+        owner = self._owner
+        if self.forget():
+            await aclose_all(owner)

@@ -3,10 +3,10 @@
 For the local backend: the Jupyter server's own config, read as jupyter_server reads it
 (`jupyter_config` and `jupyter_server_config`, `.py` and `.json`, on `jupyter_config_path()`),
 into a `LocalBackend`, whose trait defaults apply where the files set nothing. For the
-kubernetes backend: the cluster's LocalQueues and WorkloadPriorityClasses, through `kube.api`,
-when a cluster can be reached; else a sentence saying what was not checked and why. Each
-problem is an `InstallError` naming the option, what exists and the fix. Nothing is read at
-import; the cluster is read by `cluster_check` only.
+kubernetes backend: the cluster's LocalQueues and WorkloadPriorityClasses, through
+`kube.client.api`, when a cluster can be reached; else a sentence saying what was not checked and
+why. Each problem is an `InstallError` naming the option, what exists and the fix. Nothing is read
+at import; the cluster is read by `cluster_check` only.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from traitlets import TraitError
 from traitlets.config import Config
 
 from kernel_queue import errors
+from kernel_queue.backends.kubernetes.settings import BackendSettings
 from kernel_queue.backends.local import LocalBackend
-from kernel_queue.kube.settings import BackendSettings
 
 NOT_CHECKED = "did not check"
 """How the sentence of a cluster check that could not be made begins."""
@@ -114,7 +114,7 @@ def _missing_kubeconfig(settings: BackendSettings) -> str:
 
 
 def credentials(settings: BackendSettings) -> str:
-    """Where the cluster's credentials come from, as `kube.api` looks for them."""
+    """Where the cluster's credentials come from, as `kube.client.api` looks for them."""
     if settings.kubeconfig:
         return f"the kubeconfig {settings.kubeconfig}"
     if os.environ.get("KUBECONFIG"):
@@ -128,7 +128,7 @@ def cluster_check(queue: str, priority_class: str, namespace: str) -> str:
     or that nothing was checked and why (no client, no credentials, no answer, not allowed)."""
     settings = kubernetes_settings(namespace)
     try:
-        from kernel_queue.kube import api
+        from kernel_queue.kube.client import api
     except ModuleNotFoundError as exc:
         return (
             f"{UNCHECKED} against a cluster: the kubernetes client is not installed "
@@ -138,7 +138,8 @@ def cluster_check(queue: str, priority_class: str, namespace: str) -> str:
 
 
 async def _look(api: Any, settings: BackendSettings, queue: str, priority_class: str) -> str:
-    from kernel_queue.kube import preflight, retries
+    from kernel_queue.kube.client import retries
+    from kernel_queue.kube.objects import preflight
 
     ns, source = settings.namespace, credentials(settings)
     missing = _missing_kubeconfig(settings)

@@ -17,7 +17,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_core.application import JupyterApp
 from traitlets import Bool, Int, Unicode
 
-from kernel_queue.backends import gpus as gpu_detection
+from kernel_queue.backends.local import gpus as gpu_detection
 
 QUEUED_KERNELSPECS = ("python3-gpu-queued", "python3-cpu-queued")
 

@@ -20,7 +20,7 @@ from enterprise_gateway.services.processproxies.processproxy import BaseProcessP
 from tornado import ioloop, web
 
 from kernel_queue import errors, lifecycle, spec
-from kernel_queue.backends.leases import BackendLease
+from kernel_queue.backends import BackendLease
 from kernel_queue.gateway import launch
 from kernel_queue.lifecycle import KernelState
 from kernel_queue.model import GroupRef, Noted, StopCause, short_id

@@ -1,12 +1,12 @@
 """Running the launcher from the archive the server delivers: ``python /…/launcher.pyz``.
 
-The kubernetes backend mounts the archive (``kernel_queue.kube.launcher_archive`` builds it) into
-each kernel pod, so an image needs only Python and ipykernel. ``main`` is the archive's entry
-point: it checks the image before anything else (a missing ipykernel is said in one line, on
-stderr and in the container's termination message, status ``IMAGE_EXIT_CODE``), puts the pure-
-Python libraries bundled in the archive (``FALLBACK``, dill) *after* the image's own, and runs
-the launcher, or with ``kernel`` as its first argument the kernel. Stdlib only; it must also
-run, far enough to say so, on a Python too old for the rest.
+The kubernetes backend mounts the archive (``kernel_queue.kube.objects.launcher_archive`` builds it)
+into each kernel pod, so an image needs only Python and ipykernel. ``main`` is the archive's entry
+point: it checks the image before anything else (a missing ipykernel is said in one line, on stderr
+and in the container's termination message, status ``IMAGE_EXIT_CODE``), puts the pure- Python
+libraries bundled in the archive (``FALLBACK``, dill) *after* the image's own, and runs the
+launcher, or with ``kernel`` as its first argument the kernel. Stdlib only; it must also run, far
+enough to say so, on a Python too old for the rest.
 """
 
 from __future__ import annotations

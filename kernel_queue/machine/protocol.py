@@ -43,7 +43,7 @@ class Quota:
     pretend: bool = False
 
     def cluster_queue(self) -> admission.ClusterQueue:
-        """The one ClusterQueue all queues share (also `backends/quota.py`'s, in a server)."""
+        """The one ClusterQueue all queues share (also `backends/local/quota.py`'s, in a server)."""
         quota = {"gpu": len(self.gpus), "cpu": self.cpu, "memory": self.memory}
         return admission.ClusterQueue(
             name=FLAVOR,

@@ -20,7 +20,7 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from kernel_queue import backends, errors
-from kernel_queue.backends import machine_link
+from kernel_queue.backends.local import machine_link
 from kernel_queue.server import kernelmanager, parking, queues
 
 KERNELS_PATH = "api/kernel-queue/kernels"

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kernel_queue import backends, errors
-from kernel_queue.kube import capacity
+from kernel_queue.kube.queueing import capacity
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from kernel_queue.backends import gpus as gpu_detection
+from kernel_queue.backends.local import gpus as gpu_detection
 from tests.polling import until_sync
 
 CHROMIUM = os.environ.get("KQ_CHROMIUM", "/usr/bin/chromium")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kernel_queue.backends import gpus as gpu_detection
+from kernel_queue.backends.local import gpus as gpu_detection
 from kernel_queue.cli.lab import inventory_message
 from kernel_queue.cli.park import resolve
 from kernel_queue.cli.status import StatusError

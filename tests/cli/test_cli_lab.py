@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_queue.backends import gpus as gpu_detection
+from kernel_queue.backends.local import gpus as gpu_detection
 from kernel_queue.cli.lab import inventory_message
 
 REPO = Path(__file__).resolve().parents[2]

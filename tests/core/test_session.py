@@ -15,8 +15,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Unicode
 from traitlets.config import Configurable, LoggingConfigurable
 
-from kernel_queue import errors, session
-from kernel_queue.backends import leases
+from kernel_queue import backends, errors, session
 from kernel_queue.backends.fake import FakeBackend
 from kernel_queue.lifecycle import KernelState
 from kernel_queue.model import ConnectionInfo, GroupSpec, Noted, StopCause
@@ -61,7 +60,7 @@ class Told:
 def new_session(fake: FakeBackend, *, counted: bool = False) -> tuple[session.KernelSession, Told]:
     owner = Owner()
     fake.serve(owner)
-    lease = leases.BackendLease(fake.name, owner=owner, config=None, log=None, counted=counted)
+    lease = backends.BackendLease(fake.name, owner=owner, config=None, log=None, counted=counted)
     told = Told()
     kernel = session.KernelSession(
         lease, kernel_id=KERNEL, log=logging.getLogger("test"), tell=told.tell, touch=told.touch
@@ -241,8 +240,8 @@ async def test_the_last_counted_lease_closes_its_owners_backends() -> None:
     fake = FakeBackend()
     owner = Owner()
     fake.serve(owner)
-    first = leases.BackendLease("local", owner=owner, config=None, log=None, counted=True)
-    second = leases.BackendLease("local", owner=owner, config=None, log=None, counted=True)
+    first = backends.BackendLease("local", owner=owner, config=None, log=None, counted=True)
+    second = backends.BackendLease("local", owner=owner, config=None, log=None, counted=True)
     await first.aclose()
     assert not fake.closed
     await second.aclose()
@@ -250,7 +249,7 @@ async def test_the_last_counted_lease_closes_its_owners_backends() -> None:
     uncounted = FakeBackend()
     other = Owner()
     uncounted.serve(other)
-    await leases.BackendLease("local", owner=other, config=None, log=None).aclose()
+    await backends.BackendLease("local", owner=other, config=None, log=None).aclose()
     assert not uncounted.closed  # the kernel manager closes it at its shutdown
 
 

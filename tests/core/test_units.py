@@ -6,11 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
+from kernel_queue.backends.local.gpus import Gpu, parse_nvidia_smi
 
 import kernel_queue
 from kernel_queue import quantities, spec
-from kernel_queue.backends import local_settings
-from kernel_queue.backends.gpus import Gpu, parse_nvidia_smi
+from kernel_queue.backends.local import settings
 from kernel_queue.cli.install import InstallError, kernel_json
 from kernel_queue.cli.status import render, rows
 
@@ -126,17 +126,14 @@ def test_quantities_kubernetes_cannot_hold_are_refused(value: object, message: s
 def test_a_checkpoint_directory_is_checked_without_creating_anything(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert local_settings.directory_problem(tmp_path / "new" / "deeper") is None
+    assert settings.directory_problem(tmp_path / "new" / "deeper") is None
     (tmp_path / "file").write_text("")
     assert (
-        local_settings.directory_problem(tmp_path / "file" / "x")
+        settings.directory_problem(tmp_path / "file" / "x")
         == f"{tmp_path / 'file'} is not a directory"
     )
     monkeypatch.setattr(os, "access", lambda path, mode: False)  # as a non-root user sees it
-    assert (
-        local_settings.directory_problem(tmp_path / "new")
-        == f"this server cannot write in {tmp_path}"
-    )
+    assert settings.directory_problem(tmp_path / "new") == f"this server cannot write in {tmp_path}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
 

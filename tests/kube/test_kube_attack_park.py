@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kernel_queue import errors
-from kernel_queue.backends import pod_groups
+from kernel_queue.backends.kubernetes import groups
 from kernel_queue.kube import kueue
 from kernel_queue.model import GroupPhase, GroupRef, StopCause
 from tests.contract import Contract, Followed
@@ -119,7 +119,7 @@ async def test_a_wake_the_api_server_keeps_refusing_is_said_and_a_later_one_wake
     ref, followed = await parked(kube)
     # Once its replacement is listed (before, a wake is held back for it and said later).
     group = kube.backend._groups[ref.name]
-    await until(lambda: not pod_groups.replacing(group), "its replacement pod listed")
+    await until(lambda: not groups.replacing(group), "its replacement pod listed")
     plane.fail_next("patch", "workloads", status=503, count=100)
     with pytest.raises(errors.ClusterUnavailable) as refused:
         await kube.backend.resume(ref)

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from kernel_queue.kube.status import needs_replacement
+from kernel_queue.kube.queueing.status import needs_replacement
 from kernel_queue.model import GroupPhase
 from tests.contract import Contract
 from tests.kube.parking import backend_settings, execute, kube, workload  # noqa: F401 - fixtures

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
-from kernel_queue.kube import kueue, launcher_archive
+from kernel_queue.kube import kueue
+from kernel_queue.kube.objects import launcher_archive
 from tests.conftest import KernelspecFactory, Server
 from tests.kube import images
 from tests.kube.support import RBAC, REPO, kube_spec, ours, wait_clean

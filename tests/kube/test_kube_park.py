@@ -8,7 +8,7 @@ SUBSET)."""
 from __future__ import annotations
 
 from kernel_queue.kube import kueue
-from kernel_queue.kube.status import PARKING_MESSAGE
+from kernel_queue.kube.queueing.status import PARKING_MESSAGE
 from kernel_queue.model import GroupPhase, StopCause
 from tests.contract import Contract
 from tests.kube.parking import backend_settings, execute, kube, workload  # noqa: F401 - fixtures

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from kernel_queue.kube import janitor
+from kernel_queue.kube.deletion import janitor
 
 HEAD: dict[str, Any] = {
     "metadata": {

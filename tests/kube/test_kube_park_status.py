@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from kernel_queue.kube import kueue, replacements
-from kernel_queue.kube.status import (
+from kernel_queue.kube import kueue
+from kernel_queue.kube.objects import replacements
+from kernel_queue.kube.queueing.status import (
     PARKING_MESSAGE,
     group_status,
     needs_replacement,

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from kernel_queue import model
-from kernel_queue.kube import manifests
+from kernel_queue.kube.objects import manifests
 from kernel_queue.model import ConnectionInfo, GroupSpec
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.planes import Plane

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from kernel_queue import errors
-from kernel_queue.kube.api import PODS, KubernetesApi
-from kernel_queue.kube.informer import Informer, Informers
+from kernel_queue.kube.client.api import PODS, KubernetesApi
+from kernel_queue.kube.client.informer import Informer, Informers
 from tests import polling
 from tests.fake_api import connected
 
@@ -275,14 +275,14 @@ async def test_an_outage_is_one_warning_and_its_end_one_info_line(
 ) -> None:
     import logging
 
-    from kernel_queue.kube import retries
+    from kernel_queue.kube.client import retries
 
     async with connected(tmp_path) as (fake, api):
         api.retry = retries.NEVER  # each failed request reaches the informer
         informer = Informer(api, PODS, NS, backoff=(0.01, 0.02))
         try:
             await informer.start()
-            with caplog.at_level(logging.DEBUG, logger="kernel_queue.kube.informer"):
+            with caplog.at_level(logging.DEBUG, logger="kernel_queue.kube.client.informer"):
                 fake.fail_next("watch", "pods", 500, 5)
                 fake.drop_watches()
                 await eventually(lambda: fake.faults_pending == 0, "the injected faults spent")

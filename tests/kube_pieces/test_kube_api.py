@@ -19,9 +19,9 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 from kubernetes.aio import client as kube_client
 
 from kernel_queue import errors
-from kernel_queue.kube import api as kube
-from kernel_queue.kube import retries
-from kernel_queue.kube.api import PODS, KubernetesApi, Resource
+from kernel_queue.kube.client import api as kube
+from kernel_queue.kube.client import retries
+from kernel_queue.kube.client.api import PODS, KubernetesApi, Resource
 from kernel_queue.kube.kueue import SECRETS, SERVICES
 from tests import polling
 
@@ -432,7 +432,7 @@ def test_importing_reads_no_kubeconfig_and_connect_reads_it(tmp_path: Path) -> N
             lambda event, args: opened.append(str(args[0]))
             if event == "open" and "kubeconfig" in str(args[0]) else None
         )
-        from kernel_queue.kube import api, informer
+        from kernel_queue.kube.client import api, informer
         assert opened == [], opened
         try:
             asyncio.run(api.KubernetesApi.connect())

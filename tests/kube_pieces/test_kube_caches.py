@@ -9,9 +9,9 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from kernel_queue.kube import caches
-from kernel_queue.kube.api import PODS
-from kernel_queue.kube.informer import BURST, Informer
+from kernel_queue.kube.client import caches
+from kernel_queue.kube.client.api import PODS
+from kernel_queue.kube.client.informer import BURST, Informer
 from tests import polling
 from tests.fake_api import connected
 

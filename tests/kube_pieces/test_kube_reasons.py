@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kernel_queue.kube.reasons import Queue, Reason, explain, local_queue_active, parse
+from kernel_queue.kube.queueing.reasons import Queue, Reason, explain, local_queue_active, parse
 
 KEYS = {"nvidia.com/gpu": "gpus", "cpu": "cpu", "memory": "memory"}
 QUEUE = Queue("user-queue", "gpu-cq")

@@ -18,9 +18,11 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue import errors
 from kernel_queue.backends import tasks
-from kernel_queue.kube import explain, kueue, owner
-from kernel_queue.kube.api import Forbidden, KubernetesApi, Unavailable
-from kernel_queue.kube.reaper import Reaper
+from kernel_queue.kube import kueue
+from kernel_queue.kube.client import explain
+from kernel_queue.kube.client.api import Forbidden, KubernetesApi, Unavailable
+from kernel_queue.kube.deletion.reaper import Reaper
+from kernel_queue.kube.objects import ownership
 
 NS = "default"
 WHO = "kernel 1a2b3c4d"
@@ -89,7 +91,7 @@ def test_the_default_owner_is_the_host_and_the_servers_port(
 ) -> None:
     monkeypatch.setattr(socket, "gethostname", lambda: "jupyter-alice.example.org")
     monkeypatch.delitem(sys.modules, "jupyter_server.serverapp", raising=False)
-    assert owner.default_owner().startswith("jupyter-alice-uid")
+    assert ownership.default_owner().startswith("jupyter-alice-uid")
 
     class KernelGatewayApp:  # a sibling of ServerApp holds the shared singleton slot
         port = 8890
@@ -104,7 +106,7 @@ def test_the_default_owner_is_the_host_and_the_servers_port(
     fake = types.ModuleType("jupyter_server.serverapp")
     fake.ServerApp = App  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "jupyter_server.serverapp", fake)
-    assert owner.default_owner() == "jupyter-alice-8890"
+    assert ownership.default_owner() == "jupyter-alice-8890"
 
 
 # -- owned tasks ----------------------------------------------------------------------------

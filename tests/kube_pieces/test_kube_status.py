@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kernel_queue.kube.status import group_status, needs_replacement, saved_message
+from kernel_queue.kube.queueing.status import group_status, needs_replacement, saved_message
 from kernel_queue.model import GroupPhase, QueuePlace
 
 P = GroupPhase

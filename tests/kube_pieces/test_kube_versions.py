@@ -18,10 +18,12 @@ from kernel_queue_fake_cluster.kueue import visibility
 
 from kernel_queue import errors
 from kernel_queue.backends import tasks
-from kernel_queue.kube import kueue, kueue_versions, positions, preflight
-from kernel_queue.kube.api import KubernetesApi
-from kernel_queue.kube.kueue_versions import KueueVersions
-from kernel_queue.kube.reaper import Reaper
+from kernel_queue.kube import kueue
+from kernel_queue.kube.client.api import KubernetesApi
+from kernel_queue.kube.deletion.reaper import Reaper
+from kernel_queue.kube.objects import preflight
+from kernel_queue.kube.queueing import kueue_versions, positions
+from kernel_queue.kube.queueing.kueue_versions import KueueVersions
 from kernel_queue.model import QueuePlace
 from tests import polling
 from tests.conftest import KUEUE_DATA, skip_unless_ci

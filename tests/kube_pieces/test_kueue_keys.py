@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kernel_queue.kube import kueue
-from kernel_queue.kube.kueue_versions import KueueVersions
+from kernel_queue.kube.queueing.kueue_versions import KueueVersions
 
 
 def test_kueue_keys_have_kueues_values() -> None:
@@ -412,7 +412,8 @@ def test_flavors(wl: dict[str, Any], expected: tuple[str, ...]) -> None:
 def test_the_kube_vocabulary_imports_no_kubernetes_client() -> None:
     code = (
         "import sys\n"
-        "import kernel_queue.kube.kueue, kernel_queue.kube.names, kernel_queue.kube.manifests\n"
+        "import kernel_queue.kube.kueue, kernel_queue.kube.names\n"
+        "import kernel_queue.kube.objects.manifests\n"
         "print(sorted(n for n in sys.modules if n.split('.')[0] in ('kubernetes', 'aiohttp')))\n"
     )
     proc = subprocess.run(

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kernel_queue_fake_cluster.apiserver import crds, schema
 
-from kernel_queue.kube import kueue_versions
-from kernel_queue.kube.kueue_versions import (
+from kernel_queue.kube.queueing import kueue_versions
+from kernel_queue.kube.queueing.kueue_versions import (
     ClusterQueueView,
     KueueVersions,
     LocalQueueView,

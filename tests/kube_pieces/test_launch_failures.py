@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kernel_queue.kube import launch_failures
+from kernel_queue.kube.queueing import launch_failures
 
 RUNC = (
     "failed to create containerd task: failed to create shim task: OCI runtime create failed: "

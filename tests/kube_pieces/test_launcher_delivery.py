@@ -11,8 +11,9 @@ import pytest
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue import errors
-from kernel_queue.kube import kueue, launcher_archive
-from kernel_queue.kube.delivery import LauncherDelivery
+from kernel_queue.kube import kueue
+from kernel_queue.kube.objects import launcher_archive
+from kernel_queue.kube.objects.delivery import LauncherDelivery
 from tests.fake_api import connected
 
 NS = "default"

@@ -11,7 +11,8 @@ import pytest
 
 from kernel_queue import errors
 from kernel_queue import spec as kernelspecs
-from kernel_queue.kube import manifests, names, submission
+from kernel_queue.kube import names
+from kernel_queue.kube.objects import manifests, submission
 from kernel_queue.model import CheckpointSettings, ConnectionInfo, GroupSpec
 
 KERNEL_ID = "1a2b3c4d-5e6f-4a0b-8c9d-0e1f2a3b4c5d"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from kernel_queue.kube import pod_policy
-from kernel_queue.kube.pod_policy import Violation
+from kernel_queue.kube.objects import pod_policy
+from kernel_queue.kube.objects.pod_policy import Violation
 
 SIDECAR = {"name": "side", "image": "busybox"}
 

@@ -1,4 +1,4 @@
-"""A waiting pod group's status as `pod_waits.Waits` completes it: Kueue's reason with the
+"""A waiting pod group's status as `waits.Waits` completes it: Kueue's reason with the
 ClusterQueue named, the never-fits failure, the estimate from observed admissions, and the
 one reminder that names a silent Kueue."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kernel_queue.backends import pod_waits
+from kernel_queue.backends.kubernetes import waits as pod_waits
 from kernel_queue.backends.tasks import Tasks
 from kernel_queue.kube.kueue import Kind
 from kernel_queue.model import GroupPhase, GroupStatus, QueuePlace, Waiting

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_queue.backends import local_process
+from kernel_queue.backends.local import launcher_process
 from kernel_queue.launcher import contract
 from tests.launcher.processes import launcher_env
 
@@ -261,7 +261,7 @@ async def test_a_local_launcher_gets_the_rendered_contract_and_no_stray_launch_v
         contract.ENV_CHECKPOINT_KEEP: "1",
     }
     store = tmp_path / "store"
-    request = local_process.LaunchRequest(
+    request = launcher_process.LaunchRequest(
         kernel_id="k1",
         argv=(sys.executable, "-c", show),
         env=launcher_env(tmp_path, **stray),
@@ -269,7 +269,7 @@ async def test_a_local_launcher_gets_the_rendered_contract_and_no_stray_launch_v
         launch=contract.Launch(
             grace_seconds=12.0,
             pod=False,
-            ports=tuple(local_process.free_ports("127.0.0.1", 5)),
+            ports=tuple(launcher_process.free_ports("127.0.0.1", 5)),
             ip="127.0.0.1",
             key="k" * 32,
             transport="tcp",
@@ -281,7 +281,7 @@ async def test_a_local_launcher_gets_the_rendered_contract_and_no_stray_launch_v
     )
 
     code = await asyncio.wait_for(
-        local_process.LauncherProcess(lambda event: None).run(request), 60
+        launcher_process.LauncherProcess(lambda event: None).run(request), 60
     )
 
     assert code == 0

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from jupyter_client.blocking import BlockingKernelClient
 
-from kernel_queue.kube import launcher_archive, manifests
+from kernel_queue.kube.objects import launcher_archive, manifests
 from kernel_queue.launcher import settings
 from tests.kube import images
 from tests.kube_pieces.test_manifests import GROUP, SPEC

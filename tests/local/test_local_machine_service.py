@@ -59,7 +59,7 @@ async def test_a_restarted_service_is_not_an_outage(
 async def test_a_service_that_does_not_come_back_ends_the_leases_with_a_sentence(
     server: Server, kernelspec: KernelspecFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kernel_queue.backends import machine_link
+    from kernel_queue.backends.local import machine_link
     from kernel_queue.machine import client
 
     monkeypatch.setattr(machine_link, "RECONNECT_SECONDS", 2.0)

@@ -8,8 +8,8 @@ from typing import Any
 
 from kernel_queue import errors
 from kernel_queue.backends.tasks import Tasks
-from kernel_queue.kube import local_queues, reasons
 from kernel_queue.kube.kueue import Kind
+from kernel_queue.kube.queueing import local_queues, reasons
 from tests import polling
 
 LOCAL_QUEUES = Kind("kueue.x-k8s.io", "v1beta2", "localqueues", namespaced=True)

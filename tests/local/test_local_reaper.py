@@ -156,7 +156,7 @@ async def test_a_killed_server_leaves_no_kernel_and_the_next_server_reaps_its_fi
 
 def test_the_state_folder_and_its_parent_are_private_whatever_the_umask(tmp_path: Path) -> None:
     """`<runtime>/kernel-queue` was made 0755 as the parent of the records' folder."""
-    from kernel_queue.backends import records
+    from kernel_queue.backends.local import records
 
     state = tmp_path / "runtime" / "kernel-queue" / "kernels"
     server = records.Process.of(os.getpid())

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import kernel_queue.checkpoint as kc
-from kernel_queue.backends import local_groups
+from kernel_queue.backends.local import groups
 from tests.conftest import EventLog, KernelspecFactory, Server, launcher_pids
 from tests.local.test_continuous_local import run
 from tests.messages import execute_request
@@ -59,7 +59,7 @@ async def test_a_killed_launcher_comes_back_from_its_last_save_on_the_same_ports
 ) -> None:
     # ten losses in well under a minute: each counted alone here (the limit of three a minute
     # is the next test's)
-    monkeypatch.setattr(local_groups, "LOSS_WINDOW_SECONDS", 0.0)
+    monkeypatch.setattr(groups, "LOSS_WINDOW_SECONDS", 0.0)
     store = tmp_path / "checkpoints"
     checkpoint = {"enabled": True, "path": str(store), "grace_seconds": 30}
     kernel_id = await server.start(kernelspec("saved", gpus=1, checkpoint=checkpoint))

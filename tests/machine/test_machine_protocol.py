@@ -158,7 +158,7 @@ def test_the_quota_is_the_local_backends_one_cluster_queue() -> None:
 
 
 def test_the_quota_gives_the_cluster_queue_the_local_backend_builds_today() -> None:
-    from kernel_queue.backends import quota
+    from kernel_queue.backends.local import quota
 
     today = quota.LocalQuota(
         gpus=2,

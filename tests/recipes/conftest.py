@@ -17,7 +17,7 @@ from kernel_queue_fake_cluster.apiserver import rbac
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue import model
-from kernel_queue.kube import manifests
+from kernel_queue.kube.objects import manifests
 from kernel_queue.model import ConnectionInfo, GroupSpec
 from tests.conftest import KUEUE_CRDS, skip_unless_ci
 from tests.kube.support import GPU_QUOTA, QUEUES

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import yaml
 
-from kernel_queue.kube import manifests
+from kernel_queue.kube.objects import manifests
 from tests.recipes import network, rendering
 from tests.recipes.conftest import kernel_pods, kubectl_apply, start_cluster, stop_cluster
 
 BACKEND_RULES = [
-    # (API group, resource, verbs): what kernel_queue/kube and backends/kubernetes.py call
+    # (API group, resource, verbs): what kernel_queue/kube and backends/kubernetes/backend.py call
     ("", "pods", ["create", "get", "list", "watch", "delete"]),  # the group; one shared watch
     ("", "pods/log", ["get"]),  # the last lines of a kernel that failed
     ("", "secrets", ["create", "get", "list", "delete"]),  # the key; get on a 409, list: reaper

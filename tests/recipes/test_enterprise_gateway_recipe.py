@@ -16,7 +16,7 @@ import pytest
 from kernel_queue_fake_cluster.cluster import FakeCluster
 from traitlets.config import Config
 
-from kernel_queue.kube import manifests
+from kernel_queue.kube.objects import manifests
 from tests.conftest import Server
 from tests.gateway.conftest import gateway_client, server_config  # noqa: F401 - fixture
 from tests.gateway.gateways import (

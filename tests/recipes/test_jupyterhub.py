@@ -16,7 +16,7 @@ import pytest
 import yaml
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
-from kernel_queue.kube import manifests
+from kernel_queue.kube.objects import manifests
 from tests.conftest import Server
 from tests.recipes import network, rendering
 from tests.recipes.conftest import (

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
-from kernel_queue.kube import manifests
+from kernel_queue.kube.objects import manifests
 from tests.conftest import Server
 from tests.recipes import network, rendering
 from tests.recipes.conftest import (

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from kernel_queue.kube import capacity, kueue_versions
+from kernel_queue.kube.queueing import capacity, kueue_versions
 from kernel_queue.server import queues
 from tests.conftest import KernelspecFactory, Server
 

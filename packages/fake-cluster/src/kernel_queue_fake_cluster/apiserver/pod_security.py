@@ -3,7 +3,8 @@
 A pod whose ServiceAccount does not exist, or that breaks the Pod Security level its namespace
 enforces (label `pod-security.kubernetes.io/enforce`: `baseline` or `restricted`), is refused
 with 403 Forbidden and the apiserver's wording, before it is stored. Written from the Pod
-Security Standards, independently of `kernel_queue.kube.pod_policy`, so each checks the other.
+Security Standards, independently of `kernel_queue.kube.objects.pod_policy`, so each checks the
+other.
 """
 
 from __future__ import annotations

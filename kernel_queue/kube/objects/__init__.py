@@ -1,0 +1,2 @@
+"""What kernel-queue creates for a kernel, built, checked and created as ours (see
+`kernel_queue.kube`)."""

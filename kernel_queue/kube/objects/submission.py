@@ -1,0 +1,116 @@
+"""Creating one launch of a kernel: its Secret and Service (once per kernel), then its pods.
+
+`create_launch` makes each object through `create` (the backend's owner-checked create) and
+records in a `Progress` what it made and what it was doing, so that a failure can be undone and
+told in the user's words, and the priority class its head pod got (`pinned`); `connection` is
+the kernel's connection info at the Service. Nothing here keeps state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kernel_queue import errors
+from kernel_queue.kube import kueue
+from kernel_queue.kube.objects import manifests, preflight
+from kernel_queue.model import ConnectionInfo, GroupSpec, short_id
+
+Obj = dict[str, Any]
+Create = Callable[[kueue.Kind, Obj], Awaitable[Obj]]
+
+
+@dataclass
+class Progress:
+    """What a launch created so far (to undo on failure) and what it was doing."""
+
+    created: list[tuple[kueue.Kind, str]] = field(default_factory=list)
+    doing: str = "create its objects"
+    priority_class: str | None = None
+    """The priority class on the head pod as the API server stored it: the kernelspec's, the
+    template's, or the one Kueue's webhook gave it (0.20's `default`); None for none."""
+
+
+def pinned(spec: GroupSpec, progress: Progress) -> GroupSpec:
+    """`spec` with the priority class the launch's head pod got, for the group's later pods
+    (replacements after a preemption), so each carries it explicitly (see `manifests`)."""
+    return replace(spec, priority_class=progress.priority_class or spec.priority_class)
+
+
+async def create_launch(
+    spec: GroupSpec,
+    group: str,
+    launch: int,
+    *,
+    owner: str,
+    create: Create,
+    progress: Progress,
+    launcher: str | None = None,
+) -> str:
+    """Create the kernel's objects for launch `launch` of group `group`; return the address
+    clients connect to. A relaunch (launch > 0) finds the Secret and Service of the first one
+    and leaves them out of `progress.created`. `launcher`: the ConfigMap of the delivered
+    launcher the pods run (`manifests.pods`)."""
+    who, namespace = f"kernel {short_id(spec.kernel_id)}", spec.namespace
+    service: Obj = {}
+    for kind, body, word in (
+        (kueue.SECRETS, manifests.secret(spec, owner=owner), "Secret"),
+        (kueue.SERVICES, manifests.service(spec, owner=owner), "Service"),
+    ):
+        progress.doing = f"create its {word} {body['metadata']['name']}"
+        service = await create(kind, body)
+        if launch == 0:  # a relaunch keeps the key and the address of the first
+            progress.created.append((kind, body["metadata"]["name"]))
+    address = _address(spec, service, who)
+    pods = manifests.pods(
+        spec,
+        group,
+        0,
+        kernel_env=dict(spec.env),
+        checkpoint_claim=preflight.claim(spec),
+        owner=owner,
+        launcher=launcher,
+    )
+    for pod in pods:
+        progress.doing = f"create its pod {pod['metadata']['name']}"
+        made = await create(kueue.PODS, pod)
+        progress.created.append((kueue.PODS, made["metadata"]["name"]))
+        if pod is pods[0]:
+            labels = (made.get("metadata") or {}).get("labels") or {}
+            progress.priority_class = labels.get(kueue.PRIORITY_CLASS_LABEL) or None
+        if not kueue.is_gated(made) and not kueue.is_managed(made):
+            raise errors.ConfigError(
+                f"{who}: namespace {namespace!r} is not managed by Kueue (its pod was created "
+                "without Kueue's admission gate, so it would run unqueued); nothing was left "
+                "behind. Use a namespace Kueue manages (managedJobsNamespaceSelector) or set "
+                "`namespace` in the kernelspec."
+            )
+    return address
+
+
+def connection(spec: GroupSpec, address: str) -> ConnectionInfo:
+    """The kernel's connection info: `address` and the fixed in-pod ports."""
+    ports = manifests.KERNEL_PORTS
+    return replace(
+        spec.connection,
+        ip=address,
+        shell_port=ports["shell"],
+        iopub_port=ports["iopub"],
+        stdin_port=ports["stdin"],
+        control_port=ports["control"],
+        hb_port=ports["hb"],
+    )
+
+
+def _address(spec: GroupSpec, service: Obj, who: str) -> str:
+    """The Service's cluster IP ("" for "connect": "pod-ip", known once the head pod runs)."""
+    if spec.connect == "pod-ip":
+        return ""
+    address = (service.get("spec") or {}).get("clusterIP")
+    if not address or address == "None":
+        raise errors.LaunchFailed(
+            f"{who}: Service {service['metadata']['name']} got no cluster IP; check the "
+            'cluster\'s Service CIDR, or set "connect": "pod-ip"'
+        )
+    return str(address)
