@@ -17,7 +17,7 @@ from kernel_queue.kube.queueing.status import (
     saved_message,
 )
 from kernel_queue.model import GroupPhase, QueuePlace
-from tests.kube_pieces.test_kube_status import cond, pod
+from tests.kube_pieces.statuses import cond, pod
 
 P = GroupPhase
 SAVED = "saved 3 variables, 1.2 MB"
@@ -39,87 +39,58 @@ def workload(*conditions: dict[str, Any], active: bool | None, ours: bool = True
     return {"metadata": meta, "spec": spec, "status": {"conditions": list(conditions)}}
 
 
+def reads(phase: GroupPhase, message: str) -> Any:
+    """A maker of cases of a Workload and its pods that read as `phase` with `message`."""
+
+    def case(wl: dict[str, Any], pods: list[dict[str, Any]], id: str) -> Any:
+        return pytest.param(wl, pods, phase, message, id=id)
+
+    return case
+
+
+parking, parked, waits = (
+    reads(P.PARKING, PARKING_MESSAGE),
+    reads(P.PARKED, SAVED),
+    reads(P.QUEUED, SAVED),
+)
+LIVE = [pod("Running", ready=True)]
+STOPPED = [pod("Failed", exit_code=143, said=SAVED)]
+GATED = [pod(gated=True)]
+BY_KUEUE = cond("Evicted", True, "DeactivatedDueToRequeuingLimitExceeded", "The workload …")
+
+
 @pytest.mark.parametrize(
     ("wl", "pods", "phase", "message"),
     [
-        pytest.param(
-            workload(*RESERVED, active=False),
-            [pod("Running", ready=True)],
-            P.PARKING,
-            PARKING_MESSAGE,
-            id="patched-not-yet-evicted",
-        ),
-        pytest.param(
+        parking(workload(*RESERVED, active=False), LIVE, "patched-not-yet-evicted"),
+        parking(
             workload(*RESERVED, DEACTIVATED, active=False),
             [pod("Running", ready=True, deleting=True)],
-            P.PARKING,
-            PARKING_MESSAGE,
-            id="its-pod-saves-and-stops",
+            "its-pod-saves-and-stops",
         ),
-        pytest.param(
-            workload(*RESERVED, DEACTIVATED, active=False),
-            [pod("Failed", exit_code=143, said=SAVED)],
-            P.PARKING,
-            PARKING_MESSAGE,
-            id="pod-gone-quota-still-counted",
+        parking(
+            workload(*RESERVED, DEACTIVATED, active=False), STOPPED, "pod-gone-quota-still-counted"
         ),
-        pytest.param(
-            workload(*RELEASED, DEACTIVATED, active=False),
-            [pod("Failed", exit_code=143, said=SAVED)],
-            P.PARKED,
-            SAVED,
-            id="quota-released",
-        ),
-        pytest.param(
-            workload(*RELEASED, DEACTIVATED, active=False),
-            [pod(gated=True)],
-            P.PARKED,
-            SAVED,
-            id="with-its-gated-replacement",
-        ),
-        pytest.param(
-            workload(*RELEASED, DEACTIVATED, active=True),
-            [pod(gated=True)],
-            P.QUEUED,
-            SAVED,
-            id="woken-waits-in-its-queue",
-        ),
-        pytest.param(
+        parked(workload(*RELEASED, DEACTIVATED, active=False), STOPPED, "quota-released"),
+        parked(workload(*RELEASED, DEACTIVATED, active=False), GATED, "with-its-gated-replacement"),
+        waits(workload(*RELEASED, DEACTIVATED, active=True), GATED, "woken-waits-in-its-queue"),
+        waits(
             workload(*RELEASED, DEACTIVATED, active=False, ours=False),
-            [pod("Failed", exit_code=143, said=SAVED)],
-            P.QUEUED,
-            SAVED,
-            id="stopped-by-someone-else-waits-to-be-active",
+            STOPPED,
+            "stopped-by-someone-else-waits-to-be-active",
         ),
-        pytest.param(
-            workload(
-                *RELEASED,
-                cond("Evicted", True, "DeactivatedDueToRequeuingLimitExceeded", "The workload …"),
-                active=False,
-                ours=False,
-            ),
+        waits(
+            workload(*RELEASED, BY_KUEUE, active=False, ours=False),
             [pod("Failed", exit_code=143)],
-            P.QUEUED,
-            SAVED,
-            id="deactivated-by-kueue-waits-to-be-active",
+            "deactivated-by-kueue-waits-to-be-active",
         ),
-        pytest.param(
-            workload(
-                *RELEASED,
-                cond("Evicted", True, "DeactivatedDueToRequeuingLimitExceeded", "The workload …"),
-                active=False,
-            ),
+        waits(
+            workload(*RELEASED, BY_KUEUE, active=False),
             [pod("Failed", exit_code=143)],
-            P.QUEUED,
-            SAVED,
-            id="woken-by-someone-else-then-deactivated-by-kueue",
+            "woken-by-someone-else-then-deactivated-by-kueue",
         ),
         pytest.param(
-            workload(*RESERVED, active=None),
-            [pod("Running", ready=True)],
-            P.RUNNING,
-            "",
-            id="no-active-field-is-active",
+            workload(*RESERVED, active=None), LIVE, P.RUNNING, "", id="no-active-field-is-active"
         ),
     ],
 )

@@ -434,7 +434,7 @@ def test_a_group_that_never_fits_names_pod_group_size_in_the_fix() -> None:
 def test_a_groups_needs_count_the_whole_group() -> None:
     from dataclasses import replace
 
-    from tests.kube_pieces.test_manifests import SPEC
+    from tests.kube_pieces.specs import SPEC
 
     assert replace(SPEC, gpus=1, pod_group_size=1, cpu=None, memory=None).needs() == "1 GPU"
     group = replace(SPEC, gpus=1, pod_group_size=2, cpu=None, memory=None)

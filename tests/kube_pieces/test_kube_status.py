@@ -8,65 +8,9 @@ import pytest
 
 from kernel_queue.kube.queueing.status import group_status, needs_replacement, saved_message
 from kernel_queue.model import GroupPhase, QueuePlace
+from tests.kube_pieces.statuses import cond, pod, workload
 
 P = GroupPhase
-ADMISSION = "kueue.x-k8s.io/admission"
-
-
-def cond(kind: str, status: bool = True, reason: str = "", message: str = "") -> dict[str, Any]:
-    return {
-        "type": kind,
-        "status": "True" if status else "False",
-        "reason": reason,
-        "message": message,
-    }
-
-
-def workload(*conditions: dict[str, Any], flavors: tuple[str, ...] = ()) -> dict[str, Any]:
-    wl: dict[str, Any] = {"metadata": {"name": "kq-1"}, "status": {"conditions": list(conditions)}}
-    if flavors:
-        wl["status"]["admission"] = {
-            "podSetAssignments": [{"flavors": {"nvidia.com/gpu": f}} for f in flavors]
-        }
-    return wl
-
-
-def pod(
-    phase: str = "Pending",
-    *,
-    gated: bool = False,
-    ready: bool = False,
-    waiting: tuple[str, str] | None = None,
-    exit_code: int | None = None,
-    deleting: bool = False,
-    created: str = "2026-11-30T00:00:00Z",
-    ip: str = "127.10.0.5",
-    said: str = "",
-) -> dict[str, Any]:
-    state: dict[str, Any] = {"running": {}}
-    if waiting:
-        state = {"waiting": {"reason": waiting[0], "message": waiting[1]}}
-    if exit_code is not None:
-        state = {"terminated": {"exitCode": exit_code, "message": said}}
-    meta: dict[str, Any] = {
-        "name": "kq-1-head-0",
-        "creationTimestamp": created,
-        "labels": {"kernel-queue.dev/role": "head"},
-    }
-    if deleting:
-        meta["deletionTimestamp"] = created
-    return {
-        "metadata": meta,
-        "spec": {"schedulingGates": [{"name": ADMISSION}] if gated else []},
-        "status": {
-            "phase": phase,
-            "podIP": ip,
-            "conditions": [cond("Ready", ready)],
-            "containerStatuses": [{"name": "kernel", "state": state}],
-        },
-    }
-
-
 ADMITTED = (cond("QuotaReserved"), cond("Admitted"))
 PLACE = QueuePlace("user-queue", 2, 3)
 

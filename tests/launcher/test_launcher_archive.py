@@ -20,7 +20,7 @@ from jupyter_client.blocking import BlockingKernelClient
 from kernel_queue.kube.objects import launcher_archive, manifests
 from kernel_queue.launcher import settings
 from tests.kube import images
-from tests.kube_pieces.test_manifests import GROUP, SPEC
+from tests.kube_pieces.specs import GROUP, SPEC
 
 ALLOWED = {"ipykernel", "IPython", "traitlets", "zmq", "dill", "numpy", "blake3"}
 """Libraries the archive's own modules may import besides the stdlib and each other: what every
