@@ -12,7 +12,7 @@ import pytest
 
 from kernel_queue.machine import client
 from tests.conftest import KernelspecFactory, Server
-from tests.machine.test_machine_system import Machine
+from tests.machine.system import Machine
 
 
 @pytest.fixture
