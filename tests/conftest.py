@@ -19,6 +19,7 @@ from tornado.httpclient import HTTPClientError
 
 from kernel_queue.events import SCHEMA_ID
 from tests import polling
+from tests.messages import execute_request
 
 # pytest-jupyter's core plugin first: the fake cluster's tests (packages/fake-cluster/tests, run
 # beside these) name it in their own conftest, and a plugin imported before it is registered
@@ -155,11 +156,39 @@ class Server:
 
         return backends.get_backend("local", owner=self.app.kernel_manager, config=None, log=None)
 
-    async def start(self, name: str) -> str:
-        response = await self.fetch(
-            "api", "kernels", method="POST", body=json.dumps({"name": name})
-        )
+    async def start(self, name: str, kernel_id: str | None = None) -> str:
+        """POST a kernel of kernelspec `name` (with the id the client asks for, if given)."""
+        body = {"name": name} | ({"kernel_id": kernel_id} if kernel_id else {})
+        response = await self.fetch("api", "kernels", method="POST", body=json.dumps(body))
         return str(json.loads(response.body)["id"])
+
+    async def start_running(self, name: str) -> str:
+        """Start a kernel of `name` and wait until it runs a cell (`1` answers `1`)."""
+        kernel_id = await self.start(name)
+        assert (await self.execute(kernel_id, "1"))["data"] == "1"
+        return kernel_id
+
+    async def hold_and_queue(self, name: str) -> tuple[str, str]:
+        """A running kernel of `name` holding what it asked for, and a second one waiting first
+        in line behind it: (holder, queued)."""
+        holder = await self.start_running(name)
+        queued = await self.start(name)
+        await self.wait_reason(queued, "position 1 of 1")
+        return holder, queued
+
+    async def start_in_notebook(self, name: str, path: str) -> str:
+        """POST a session of notebook `path` with a kernel of `name`, as JupyterLab does when it
+        opens a notebook; the kernel's id."""
+        body = {"path": path, "name": path, "type": "notebook", "kernel": {"name": name}}
+        response = await self.fetch("api", "sessions", method="POST", body=json.dumps(body))
+        return str(json.loads(response.body)["kernel"]["id"])
+
+    def queue_state(self, kernel_id: str) -> str:
+        """The kernel's state as the queue's status says it (`parked`, `running`, ...)."""
+        from kernel_queue.server import kernels
+
+        status = kernels.queue_status(self.app.kernel_manager.get_kernel(kernel_id))
+        return str((status or {}).get("state"))
 
     async def model(self, kernel_id: str) -> dict[str, Any]:
         response = await self.fetch("api", "kernels", kernel_id, method="GET")
@@ -309,6 +338,30 @@ class Listener:
     async def _read(self) -> None:
         while (raw := await self.ws.read_message()) is not None:
             self.messages.append(json.loads(raw))
+
+    async def send(self, code: str) -> str:
+        """Send a cell on this websocket, as JupyterLab does; its msg_id."""
+        request = execute_request(code)
+        request["content"]["store_history"] = False
+        await self.ws.write_message(json.dumps(request))
+        return str(request["header"]["msg_id"])
+
+    def replies(self, msg_id: str) -> list[dict[str, Any]]:
+        """The messages received so far whose parent is `msg_id`."""
+        return [m for m in self.messages if m.get("parent_header", {}).get("msg_id") == msg_id]
+
+    async def finished(self, server: Server, msg_id: str) -> list[dict[str, Any]]:
+        """The cell's messages once its reply and its idle status came (on two sockets, shell
+        and IOPub, so in either order)."""
+
+        def done() -> bool:
+            kinds = {
+                (m["msg_type"], m["content"].get("execution_state")) for m in self.replies(msg_id)
+            }
+            return ("status", "idle") in kinds and ("execute_reply", None) in kinds
+
+        await server.wait_for(done, what=f"cell {msg_id[:8]} finished", within=120)
+        return self.replies(msg_id)
 
     def text(self) -> str:
         return "".join(

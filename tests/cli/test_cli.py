@@ -183,10 +183,7 @@ async def test_status_lists_kernels_with_their_place_in_the_queue(
     user_env: dict[str, str],
 ) -> None:
     name = kernelspec(gpus=2)
-    running = await server.start(name)
-    assert (await server.execute(running, "1"))["data"] == "1"
-    queued = await server.start(name)
-    await server.wait_reason(queued, "position 1 of 1")
+    running, queued = await server.hold_and_queue(name)
 
     token = jp_auth_header["Authorization"].split()[-1]
     url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
@@ -235,8 +232,7 @@ async def test_park_and_resume_a_kernel_by_the_short_id_status_prints(
     checkpoint = {"enabled": True, "path": str(tmp_path / "checkpoints"), "grace_seconds": 60}
     kernel = await server.start(kernelspec("saving", gpus=1, checkpoint=checkpoint))
     assert (await server.execute(kernel, "x = 41"))["status"] == "ok"
-    plain = await server.start(kernelspec("plain", gpus=1))
-    assert (await server.execute(plain, "1"))["data"] == "1"
+    plain = await server.start_running(kernelspec("plain", gpus=1))
     token = jp_auth_header["Authorization"].split()[-1]
     url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
     where = ["--url", url, "--token", token]

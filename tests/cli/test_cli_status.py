@@ -36,8 +36,7 @@ async def test_status_shows_each_kernels_notebook_its_wait_and_the_capacity(
     jp_auth_header: dict[str, str],
     user_env: dict[str, str],
 ) -> None:
-    running = await server.start(kernelspec("one", gpus=1))
-    assert (await server.execute(running, "1"))["data"] == "1"
+    running = await server.start_running(kernelspec("one", gpus=1))
     waiting = await server.start(kernelspec("two", gpus=2))
     await server.wait_reason(waiting, "position 1 of 1")
     await open_notebook(server, "work/analysis.ipynb", running)

@@ -231,8 +231,7 @@ HOST_IPC = {"spec": {"hostIPC": True}}
 async def test_an_exception_the_admin_allows_reaches_the_pod(
     server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    kernel = await server.start(kube_spec(kernelspec, pod_template=HOST_IPC))
-    assert (await server.execute(kernel, "1"))["data"] == "1"
+    kernel = await server.start_running(kube_spec(kernelspec, pod_template=HOST_IPC))
     pods = plane.objects("", "pods", "default", f"kernel-queue.dev/kernel-id={kernel}")
     assert [p["spec"].get("hostIPC") for p in pods] == [True]
     await server.shutdown(kernel)

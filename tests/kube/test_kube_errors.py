@@ -159,8 +159,7 @@ async def test_a_pod_that_fails_before_it_is_ready_leaves_nothing(
 async def test_admission_timeout_ends_the_wait_and_deletes_the_group(
     server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    holder = await server.start(kube_spec(kernelspec))
-    assert (await server.execute(holder, "1"))["data"] == "1"
+    holder = await server.start_running(kube_spec(kernelspec))
     impatient, reason = await failure(
         server, kube_spec(kernelspec, "impatient", admission_timeout=1)
     )

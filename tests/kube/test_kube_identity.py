@@ -11,16 +11,18 @@ import pytest
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, labelled, ours, wait_clean
-from tests.local.test_local_identity import TWIN_A, TWIN_B, start_with_id
+
+TWIN_A = "1a2b3c4d-0000-4000-8000-00000000000a"  # the first eight hex digits shared
+TWIN_B = "1a2b3c4d-0000-4000-8000-00000000000b"
 
 
 async def test_two_kernels_whose_ids_share_eight_hex_digits_have_their_own_objects(
     server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
     name = kube_spec(kernelspec, gpus=0)
-    assert await start_with_id(server, name, TWIN_A) == TWIN_A
+    assert await server.start(name, TWIN_A) == TWIN_A
     assert (await server.execute(TWIN_A, "secret = 'only in a'; 1", within=120))["data"] == "1"
-    assert await start_with_id(server, name, TWIN_B) == TWIN_B
+    assert await server.start(name, TWIN_B) == TWIN_B
     assert (await server.execute(TWIN_B, "secret", within=120))["error"] == "NameError"
     a, b = labelled(plane, TWIN_A), labelled(plane, TWIN_B)
     for plural in ("pods", "services", "secrets"):
@@ -36,7 +38,7 @@ async def test_two_kernels_whose_ids_share_eight_hex_digits_have_their_own_objec
 async def test_a_hostile_kernel_id_is_refused_and_creates_nothing_in_the_cluster(
     server: Server, kernelspec: KernelspecFactory, plane: Plane, kernel_id: str
 ) -> None:
-    started = await start_with_id(server, kube_spec(kernelspec, gpus=0), kernel_id)
+    started = await server.start(kube_spec(kernelspec, gpus=0), kernel_id)
     model: dict[str, Any] = {}
 
     async def dead() -> bool:

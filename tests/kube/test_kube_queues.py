@@ -15,7 +15,6 @@ import pytest
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.planes import Plane
 from tests.kube.support import GPU_QUOTA, gone, kube_spec, ours, settled, wait_clean
-from tests.server.test_queues_endpoint import start_in_notebook
 
 OTHER_NAMESPACE = "team-alice"
 OTHER_WORKLOAD = "alice-secret-analysis"
@@ -100,9 +99,9 @@ async def test_the_queue_counts_its_own_kernels_and_never_names_another_users_wo
         lambda: admitted(plane, OTHER_NAMESPACE, OTHER_WORKLOAD), what="alice's Workload admitted"
     )
     name = kube_spec(kernelspec)
-    holder = await start_in_notebook(server, name, "work/first.ipynb")
+    holder = await server.start_in_notebook(name, "work/first.ipynb")
     assert (await settled(server, holder))["live"]
-    waiting = await start_in_notebook(server, name, "work/second.ipynb")
+    waiting = await server.start_in_notebook(name, "work/second.ipynb")
     await server.wait_reason(waiting, "position 1 of 1")  # alice holds the other GPU
 
     entry = await user_queue_shows(server, admitted=1, pending=1, holders=[holder])
@@ -143,7 +142,7 @@ async def test_the_queue_counts_its_own_kernels_and_never_names_another_users_wo
 async def test_a_local_queue_the_api_keeps_failing_on_is_a_sentence_and_the_kernel_runs_on(
     server: Server, kernelspec: KernelspecFactory, plane: Plane, answer: str
 ) -> None:
-    kernel = await start_in_notebook(server, kube_spec(kernelspec), "work/first.ipynb")
+    kernel = await server.start_in_notebook(kube_spec(kernelspec), "work/first.ipynb")
     assert (await settled(server, kernel))["live"]
     plane.fail_next("get", "localqueues", 500, count=1000)
     text, by_name = await listing(server)  # a 200: `listing` raises on any other answer
@@ -205,7 +204,7 @@ async def test_a_local_queue_that_cannot_be_read_is_named_with_its_namespace_and
     lose: Callable[[Plane], None],
     sentence: str,
 ) -> None:
-    kernel = await start_in_notebook(server, kube_spec(kernelspec), "work/first.ipynb")
+    kernel = await server.start_in_notebook(kube_spec(kernelspec), "work/first.ipynb")
     assert (await settled(server, kernel))["live"]
     lose(plane)
     _, by_name = await listing(server)
@@ -247,9 +246,9 @@ async def test_a_kernel_in_its_kernelspecs_namespace_is_counted_in_that_namespac
     # Two LocalQueues named alike, in two namespaces: each entry reads its own namespace's.
     plane.set_quota("cluster-queue", "default-flavor", {**GPU_QUOTA, "nvidia.com/gpu": 2})
     a_second_namespace(plane)
-    here = await start_in_notebook(server, kube_spec(kernelspec), "work/here.ipynb")
+    here = await server.start_in_notebook(kube_spec(kernelspec), "work/here.ipynb")
     spec_there = kube_spec(kernelspec, "kube-b", namespace=SECOND_NAMESPACE)
-    there = await start_in_notebook(server, spec_there, "work/there.ipynb")
+    there = await server.start_in_notebook(spec_there, "work/there.ipynb")
     for kernel in (here, there):
         assert (await settled(server, kernel))["live"]
     seen: dict[str, Any] = {}

@@ -114,8 +114,7 @@ async def test_after_enough_admissions_a_waiting_kernel_gets_an_estimate(
     server: Server, kernelspec: KernelspecFactory, plane: Plane, event_log: Any
 ) -> None:
     name = kube_spec(kernelspec)
-    first = await server.start(name)
-    assert (await server.execute(first, "1"))["data"] == "1"
+    first = await server.start_running(name)
     kernels = [first]
     for _ in range(2):  # two more admissions in the queue, each after the one before ended
         waiting = await server.start(name)

@@ -11,7 +11,6 @@ import pytest
 from tests import cancel_race
 from tests.conftest import KernelspecFactory, Server, launcher_pids
 
-OFFSETS = (0.0, 0.001, 0.01, 0.1)
 REPEAT = 20
 
 
@@ -28,10 +27,9 @@ async def test_a_delete_at_any_moment_of_a_queued_start_answers_and_leaves_nothi
     server: Server, kernelspec: KernelspecFactory, url: str, token: str
 ) -> None:
     name = kernelspec(gpus=1)
-    holder = await server.start(name)
-    assert (await server.execute(holder, "1"))["data"] == "1"
+    holder = await server.start_running(name)
 
-    outcomes = await cancel_race.race(url, token, name, OFFSETS, REPEAT)
+    outcomes = await cancel_race.race(url, token, name, cancel_race.OFFSETS, REPEAT)
 
     assert not _failures(outcomes), _failures(outcomes)
     assert await server.kernel_ids() == {holder}
@@ -46,7 +44,7 @@ async def test_a_delete_while_the_admitted_kernel_starts_answers_and_leaves_noth
 ) -> None:
     name = kernelspec(gpus=1)
 
-    outcomes = await cancel_race.race(url, token, name, (*OFFSETS, 0.3), REPEAT // 4)
+    outcomes = await cancel_race.race(url, token, name, (*cancel_race.OFFSETS, 0.3), REPEAT // 4)
 
     assert not _failures(outcomes), _failures(outcomes)
     assert not await server.kernel_ids()

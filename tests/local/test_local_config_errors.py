@@ -227,8 +227,7 @@ async def test_admission_timeout_ends_the_wait_and_frees_the_place(
 ) -> None:
     busy = kernelspec("busy", gpus=2)
     patient = kernelspec("impatient", gpus=1, admission_timeout=1)
-    holder = await server.start(busy)
-    assert (await server.execute(holder, "1"))["data"] == "1"
+    holder = await server.start_running(busy)
     launchers = launcher_pids()
 
     waiter = await server.start(patient)

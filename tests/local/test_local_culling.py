@@ -24,8 +24,7 @@ async def test_the_culler_leaves_a_queued_kernel_alone(
     server: Server, kernelspec: KernelspecFactory
 ) -> None:
     keep = kernelspec("keep", gpus=1, metadata={"cull_idle_timeout": 3600})
-    holder = await server.start(keep)
-    assert (await server.execute(holder, "1"))["data"] == "1"
+    holder = await server.start_running(keep)
     queued = await server.start(kernelspec("gpu", gpus=1))
     await server.wait_reason(queued, "position 1 of 1")
     # No cell on it: with a 1 s idle timeout the culler may take it before a cell's answer

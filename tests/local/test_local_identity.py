@@ -17,19 +17,13 @@ TWIN_A = "1a2b3c4d-0000-4000-8000-00000000000a"
 TWIN_B = "1a2b3c4d-0000-4000-8000-00000000000b"
 
 
-async def start_with_id(server: Server, name: str, kernel_id: str) -> str:
-    body = json.dumps({"name": name, "kernel_id": kernel_id})
-    response = await server.fetch("api", "kernels", method="POST", body=body)
-    return str(json.loads(response.body)["id"])
-
-
 async def test_two_kernels_whose_ids_share_their_first_eight_hex_digits_are_two_kernels(
     server: Server, kernelspec: KernelspecFactory
 ) -> None:
     name = kernelspec(gpus=0)
-    assert await start_with_id(server, name, TWIN_A) == TWIN_A
+    assert await server.start(name, TWIN_A) == TWIN_A
     assert (await server.execute(TWIN_A, "secret = 'only in a'; 1"))["data"] == "1"
-    assert await start_with_id(server, name, TWIN_B) == TWIN_B
+    assert await server.start(name, TWIN_B) == TWIN_B
     # The second kernel is a kernel of its own: it does not see the first one's variables.
     assert (await server.execute(TWIN_B, "secret"))["error"] == "NameError"
     pids = "import os; os.getpid()"
@@ -69,7 +63,7 @@ async def test_a_kernel_id_that_is_not_a_lowercase_uuid_is_refused_and_creates_n
     victim = tmp_path / "root" / "victim"  # what `<checkpoint root>/../victim` would name
     victim.mkdir(parents=True)
     (victim / "precious").write_text("keep me")
-    started = await start_with_id(server, name, kernel_id)
+    started = await server.start(name, kernel_id)
     model: dict[str, Any] = {}
 
     async def dead() -> bool:

@@ -63,8 +63,7 @@ async def test_a_service_that_does_not_come_back_ends_the_leases_with_a_sentence
     from kernel_queue.machine import client
 
     monkeypatch.setattr(machine_link, "RECONNECT_SECONDS", 2.0)
-    running = await server.start(kernelspec(gpus=1))
-    assert (await server.execute(running, "1"))["data"] == "1"
+    running = await server.start_running(kernelspec(gpus=1))
     old = service_pid(server)
 
     def no_service(path: Path) -> None:
@@ -85,8 +84,9 @@ async def test_a_preempted_launcher_that_never_answers_loses_its_gpu_after_its_g
     server: Server, kernelspec: KernelspecFactory
 ) -> None:
     checkpoint = {"enabled": True, "grace_seconds": 4}
-    low = await server.start(kernelspec("low", gpus=2, priority_class="low", checkpoint=checkpoint))
-    assert (await server.execute(low, "1"))["data"] == "1"
+    low = await server.start_running(
+        kernelspec("low", gpus=2, priority_class="low", checkpoint=checkpoint)
+    )
     (stuck,) = launcher_pids((low,))
     os.kill(stuck, signal.SIGSTOP)  # it can no longer save, exit or answer anything
     try:

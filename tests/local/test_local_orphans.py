@@ -59,10 +59,7 @@ async def test_a_release_in_the_moment_of_admission_starts_no_launcher(
     server: Server, kernelspec: KernelspecFactory
 ) -> None:
     name = kernelspec(gpus=1)
-    holder = await server.start(name)
-    assert (await server.execute(holder, "1"))["data"] == "1"
-    queued = await server.start(name)
-    await server.wait_reason(queued, "position 1 of 1")
+    holder, queued = await server.hold_and_queue(name)
     releasing, following = release_on(server, ref_of(server, queued), GroupPhase.ADMITTED)
     await following.wait()
     await server.shutdown_and_wait(holder)  # admits `queued`, which is released at once
@@ -73,8 +70,7 @@ async def test_a_release_in_the_moment_of_admission_starts_no_launcher(
 async def test_a_kernel_released_while_it_is_preempted_never_comes_back(
     server: Server, kernelspec: KernelspecFactory
 ) -> None:
-    low = await server.start(kernelspec("low", gpus=1, priority_class="low"))
-    assert (await server.execute(low, "1"))["data"] == "1"
+    low = await server.start_running(kernelspec("low", gpus=1, priority_class="low"))
     releasing, following = release_on(server, ref_of(server, low), GroupPhase.EVICTED)
     await following.wait()
     high = await server.start(kernelspec("high", gpus=1, priority_class="high"))

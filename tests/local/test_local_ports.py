@@ -56,10 +56,7 @@ async def test_the_ports_of_a_queued_kernel_cannot_be_taken_and_it_runs_there_on
     server: Server, kernelspec: KernelspecFactory
 ) -> None:
     name = kernelspec(gpus=1)
-    holder = await server.start(name)
-    assert (await server.execute(holder, "1"))["data"] == "1"
-    queued = await server.start(name)
-    await server.wait_reason(queued, "position 1 of 1")
+    holder, queued = await server.hold_and_queue(name)
     ports = ports_of(server, queued)
     stolen = try_to_steal(ports)
     try:
@@ -80,8 +77,7 @@ async def test_the_ports_of_a_queued_kernel_cannot_be_taken_and_it_runs_there_on
 async def test_the_ports_of_a_preempted_kernel_cannot_be_taken_and_it_resumes_there(
     server: Server, kernelspec: KernelspecFactory
 ) -> None:
-    low = await server.start(kernelspec("low", gpus=1, priority_class="low"))
-    assert (await server.execute(low, "1"))["data"] == "1"
+    low = await server.start_running(kernelspec("low", gpus=1, priority_class="low"))
     ports = ports_of(server, low)
     high = await server.start(kernelspec("high", gpus=1, priority_class="high"))
     assert (await server.execute(high, "2"))["data"] == "2"

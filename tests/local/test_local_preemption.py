@@ -80,8 +80,7 @@ async def test_delete_of_a_queued_kernel_does_not_wait_for_admission(
     server: Server, kernelspec: KernelspecFactory
 ) -> None:
     name = kernelspec(gpus=1)
-    running = await server.start(name)
-    assert (await server.execute(running, "1"))["data"] == "1"
+    running = await server.start_running(name)
     launchers = launcher_pids()
     queued = await server.start(name)
     await server.wait_reason(queued, "position 1 of 1")

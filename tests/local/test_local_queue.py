@@ -37,8 +37,7 @@ async def test_a_kernel_without_gpus_sees_none_and_does_not_wait_for_them(
 ) -> None:
     gpu = kernelspec("gpu", gpus=2)
     cpu = kernelspec("cpu", gpus=0, queue="cpu", cpu="1")
-    holder = await server.start(gpu)
-    assert (await server.execute(holder, "1"))["data"] == "1"
+    holder = await server.start_running(gpu)
     plain = await server.start(cpu)
     result = await server.execute(plain, "import os; os.environ['CUDA_VISIBLE_DEVICES']")
     assert result["data"] == "''"
@@ -50,8 +49,7 @@ async def test_provisioner_info_lets_a_new_provisioner_reattach_and_poll(
 ) -> None:
     from kernel_queue.provisioner import QueuedKernelProvisioner
 
-    kernel = await server.start(kernelspec(gpus=1))
-    assert (await server.execute(kernel, "1"))["data"] == "1"
+    kernel = await server.start_running(kernelspec(gpus=1))
     km = server.app.kernel_manager.get_kernel(kernel)
     info = await km.provisioner.get_provisioner_info()
     assert info["group"]["kernel_id"] == kernel

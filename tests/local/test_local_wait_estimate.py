@@ -21,8 +21,7 @@ async def test_after_three_admissions_a_waiting_kernel_gets_an_estimate(
     server: Server, kernelspec: KernelspecFactory
 ) -> None:
     name = kernelspec(gpus=1)
-    running = await server.start(name)
-    assert (await server.execute(running, "1"))["data"] == "1"
+    running = await server.start_running(name)
     for _ in range(2):  # two more admissions, each once the kernel before was shut down
         waiting = await server.start(name)
         model = await server.wait_reason(waiting, "position 1 of 1")
