@@ -7,10 +7,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-SETUP = """
-import socket
-import numpy as np
-
+BARE_SETUP = """
 class Point:
     def __init__(self, x, y):
         self.x, self.y = x, y
@@ -19,9 +16,17 @@ class Point:
 
 count = 41
 settings = {"lr": 0.1, "layers": [64, 32]}
-weights = np.arange(50 * 2**20 // 8, dtype=np.float64)  # 50 MB
 square = lambda v: v * v
 origin = Point(3, 4)
+"""
+"""The part that needs no numpy, for kernels on a bare image."""
+BARE_CHECK = "(count, settings['layers'][1], square(7), origin.norm2())"
+
+SETUP = f"""
+import socket
+import numpy as np
+{BARE_SETUP}
+weights = np.arange(50 * 2**20 // 8, dtype=np.float64)  # 50 MB
 sock = socket.socket()
 """
 

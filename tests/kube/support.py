@@ -18,6 +18,25 @@ QUEUES = (REPO / "etc" / "kubernetes" / "queues.yaml").read_text()
 SERVER_TOKEN = "kernel-queue-server-token"
 ADMIN_TOKEN = "admin-token"
 GPU_QUOTA: dict[str, str | int] = {"cpu": 8, "memory": "32Gi", "nvidia.com/gpu": 1}
+CLAIM = "kernel-checkpoints"
+"""The checkpoint claim the kube tests' kernels save to (made with `PVC`)."""
+
+
+def pvc(name: str) -> str:
+    """A ReadWriteMany PersistentVolumeClaim `name` in namespace default, as YAML."""
+    return f"""
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: {name}, namespace: default}}
+spec:
+  accessModes: [ReadWriteMany]
+  resources: {{requests: {{storage: 10Gi}}}}
+"""
+
+
+PVC = pvc(CLAIM)
+CHECKPOINT = {"enabled": True, "claim": CLAIM, "grace_seconds": 30}
+
 OURS = "app.kubernetes.io/managed-by=kernel-queue"
 OWNER = "test-server"
 """The test server's `c.KubernetesBackend.owner_id`."""

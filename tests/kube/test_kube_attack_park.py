@@ -10,49 +10,25 @@ import pytest
 from kernel_queue import errors
 from kernel_queue.backends.kubernetes import groups
 from kernel_queue.kube import kueue
-from kernel_queue.model import GroupPhase, GroupRef, StopCause
-from tests.contract import Contract, Followed
-from tests.kube import parking
-from tests.kube.parking import backend_settings, execute, kube, workload  # noqa: F401 - fixtures
+from kernel_queue.model import GroupPhase, StopCause
+from tests.contract import Contract
+from tests.kube.parking import (  # noqa: F401 - fixtures
+    RETRYING_FOR_A_SECOND,
+    backend_settings,
+    execute,
+    kube,
+    nothing_left,
+    parked,
+    released,
+    running,
+    shut_down,
+    woken,
+    workload,
+)
 from tests.kube.planes import Plane
-from tests.kube.support import labelled
 from tests.polling import until
 
 P = GroupPhase
-
-
-async def running(tested: Contract) -> tuple[GroupRef, Followed]:
-    ref = await tested.backend.submit(tested.spec("low"))
-    followed = tested.follow(ref)
-    await followed.running(ref)
-    await execute(ref, followed, "x = 41")
-    return ref, followed
-
-
-async def parked(tested: Contract) -> tuple[GroupRef, Followed]:
-    ref, followed = await running(tested)
-    await tested.backend.park(ref, grace=30)
-    await followed.until(lambda f: f.phase is P.PARKED)
-    return ref, followed
-
-
-async def shut_down(tested: Contract, ref: GroupRef) -> None:
-    """As the server shuts a kernel down: stop it (its checkpoints go with it), release it."""
-    await tested.backend.stop(ref, grace=30, cause=StopCause.SHUTDOWN)
-    await tested.backend.release(ref)
-
-
-async def nothing_left(plane: Plane, *refs: GroupRef, parked: bool = False) -> None:
-    """Nothing of the kernels in the cluster; `parked`: ended while parked, their checkpoints
-    are gone too (the cleanup pod's; a running kernel's are its own launcher's to delete)."""
-    await until(
-        lambda: not any(labelled(plane, ref.kernel_id) for ref in refs),
-        "nothing of the kernels left in the cluster",
-        within=30,
-        detail=lambda: [labelled(plane, ref.kernel_id) for ref in refs],
-    )
-    claim = plane.claim_dir("default", parking.CLAIM)
-    assert not parked or not any((claim / ref.kernel_id).exists() for ref in refs)
 
 
 @pytest.mark.parametrize(
@@ -111,7 +87,7 @@ async def test_watches_lost_while_it_parks_and_while_parked_change_nothing(
     await nothing_left(plane, ref)
 
 
-@pytest.mark.parametrize("backend_settings", [{"api_retry_seconds": 1.0}])
+@RETRYING_FOR_A_SECOND
 async def test_a_wake_the_api_server_keeps_refusing_is_said_and_a_later_one_wakes_it(
     kube: Contract,  # noqa: F811 - the fixture imported above
     plane: Plane,

@@ -13,11 +13,18 @@ import pytest
 from kernel_queue.kube.queueing.status import needs_replacement
 from kernel_queue.model import GroupPhase
 from tests.contract import Contract
-from tests.kube.parking import backend_settings, execute, kube, workload  # noqa: F401 - fixtures
+from tests.kube.parking import (  # noqa: F401 - fixtures
+    backend_settings,
+    execute,
+    kube,
+    nothing_left,
+    running,
+    shut_down,
+    workload,
+)
 from tests.kube.planes import Plane
-from tests.kube.test_kube_attack_park import nothing_left, running, shut_down
-from tests.kube_pieces.test_kube_status import cond, pod
-from tests.kube_pieces.test_kube_status import workload as status_workload
+from tests.kube_pieces.statuses import cond, pod
+from tests.kube_pieces.statuses import workload as status_workload
 
 P = GroupPhase
 

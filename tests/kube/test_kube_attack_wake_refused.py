@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from kernel_queue.server import kernels
 from tests.conftest import KernelspecFactory, Server
-from tests.kube.parking import CHECKPOINT, PVC
 from tests.kube.planes import Plane
-from tests.kube.support import kube_spec, wait_clean
+from tests.kube.support import CHECKPOINT, PVC, kube_spec, wait_clean
 
 
 @pytest.fixture
@@ -25,8 +25,9 @@ async def test_a_cell_whose_wake_the_api_server_refuses_is_answered_with_the_rea
     plane.apply(PVC)
     kernel = await server.start(kube_spec(kernelspec, "saved", checkpoint=CHECKPOINT))
     assert (await server.execute(kernel, "x = 41"))["status"] == "ok"
-    provisioner = server.app.kernel_manager.get_kernel(kernel).provisioner
-    await provisioner.park_kernel()
+    session = kernels.session_of(server.app.kernel_manager.get_kernel(kernel))
+    assert session is not None
+    await session.park()
     await server.wait_reason(kernel, "GPU released")
     plane.fail_next("patch", "workloads", status=503, count=1000)
     try:

@@ -22,18 +22,8 @@ from tests.checkpoint_scenario import (
 )
 from tests.conftest import KernelspecFactory, Listener, Server
 from tests.kube.planes import Plane
-from tests.kube.support import kube_spec, labelled, ours, wait_clean
+from tests.kube.support import CHECKPOINT, CLAIM, PVC, kube_spec, labelled, ours, wait_clean
 
-CLAIM = "kernel-checkpoints"
-PVC = f"""
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {{name: {CLAIM}, namespace: default}}
-spec:
-  accessModes: [ReadWriteMany]
-  resources: {{requests: {{storage: 10Gi}}}}
-"""
-CHECKPOINT = {"enabled": True, "claim": CLAIM, "grace_seconds": 30}
 UNBOUND_PVC = PVC.replace("spec:\n", "spec:\n  storageClassName: rwx-nobody-provides\n")
 """The claim, naming a StorageClass no provisioner serves: it stays Pending on both planes."""
 

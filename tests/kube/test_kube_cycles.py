@@ -8,8 +8,7 @@ import pytest
 from tests.conftest import KernelspecFactory, Server
 from tests.cycle_torture import torture
 from tests.kube.planes import Plane
-from tests.kube.support import kube_spec, wait_clean
-from tests.kube.test_kube_checkpoint import CHECKPOINT, PVC
+from tests.kube.support import CHECKPOINT, PVC, kube_spec, wait_clean
 
 pytestmark = pytest.mark.timeout(900)
 

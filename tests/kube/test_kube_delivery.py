@@ -18,9 +18,10 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from kernel_queue.kube import kueue
 from kernel_queue.kube.objects import launcher_archive
+from tests.checkpoint_scenario import BARE_CHECK, BARE_SETUP
 from tests.conftest import KernelspecFactory, Server
 from tests.kube import images
-from tests.kube.support import RBAC, REPO, kube_spec, ours, wait_clean
+from tests.kube.support import RBAC, REPO, kube_spec, ours, pvc, wait_clean
 
 EXAMPLE = REPO / "kernelspecs" / "kubernetes-gpu-example" / "kernel.json"
 LAUNCHERS = f"{kueue.COMPONENT_LABEL}={kueue.LAUNCHER_COMPONENT}"
@@ -54,19 +55,6 @@ def example_spec(jp_kernel_dir: Path, **changes: Any) -> str:
     return "kubernetes-gpu-example"
 
 
-def claim(cluster: FakeCluster, name: str) -> None:
-    cluster.apply(
-        f"""
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {{name: {name}, namespace: default}}
-spec:
-  accessModes: [ReadWriteMany]
-  resources: {{requests: {{storage: 10Gi}}}}
-"""
-    )
-
-
 def launcher_configmaps(cluster: FakeCluster) -> list[str]:
     items, _ = cluster.store.list_objects("", "configmaps", None, labels=LAUNCHERS)
     return sorted(i["metadata"]["name"] for i in items)
@@ -75,7 +63,7 @@ def launcher_configmaps(cluster: FakeCluster) -> list[str]:
 async def test_the_example_kernelspec_runs_on_an_image_with_ipykernel_only(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, jp_kernel_dir: Path
 ) -> None:
-    claim(cluster, "notebook-checkpoints")
+    cluster.apply(pvc("notebook-checkpoints"))
     kernel = await server.start(example_spec(jp_kernel_dir))
     reply = await server.execute(kernel, "import sys; print(sys.prefix); 6 * 7", within=120)
     assert reply["data"] == "42"
@@ -163,28 +151,13 @@ async def test_a_missing_launcher_config_map_fails_in_a_sentence_and_is_made_aga
     await server.shutdown(back)
 
 
-BARE_SETUP = """
-class Point:
-    def __init__(self, x, y):
-        self.x, self.y = x, y
-    def norm2(self):
-        return self.x * self.x + self.y * self.y
-
-count = 41
-settings = {"lr": 0.1, "layers": [64, 32]}
-square = lambda v: v * v
-origin = Point(3, 4)
-"""
-BARE_CHECK = "(count, settings['layers'][1], square(7), origin.norm2())"
-
-
 async def test_a_kernel_on_an_ipykernel_only_image_is_preempted_saved_and_restored(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, jp_kernel_dir: Path
 ) -> None:
     """The example's checkpoints need dill, which the image lacks: the archive's own copy
     (bundled from the server's environment) saves a lambda and a class of the notebook, and
     without numpy nothing asks for it."""
-    claim(cluster, "notebook-checkpoints")
+    cluster.apply(pvc("notebook-checkpoints"))
     low = await server.start(
         example_spec(
             jp_kernel_dir,

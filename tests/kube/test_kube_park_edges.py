@@ -15,34 +15,23 @@ from kernel_queue import errors
 from kernel_queue.model import GroupPhase, GroupRef, StopCause
 from tests.contract import Contract, Followed
 from tests.kube import parking
-from tests.kube.parking import backend_settings, execute, kube, workload  # noqa: F401 - fixtures
+from tests.kube.parking import (  # noqa: F401 - fixtures
+    RETRYING_FOR_A_SECOND,
+    backend_settings,
+    execute,
+    kube,
+    nothing_left,
+    released,
+    restored,
+    running,
+    woken,
+    workload,
+)
 from tests.kube.planes import Plane
 from tests.kube.support import RBAC, labelled
 from tests.polling import until
 
 P = GroupPhase
-
-
-async def running(tested: Contract) -> tuple[GroupRef, Followed]:
-    ref = await tested.backend.submit(tested.spec("low"))
-    followed = tested.follow(ref)
-    await followed.running(ref)
-    await execute(ref, followed, "x = 41")
-    return ref, followed
-
-
-def restored(printed: str, output: str) -> bool:
-    """The first cell after a restore prints what was restored, then its own output."""
-    return printed.startswith("restored 1 variable") and printed.endswith("\n" + output)
-
-
-async def nothing_left(plane: Plane, *refs: GroupRef) -> None:
-    await until(
-        lambda: not any(labelled(plane, ref.kernel_id) for ref in refs),
-        "nothing of the kernels left in the cluster",
-        within=30,
-        detail=lambda: [labelled(plane, ref.kernel_id) for ref in refs],
-    )
 
 
 @pytest.mark.parametrize(
@@ -65,15 +54,12 @@ async def test_the_park_and_resume_patches_are_retried_through_passing_faults(
     await followed.until(lambda f: f.phase is P.PARKED)
     assert workload(plane, ref.name)["spec"]["active"] is False
     plane.fail_next("patch", "workloads", **fault)
-    await kube.backend.resume(ref)
-    await followed.running(ref)
-    assert restored(await execute(ref, followed, "print(x + 1)"), "42\n")
+    await woken(kube, ref, followed)
     assert plane.faults_pending == 0
-    await kube.backend.release(ref)
-    await nothing_left(plane, ref)
+    await released(kube, plane, ref)
 
 
-@pytest.mark.parametrize("backend_settings", [{"api_retry_seconds": 1.0}])
+@RETRYING_FOR_A_SECOND
 async def test_a_park_the_api_server_keeps_refusing_is_said_and_the_kernel_runs_on(
     kube: Contract,  # noqa: F811 - the fixture imported above
     plane: Plane,
@@ -92,8 +78,7 @@ async def test_a_park_the_api_server_keeps_refusing_is_said_and_the_kernel_runs_
     assert workload(plane, ref.name)["spec"].get("active", True) is True
     assert followed.phase is P.RUNNING
     assert await execute(ref, followed, "print(x)") == "41\n"  # nothing was lost
-    await kube.backend.release(ref)
-    await nothing_left(plane, ref)
+    await released(kube, plane, ref)
 
 
 async def test_a_resume_while_parking_wakes_it_once_parked(
@@ -108,8 +93,7 @@ async def test_a_resume_while_parking_wakes_it_once_parked(
     phases = followed.phases()
     assert phases[phases.index(P.PARKING) :][:3] == [P.PARKING, P.PARKED, P.QUEUED], phases
     assert restored(await execute(ref, followed, "print(x + 1)"), "42\n")
-    await kube.backend.release(ref)
-    await nothing_left(plane, ref)
+    await released(kube, plane, ref)
 
 
 @pytest.mark.parametrize("when", [P.PARKING, P.PARKED])
@@ -155,9 +139,7 @@ async def test_a_restarted_server_reattaches_to_a_parked_kernel_and_wakes_it(
         reattached = again.follow(GroupRef.from_dict(ref.to_dict()))
         await reattached.until(lambda f: f.phase is not None)
         assert (reattached.phase, reattached.statuses[-1].message) == (P.PARKED, saved)
-        await again.backend.resume(ref)
-        await reattached.running(ref)
-        assert restored(await execute(ref, reattached, "print(x + 1)"), "42\n")
+        await woken(again, ref, reattached)
         await again.backend.release(ref)
         await reattached.until(lambda f: f.ended)
     finally:
@@ -225,11 +207,10 @@ async def test_a_role_without_patch_on_workloads_refuses_parking_in_a_sentence(
         "etc/kubernetes/rbac.yaml), or use a namespace where it may; it runs on"
     )
     assert followed.phase is P.RUNNING
-    await kube.backend.release(ref)
-    await nothing_left(plane, ref)
+    await released(kube, plane, ref)
 
 
-@pytest.mark.parametrize("backend_settings", [{"api_retry_seconds": 1.0}])
+@RETRYING_FOR_A_SECOND
 async def test_a_wake_asked_while_parking_that_the_api_server_refuses_is_said_while_parked(
     kube: Contract,  # noqa: F811 - the fixture imported above
     plane: Plane,
@@ -249,5 +230,4 @@ async def test_a_wake_asked_while_parking_that_the_api_server_refuses_is_said_wh
     await kube.backend.resume(ref)  # asked again, it wakes
     await followed.running(ref)
     assert restored(await execute(ref, followed, "print(x + 1)"), "42\n")
-    await kube.backend.release(ref)
-    await nothing_left(plane, ref)
+    await released(kube, plane, ref)

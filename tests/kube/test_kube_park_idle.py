@@ -10,12 +10,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import EventLog, KernelspecFactory, Listener, Server
-from tests.kube.parking import CHECKPOINT, PVC
 from tests.kube.planes import Plane
-from tests.kube.support import kube_spec, wait_clean
-from tests.park.test_park_idle import PARK_AFTER, finished, send, state, streamed
+from tests.kube.support import CHECKPOINT, PVC, kube_spec, wait_clean
 
 pytestmark = pytest.mark.timeout(300)
+PARK_AFTER = 2
 
 
 @pytest.fixture
@@ -44,14 +43,14 @@ async def test_an_idle_pod_kernel_parks_gives_its_gpu_and_its_next_cell_wakes_it
 
     listener = await Listener.open(server, parks)  # connects at once, does not wake it
     try:
-        assert state(server, parks) == "parked"
-        cell = await send(listener, "print('back', x + 1, words, flush=True)")
+        assert server.queue_state(parks) == "parked"
+        cell = await listener.send("print('back', x + 1, words, flush=True)")
         await server.wait_reason(
             parks, "waking from parked: queued in 'user-queue', position 1 of 1"
         )
         await server.shutdown_and_wait(waiting)  # its GPU goes back to the woken kernel
-        messages = await finished(server, listener, cell)
-        text = streamed(messages)
+        messages = await listener.finished(server, cell)
+        text = "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream")
         assert text.startswith("restored 2 variables"), text
         assert text.endswith("\nback 42 ['a', 'b']\n") and text.count("back 42") == 1, text
         replies = [m for m in messages if m["msg_type"] == "execute_reply"]

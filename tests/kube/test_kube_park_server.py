@@ -6,16 +6,17 @@ its variables; a shutdown then leaves nothing in the cluster."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from kernel_queue.server import kernels
+from kernel_queue.session import KernelSession
 from tests.conftest import EventLog, KernelspecFactory, Server
-from tests.kube.parking import CHECKPOINT, PVC
 from tests.kube.planes import Plane
-from tests.kube.support import kube_spec, labelled, wait_clean
+from tests.kube.support import CHECKPOINT, PVC, kube_spec, labelled, wait_clean
 
 
-def _provisioner(server: Server, kernel_id: str) -> Any:
-    return server.app.kernel_manager.get_kernel(kernel_id).provisioner
+def _session(server: Server, kernel_id: str) -> KernelSession:
+    session = kernels.session_of(server.app.kernel_manager.get_kernel(kernel_id))
+    assert session is not None, f"kernel {kernel_id} has no session"
+    return session
 
 
 async def test_a_parked_kernel_gives_its_gpu_to_the_next_and_wakes_with_its_variables(
@@ -28,17 +29,17 @@ async def test_a_parked_kernel_gives_its_gpu_to_the_next_and_wakes_with_its_vari
     waiting = await server.start(name)
     await server.wait_reason(waiting, "position 1 of 1")
 
-    await _provisioner(server, parked).park_kernel()
+    await _session(server, parked).park()
     model = await server.wait_reason(parked, "GPU released")
     assert model["reason"].startswith("parked on request; GPU released; your next cell brings")
     assert "saved 2 variables" in model["reason"], model["reason"]
-    assert _provisioner(server, parked).parked
+    assert _session(server, parked).parked
     assert (await server.execute(waiting, "1 + 1"))["data"] == "2"  # it has the GPU now
     listed = (await server.fetch("api", "kernel-queue", "kernels")).body
     assert b'"state": "parked"' in listed
     assert labelled(plane, parked)["workloads"]  # the parked group keeps its Workload
 
-    await _provisioner(server, parked).resume_kernel()
+    await _session(server, parked).resume()
     # (the position and Kueue's pending message come in either order)
     model = await server.wait_reason(parked, "position 1 of 1, needs 1 GPU; waiting for 1 more")
     assert model["reason"] == (
@@ -62,7 +63,7 @@ async def test_a_parked_kernel_shut_down_leaves_nothing_in_the_cluster(
     plane.apply(PVC)
     kernel = await server.start(kube_spec(kernelspec, "saved", checkpoint=CHECKPOINT))
     assert (await server.execute(kernel, "y = 1"))["status"] == "ok"
-    await _provisioner(server, kernel).park_kernel(idle_seconds=1800)
+    await _session(server, kernel).park(idle_seconds=1800)
     model = await server.wait_reason(kernel, "GPU released")
     assert model["reason"].startswith("parked after 30 min idle; GPU released;"), model["reason"]
     await server.shutdown_and_wait(kernel)
@@ -77,7 +78,7 @@ async def test_a_restart_of_a_parked_kernel_wakes_it(
     plane.apply(PVC)
     kernel = await server.start(kube_spec(kernelspec, "saved", checkpoint=CHECKPOINT))
     assert (await server.execute(kernel, "v = 7"))["status"] == "ok"
-    await _provisioner(server, kernel).park_kernel()
+    await _session(server, kernel).park()
     await server.wait_reason(kernel, "GPU released")
     await server.fetch("api", "kernels", kernel, "restart", method="POST", body="{}")
     assert (await server.execute(kernel, "1 + 1", within=120))["data"] == "2"
