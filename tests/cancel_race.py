@@ -16,6 +16,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+OFFSETS = (0.0, 0.001, 0.01, 0.1)
+"""Seconds after the POST's answer the DELETEs are sent at."""
 ANSWER_WITHIN = 20.0
 """Seconds a DELETE may take before it counts as never answered (it answers in milliseconds)."""
 

@@ -9,7 +9,6 @@ from tests import cancel_race
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, wait_clean
-from tests.local.test_cancel_at_once import OFFSETS
 
 REPEAT = 5
 
@@ -21,7 +20,7 @@ async def test_a_delete_at_any_moment_of_a_queued_start_answers_and_leaves_nothi
     holder = await server.start(name)  # the queue's one GPU is held: the others wait
     assert (await server.execute(holder, "1"))["data"] == "1"
 
-    outcomes = await cancel_race.race(url, token, name, OFFSETS, REPEAT)
+    outcomes = await cancel_race.race(url, token, name, cancel_race.OFFSETS, REPEAT)
 
     assert [str(o) for o in outcomes if o.status != 204] == []
     assert await server.kernel_ids() == {holder}
@@ -35,7 +34,7 @@ async def test_a_delete_while_the_admitted_kernel_starts_answers_and_leaves_noth
 ) -> None:
     name = kube_spec(kernelspec)
 
-    outcomes = await cancel_race.race(url, token, name, (*OFFSETS, 0.3), 2)
+    outcomes = await cancel_race.race(url, token, name, (*cancel_race.OFFSETS, 0.3), 2)
 
     assert [str(o) for o in outcomes if o.status != 204] == []
     assert not await server.kernel_ids()

@@ -8,10 +8,9 @@ from typing import Any
 
 import kernel_queue.checkpoint as kc
 from tests.conftest import KernelspecFactory, Server
+from tests.continuous import CELLS, run
 from tests.kube.planes import Plane
-from tests.kube.support import kube_spec, labelled, wait_clean
-from tests.kube.test_kube_checkpoint import CHECKPOINT, CLAIM, PVC
-from tests.local.test_continuous_local import CELLS, run
+from tests.kube.support import CHECKPOINT, CLAIM, PVC, kube_spec, labelled, wait_clean
 
 
 async def test_a_pod_deleted_at_grace_0_after_five_cells_comes_back_as_of_the_fifth(

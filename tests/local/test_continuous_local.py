@@ -3,8 +3,6 @@ killer does) comes back through Jupyter's restarter as of its last saved cell, a
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
 import signal
 from pathlib import Path
@@ -14,15 +12,7 @@ import pytest
 
 import kernel_queue.checkpoint as kc
 from tests.conftest import KernelspecFactory, Server, launcher_pids
-from tests.messages import execute_request
-
-CELLS = [
-    "import numpy as np\nx = 1",
-    "a = np.zeros(2**18)\nb = np.ones(2**18)",
-    "x = 3",
-    "a[0] = 7.0",
-    "x = 5",
-]
+from tests.continuous import CELLS, run
 
 
 @pytest.fixture
@@ -36,34 +26,6 @@ def children(pid: int) -> list[int]:
         for task in Path(f"/proc/{pid}/task").iterdir()
         for child in (task / "children").read_text().split()
     ]
-
-
-async def run(server: Server, kernel_id: str, code: str) -> dict[str, Any]:
-    """Run ``code`` as a notebook does (``store_history``: the cell gets its number); the
-    execute_result's text, the stream text and the reply's status and execution_count."""
-    ws = await server.ws_fetch("api", "kernels", kernel_id, "channels")
-    request = execute_request(code)
-    msg_id = request["header"]["msg_id"]
-    result: dict[str, Any] = {"stream": "", "data": None, "status": None, "idle": False}
-    try:
-        async with asyncio.timeout(60):
-            await ws.write_message(json.dumps(request))
-            while not (result["status"] and result["idle"]):
-                msg = json.loads(await ws.read_message())
-                if msg.get("parent_header", {}).get("msg_id") != msg_id:
-                    continue
-                kind, body = msg["msg_type"], msg["content"]
-                if kind == "stream":
-                    result["stream"] += body["text"]
-                elif kind == "execute_result":
-                    result["data"] = body["data"].get("text/plain")
-                elif kind == "execute_reply":
-                    result["status"], result["count"] = body["status"], body["execution_count"]
-                elif kind == "status":
-                    result["idle"] = body["execution_state"] == "idle"
-    finally:
-        ws.close()
-    return result
 
 
 async def test_a_kernel_killed_after_five_cells_is_restarted_as_of_the_fifth(

@@ -19,7 +19,7 @@ import pytest
 import kernel_queue.checkpoint as kc
 from kernel_queue.backends.local import groups
 from tests.conftest import EventLog, KernelspecFactory, Server, launcher_pids
-from tests.local.test_continuous_local import run
+from tests.continuous import run
 from tests.messages import execute_request
 
 pytestmark = pytest.mark.timeout(900)
