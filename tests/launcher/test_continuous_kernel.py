@@ -8,6 +8,7 @@ import os
 import signal
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,6 +66,21 @@ def kernel_pid(kernel: Kernel) -> int:
     return int(event["pid"])
 
 
+def started(start_kernel: StartKernel, store: Path, **env: str) -> tuple[Kernel, int, Any]:
+    """A launcher and kernel on ``store``: the kernel, its pid, and a client of it."""
+    kernel = start_kernel(store, **env)
+    pid = kernel_pid(kernel)
+    return kernel, pid, kernel.client()
+
+
+def run_and_save(client: Any, store: Path, *cells: str, what: str) -> None:
+    """Run ``cells`` in a kernel fresh on ``store``, each without error, and wait for the
+    checkpoint of the last (`what`)."""
+    for cell in cells:
+        assert run(client, cell).reply["status"] == "ok"
+    until_sync(lambda: newest_cell(store) == len(cells), what, within=WAIT)
+
+
 def save_child(pid: int) -> int | None:
     """The kernel's save child, if one runs (the kernel's only child process)."""
     found = [
@@ -89,12 +105,8 @@ def test_a_kernel_killed_after_five_cells_comes_back_as_of_the_fifth(
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    first = start_kernel(store)
-    pid = kernel_pid(first)
-    client = first.client()
-    for cell in CELLS:
-        assert run(client, cell).reply["status"] == "ok"
-    until_sync(lambda: newest_cell(store) == len(CELLS), "the fifth cell's checkpoint", within=WAIT)
+    first, pid, client = started(start_kernel, store)
+    run_and_save(client, store, *CELLS, what="the fifth cell's checkpoint")
 
     os.kill(pid, signal.SIGKILL)  # no SIGTERM, no save: as an OOM kill or a lost node
 
@@ -110,12 +122,8 @@ def test_a_kill_while_the_next_save_is_in_flight_restores_the_previous_cell(
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     store, release = tmp_path / "store", tmp_path / "release"
-    first = start_kernel(store)
-    pid = kernel_pid(first)
-    client = first.client()
-    for cell in CELLS:
-        assert run(client, cell).reply["status"] == "ok"
-    until_sync(lambda: newest_cell(store) == len(CELLS), "the fifth cell's checkpoint", within=WAIT)
+    first, pid, client = started(start_kernel, store)
+    run_and_save(client, store, *CELLS, what="the fifth cell's checkpoint")
     before = committed(store)[-1]
     slow = f"{SLOW}\nslow = Slow({str(release)!r}, block_on=2)\nx = 6"
     assert run(client, slow).reply["status"] == "ok"
@@ -138,9 +146,7 @@ def test_the_next_cell_never_waits_for_a_slow_save(
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     store, release = tmp_path / "store", tmp_path / "release"
-    kernel = start_kernel(store)
-    pid = kernel_pid(kernel)
-    client = kernel.client()
+    _, pid, client = started(start_kernel, store)
     assert run(client, f"{SLOW}\nslow = Slow({str(release)!r})").reply["status"] == "ok"
     until_sync(lambda: Path(f"{release}.waiting").exists(), "the slow save started", within=WAIT)
     cells = [run(client, f"y = {n}") for n in range(3)]  # each ends while the save runs
@@ -162,12 +168,9 @@ def test_sigterm_during_a_save_waits_for_it_then_flushes_only_the_rest(
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     store, release = tmp_path / "store", tmp_path / "release"
-    kernel = start_kernel(store, KERNEL_QUEUE_LAUNCH_CHECKPOINT_DEADLINE="60")
-    kernel_pid(kernel)
-    client = kernel.client()
+    kernel, _, client = started(start_kernel, store, KERNEL_QUEUE_LAUNCH_CHECKPOINT_DEADLINE="60")
     big = "import numpy as np\nbig = np.arange(2**20, dtype=np.float64)"
-    assert run(client, big).reply["status"] == "ok"
-    until_sync(lambda: newest_cell(store) == 1, "the first cell's checkpoint", within=WAIT)
+    run_and_save(client, store, big, what="the first cell's checkpoint")
     assert run(client, f"{SLOW}\nslow = Slow({str(release)!r})").reply["status"] == "ok"
     until_sync(lambda: Path(f"{release}.waiting").exists(), "the slow save started", within=WAIT)
 
@@ -190,11 +193,8 @@ def test_after_a_user_restart_a_kill_brings_back_a_fresh_kernel_not_the_old_cell
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    kernel = start_kernel(store)
-    kernel_pid(kernel)
-    client = kernel.client()
-    assert run(client, "x = 1").reply["status"] == "ok"
-    until_sync(lambda: newest_cell(store) == 1, "the cell's checkpoint", within=WAIT)
+    kernel, _, client = started(start_kernel, store)
+    run_and_save(client, store, "x = 1", what="the cell's checkpoint")
 
     client.shutdown(restart=True)  # the user asked for a fresh kernel
     assert kernel.status.next()["status"] == 75
@@ -216,11 +216,10 @@ def test_sigterm_after_a_silent_request_changed_an_array_flushes_the_change(
     # A silent request runs no cell events, so no checkpoint follows it; the flush must not
     # trust the last checkpoint's digests then, or it would link the stale file.
     store = tmp_path / "store"
-    kernel = start_kernel(store)
-    kernel_pid(kernel)
-    client = kernel.client()
-    assert run(client, "import numpy as np\nbig = np.zeros(2**18)").reply["status"] == "ok"
-    until_sync(lambda: newest_cell(store) == 1, "the cell's checkpoint", within=WAIT)
+    kernel, _, client = started(start_kernel, store)
+    run_and_save(
+        client, store, "import numpy as np\nbig = np.zeros(2**18)", what="the cell's checkpoint"
+    )
     assert execute(client, "big[0] = 5.0", silent=True)["status"] == "ok"
 
     assert kernel.sigterm()[0] == 143
@@ -235,9 +234,7 @@ def test_a_change_by_a_thread_left_running_after_the_last_cell_is_flushed_too(
     # No request comes after the cell: only the user's live thread says the namespace may have
     # changed since the cell's checkpoint.
     store, go, changed = tmp_path / "store", tmp_path / "go", tmp_path / "changed"
-    kernel = start_kernel(store)
-    kernel_pid(kernel)
-    client = kernel.client()
+    kernel, _, client = started(start_kernel, store)
     code = (
         "import os, pathlib, threading, time, numpy as np\nbig = np.zeros(2**18)\n"
         f"def later():\n    while not os.path.exists({str(go)!r}):\n        time.sleep(0.01)\n"
@@ -245,8 +242,7 @@ def test_a_change_by_a_thread_left_running_after_the_last_cell_is_flushed_too(
         "    threading.Event().wait(120)\n"
         "worker = threading.Thread(target=later, daemon=True)\nworker.start()"
     )
-    assert run(client, code).reply["status"] == "ok"
-    until_sync(lambda: newest_cell(store) == 1, "the cell's checkpoint", within=WAIT)
+    run_and_save(client, store, code, what="the cell's checkpoint")
     go.touch()
     until_sync(changed.exists, "the thread's change", within=WAIT)
 
@@ -282,9 +278,7 @@ def test_where_a_gpu_context_forbids_fork_the_saves_pause_with_one_note(
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    kernel = start_kernel(store)
-    kernel_pid(kernel)
-    client = kernel.client()
+    kernel, _, client = started(start_kernel, store)
     fake_torch = (
         "import sys, types\ntorch = types.ModuleType('torch')\n"
         "torch.cuda = types.SimpleNamespace(is_initialized=lambda: True)\n"
