@@ -26,7 +26,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.websocket import websocket_connect
 
 from tests import polling
-from tests.messages import execute_request
+from tests.messages import run_cell
 
 JUPYTER = str(Path(sys.executable).parent / "jupyter")
 TOKEN = "machine-queue-test"
@@ -111,30 +111,11 @@ class ServerProcess:
         """Run `code` on the kernel's websocket: its execute_result text, stream, error name."""
         url = f"ws://127.0.0.1:{self.port}/api/kernels/{kernel_id}/channels?token={TOKEN}"
         ws = await websocket_connect(url)
-        message = execute_request(code)
-        msg_id = message["header"]["msg_id"]
-        result: dict[str, Any] = {"data": None, "stream": "", "error": None, "idle": False}
         try:
-            async with asyncio.timeout(within):
-                await ws.write_message(json.dumps(message))
-                while not result["idle"]:
-                    raw = await ws.read_message()
-                    assert raw is not None, f"the websocket closed; saw {result}"
-                    reply = json.loads(raw)
-                    if reply.get("parent_header", {}).get("msg_id") != msg_id:
-                        continue
-                    kind, body = reply["msg_type"], reply["content"]
-                    if kind == "execute_result":
-                        result["data"] = body["data"].get("text/plain")
-                    elif kind == "stream":
-                        result["stream"] += body["text"]
-                    elif kind == "error":
-                        result["error"] = body["ename"]
-                    elif kind == "status" and body["execution_state"] == "idle":
-                        result["idle"] = True
+            cell = await run_cell(ws, code, within=within)
         finally:
             ws.close()
-        return result
+        return {"data": cell["data"], "stream": cell["stream"], "error": cell["ename"]}
 
     def kill(self) -> None:
         if self.process.poll() is None:

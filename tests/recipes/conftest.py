@@ -19,7 +19,7 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 from kernel_queue import model
 from kernel_queue.kube.objects import manifests
 from kernel_queue.model import ConnectionInfo, GroupSpec
-from tests.conftest import KUEUE_CRDS, skip_unless_ci
+from tests.conftest import KUEUE_CRDS, Server, skip_unless_ci
 from tests.kube.support import GPU_QUOTA, QUEUES
 from tests.recipes import rendering, tls
 
@@ -114,6 +114,19 @@ def kubectl_apply(cluster: FakeCluster, manifests: str, *extra: str) -> list[str
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
+
+
+ALL_OF_A_KERNEL = ["pods", "secrets", "services", "workloads"]
+"""What a running kernel has in its namespace, by plural, sorted."""
+
+
+async def shut_down_leaving_nothing(
+    server: Server, kernel: str, made: Callable[[], dict[str, list[str]]]
+) -> None:
+    """Shut the kernel down through the server and wait until `made()` (what of it is in the
+    cluster) is empty."""
+    await server.shutdown(kernel)
+    await server.wait_for(lambda: not made(), what="nothing of the kernel left", detail=made)
 
 
 def labelled_in(cluster: FakeCluster, namespace: str, kernel: str) -> dict[str, list[str]]:

@@ -117,3 +117,27 @@ def validate(obj: Obj) -> None:
 
 def as_yaml(objects: tuple[Obj, ...] | list[Obj]) -> str:
     return yaml.safe_dump_all(list(objects), sort_keys=False)
+
+
+def kinds_and_names(objects: tuple[Obj, ...]) -> list[tuple[str, str]]:
+    """The objects' (kind, name), sorted."""
+    return sorted((o["kind"], o["metadata"]["name"]) for o in objects)
+
+
+def with_base(
+    namespace: str | None, *more: tuple[str, str], account: bool = True
+) -> list[tuple[str, str]]:
+    """The base's objects as `kinds_and_names` lists them, with an overlay's `more`: its
+    ClusterRoleBinding named for `namespace` where the overlay sets one, its ServiceAccount
+    unless the overlay drops it (`account`)."""
+    binding = "kernel-queue-priority-classes" + (f"-{namespace}" if namespace else "")
+    base = [
+        ("ClusterRole", "kernel-queue-priority-classes"),
+        ("ClusterRoleBinding", binding),
+        ("LocalQueue", "user-queue"),
+        ("NetworkPolicy", "kernel-queue-kernels"),
+        ("PersistentVolumeClaim", "kernel-checkpoints"),
+        ("Role", "kernel-queue"),
+        ("RoleBinding", "kernel-queue"),
+    ]
+    return sorted([*base, *more, *([("ServiceAccount", "kernel-queue")] if account else [])])

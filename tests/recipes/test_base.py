@@ -41,16 +41,7 @@ def rules(role: dict) -> list[tuple[str, str, list[str]]]:
 
 def test_the_base_renders_and_every_object_passes_its_schema() -> None:
     objects = rendering.rendered("base")
-    assert sorted((o["kind"], o["metadata"]["name"]) for o in objects) == [
-        ("ClusterRole", "kernel-queue-priority-classes"),
-        ("ClusterRoleBinding", "kernel-queue-priority-classes"),
-        ("LocalQueue", "user-queue"),
-        ("NetworkPolicy", "kernel-queue-kernels"),
-        ("PersistentVolumeClaim", "kernel-checkpoints"),
-        ("Role", "kernel-queue"),
-        ("RoleBinding", "kernel-queue"),
-        ("ServiceAccount", "kernel-queue"),
-    ]
+    assert rendering.kinds_and_names(objects) == rendering.with_base(None)
     for obj in objects:
         rendering.validate(obj)
 

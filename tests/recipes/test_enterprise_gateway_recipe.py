@@ -31,6 +31,7 @@ from tests.recipes.conftest import (
     lay_out_config_maps,
     namespace,
     recipe_cluster,
+    shut_down_leaving_nothing,
     under,
 )
 
@@ -43,9 +44,7 @@ APPLIED: list[str] = []
 
 
 def objects() -> tuple[rendering.Obj, ...]:
-    """The recipe as `kubectl kustomize` renders it (once per run; rendered at first use, so a
-    missing kubectl fails the tests that need it, not the collection)."""
-    return rendering.rendered("enterprise-gateway")
+    return rendering.rendered("enterprise-gateway")  # see rendering.rendered
 
 
 RECIPE = rendering.RECIPES / "enterprise-gateway"
@@ -90,21 +89,14 @@ def cluster(module_root: Path, eg_python: Path) -> Iterator[FakeCluster]:
 
 
 def test_the_recipe_renders_and_every_object_passes_its_schema() -> None:
-    assert sorted((o["kind"], o["metadata"]["name"]) for o in objects()) == [
-        ("ClusterRole", "kernel-queue-priority-classes"),
-        ("ClusterRoleBinding", f"kernel-queue-priority-classes-{NAMESPACE}"),
+    assert rendering.kinds_and_names(objects()) == rendering.with_base(
+        NAMESPACE,
         ("ConfigMap", "enterprise-gateway-config"),
         ("ConfigMap", "enterprise-gateway-kernelspecs"),
         ("Deployment", "enterprise-gateway"),
-        ("LocalQueue", "user-queue"),
-        ("NetworkPolicy", "kernel-queue-kernels"),
         ("PersistentVolumeClaim", "enterprise-gateway-sessions"),
-        ("PersistentVolumeClaim", "kernel-checkpoints"),
-        ("Role", "kernel-queue"),
-        ("RoleBinding", "kernel-queue"),
         ("Service", "enterprise-gateway"),
-        ("ServiceAccount", "kernel-queue"),
-    ]
+    )
     assert {o["metadata"].get("namespace", NAMESPACE) for o in objects()} == {NAMESPACE}
     for obj in objects():
         rendering.validate(obj)
@@ -221,9 +213,4 @@ async def test_the_gateway_runs_a_queued_kernel_with_the_account_s_token(
     gateway = network.Pod(NAMESPACE, gateway_pod()[0]["metadata"]["labels"])
     for port in manifests.KERNEL_PORTS.values():
         assert network.ingress_allowed([policy], gateway, network.Pod.of(head), port)
-    await server.shutdown(kernel)
-    await server.wait_for(
-        lambda: not labelled_in(cluster, NAMESPACE, kernel),
-        what="nothing of the kernel left",
-        detail=lambda: labelled_in(cluster, NAMESPACE, kernel),
-    )
+    await shut_down_leaving_nothing(server, kernel, lambda: labelled_in(cluster, NAMESPACE, kernel))

@@ -20,10 +20,12 @@ from kernel_queue.kube.objects import manifests
 from tests.conftest import Server
 from tests.recipes import network, rendering
 from tests.recipes.conftest import (
+    ALL_OF_A_KERNEL,
     kernel_pods,
     labelled_in,
     namespace,
     recipe_cluster,
+    shut_down_leaving_nothing,
 )
 
 NAMESPACE = "jupyterhub"
@@ -34,9 +36,7 @@ APPLIED: list[str] = []
 
 
 def objects() -> tuple[rendering.Obj, ...]:
-    """The recipe as `kubectl kustomize` renders it (once per run; rendered at first use, so a
-    missing kubectl fails the tests that need it, not the collection)."""
-    return rendering.rendered("jupyterhub")
+    return rendering.rendered("jupyterhub")  # see rendering.rendered
 
 
 VALUES = yaml.safe_load((rendering.RECIPES / "jupyterhub" / "values.yaml").read_text())
@@ -62,16 +62,7 @@ def cluster(module_root: Path) -> Iterator[FakeCluster]:
 
 
 def test_the_kustomization_renders_and_every_object_passes_its_schema() -> None:
-    assert sorted((o["kind"], o["metadata"]["name"]) for o in objects()) == [
-        ("ClusterRole", "kernel-queue-priority-classes"),
-        ("ClusterRoleBinding", f"kernel-queue-priority-classes-{NAMESPACE}"),
-        ("LocalQueue", "user-queue"),
-        ("NetworkPolicy", "kernel-queue-kernels"),
-        ("PersistentVolumeClaim", "kernel-checkpoints"),
-        ("Role", "kernel-queue"),
-        ("RoleBinding", "kernel-queue"),
-        ("ServiceAccount", "kernel-queue"),
-    ]
+    assert rendering.kinds_and_names(objects()) == rendering.with_base(NAMESPACE)
     assert {o["metadata"].get("namespace", NAMESPACE) for o in objects()} == {NAMESPACE}
     for obj in objects():
         rendering.validate(obj)
@@ -164,15 +155,5 @@ async def test_a_user_server_runs_a_queued_kernel_with_the_account_s_token(
     kernel = await server.start("python3-gpu-queued")
     result = await server.execute(kernel, "6 * 7")
     assert result["data"] == "42", result
-    assert sorted(labelled_in(cluster, NAMESPACE, kernel)) == [
-        "pods",
-        "secrets",
-        "services",
-        "workloads",
-    ]
-    await server.shutdown(kernel)
-    await server.wait_for(
-        lambda: not labelled_in(cluster, NAMESPACE, kernel),
-        what="nothing of the kernel left",
-        detail=lambda: labelled_in(cluster, NAMESPACE, kernel),
-    )
+    assert sorted(labelled_in(cluster, NAMESPACE, kernel)) == ALL_OF_A_KERNEL
+    await shut_down_leaving_nothing(server, kernel, lambda: labelled_in(cluster, NAMESPACE, kernel))

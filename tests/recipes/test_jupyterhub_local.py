@@ -44,7 +44,7 @@ from kernel_queue.machine import client
 from tests import polling
 from tests.conftest import skip_unless_ci
 from tests.leftovers import SESSION_ENV
-from tests.messages import execute_request
+from tests.messages import run_cell
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -405,29 +405,12 @@ class Hub:
             headers={"Authorization": f"token {self.tokens[user]}"},
         )
         ws = await websocket_connect(request)
-        message = execute_request(code, username=user)
-        msg_id = message["header"]["msg_id"]
-        result: dict[str, Any] = {"data": None, "stream": "", "error": None}
         try:
-            async with asyncio.timeout(120):
-                await ws.write_message(json.dumps(message))
-                while True:
-                    raw = await ws.read_message()
-                    assert raw is not None, f"the websocket closed; saw {result}"
-                    reply = json.loads(raw)
-                    if reply.get("parent_header", {}).get("msg_id") != msg_id:
-                        continue
-                    kind, body = reply["msg_type"], reply["content"]
-                    if kind == "execute_result":
-                        result["data"] = body["data"].get("text/plain")
-                    elif kind == "stream":
-                        result["stream"] += body["text"]
-                    elif kind == "error":
-                        result["error"] = f"{body['ename']}: {body['evalue']}"
-                    elif kind == "status" and body["execution_state"] == "idle":
-                        return result
+            cell = await run_cell(ws, code, username=user)
         finally:
             ws.close()
+        error = cell["ename"] and f"{cell['ename']}: {cell['evalue']}"
+        return {"data": cell["data"], "stream": cell["stream"], "error": error}
 
     def stop(self) -> bool:
         """SIGTERM, as `systemctl stop jupyterhub`: the hub stops the users' servers (which shut

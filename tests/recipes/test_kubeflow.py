@@ -24,6 +24,7 @@ from tests.recipes.conftest import (
     lay_out_config_maps,
     namespace,
     recipe_cluster,
+    shut_down_leaving_nothing,
     under,
 )
 
@@ -36,9 +37,7 @@ APPLIED: list[str] = []
 
 
 def objects() -> tuple[rendering.Obj, ...]:
-    """The recipe as `kubectl kustomize` renders it (once per run; rendered at first use, so a
-    missing kubectl fails the tests that need it, not the collection)."""
-    return rendering.rendered("kubeflow")
+    return rendering.rendered("kubeflow")  # see rendering.rendered
 
 
 PROFILE = [
@@ -63,17 +62,9 @@ def cluster(module_root: Path) -> Iterator[FakeCluster]:
 
 
 def test_the_overlay_renders_and_every_object_passes_its_schema() -> None:
-    assert sorted((o["kind"], o["metadata"]["name"]) for o in objects()) == [
-        ("ClusterRole", "kernel-queue-priority-classes"),
-        ("ClusterRoleBinding", f"kernel-queue-priority-classes-{NAMESPACE}"),
-        ("ConfigMap", "kernel-queue-kernelspecs"),
-        ("LocalQueue", "user-queue"),
-        ("NetworkPolicy", "kernel-queue-kernels"),
-        ("Notebook", "lab"),
-        ("PersistentVolumeClaim", "kernel-checkpoints"),
-        ("Role", "kernel-queue"),
-        ("RoleBinding", "kernel-queue"),
-    ]
+    assert rendering.kinds_and_names(objects()) == rendering.with_base(
+        NAMESPACE, ("ConfigMap", "kernel-queue-kernelspecs"), ("Notebook", "lab"), account=False
+    )
     assert {o["metadata"].get("namespace", NAMESPACE) for o in objects()} == {NAMESPACE}
     for obj in objects():
         rendering.validate(obj)
@@ -166,12 +157,7 @@ async def test_a_queued_kernel_runs_with_only_default_editor_s_token(
         assert network.ingress_allowed([policy], network.Pod(NAMESPACE, lab), target, port)
         other = {"notebook-name": "other", "statefulset": "other"}
         assert not network.ingress_allowed([policy], network.Pod(NAMESPACE, other), target, port)
-    await server.shutdown(kernel)
-    await server.wait_for(
-        lambda: not labelled_in(cluster, NAMESPACE, kernel),
-        what="nothing of the kernel left",
-        detail=lambda: labelled_in(cluster, NAMESPACE, kernel),
-    )
+    await shut_down_leaving_nothing(server, kernel, lambda: labelled_in(cluster, NAMESPACE, kernel))
 
 
 async def test_a_role_short_of_one_verb_fails_the_kernel_naming_the_verb_and_resource(

@@ -25,7 +25,7 @@ from kernel_queue_fake_cluster.control_plane.fault_proxy import FaultProxy
 from tests.conftest import KernelspecFactory, Server, real_plane_ready
 from tests.kube.planes import RealPlane, RealPlanes
 from tests.recipes import rendering
-from tests.recipes.conftest import FIXTURES, namespace
+from tests.recipes.conftest import ALL_OF_A_KERNEL, FIXTURES, namespace, shut_down_leaving_nothing
 
 RELEASE = "0.19"
 
@@ -166,18 +166,8 @@ async def test_the_recipe_applies_on_the_real_api_server_and_runs_a_kernel_with_
     kernel = await server.start(_kernelspec(kernelspec, recipe))
     result = await server.execute(kernel, "import os; os.environ['KERNEL_ID'][:8]")
     assert result["data"] == repr(kernel[:8]), result
-    assert sorted(_made(plane, recipe.namespace, kernel)) == [
-        "pods",
-        "secrets",
-        "services",
-        "workloads",
-    ]
-    await server.shutdown(kernel)
-    await server.wait_for(
-        lambda: not _made(plane, recipe.namespace, kernel),
-        what="nothing of the kernel left",
-        detail=lambda: _made(plane, recipe.namespace, kernel),
-    )
+    assert sorted(_made(plane, recipe.namespace, kernel)) == ALL_OF_A_KERNEL
+    await shut_down_leaving_nothing(server, kernel, lambda: _made(plane, recipe.namespace, kernel))
 
 
 @pytest.mark.parametrize("recipe", ["kubeflow"], indirect=True)
