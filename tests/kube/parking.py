@@ -13,7 +13,7 @@ import pytest
 
 from kernel_queue.backends.kubernetes import KubernetesBackend
 from kernel_queue.kube import kueue
-from kernel_queue.model import GroupRef
+from kernel_queue.model import GroupPhase, GroupRef, StopCause
 from tests.contract import Contract, Followed, client_of
 from tests.kube.planes import Plane
 from tests.kube.support import CHECKPOINT, CLAIM, OWNER, PVC, labelled
