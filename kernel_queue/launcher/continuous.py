@@ -27,16 +27,14 @@ import signal
 import sys
 import threading
 import time
+import types
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kernel_queue import checkpoint
 from kernel_queue.checkpoint import durable
 from kernel_queue.launcher import kernel_log
 from kernel_queue.launcher.supervisor import set_parent_death_signal
-
-if TYPE_CHECKING:
-    from kernel_queue.launcher.preemption import Preemption
 
 TRIGGER = "continuous"
 """The manifest's ``trigger`` of a checkpoint taken after a cell (a SIGTERM save says why)."""
@@ -52,6 +50,47 @@ KERNEL_CODE = ("ipykernel", "IPython", "zmq", "tornado", "jupyter_client", "kern
 """Modules whose threads and tasks run the kernel, not code of the user's."""
 COMMS = ("comm_open", "comm_msg", "comm_close")
 """Shell messages that run the user's code (widget callbacks) outside a cell."""
+
+
+class Generation(Protocol):
+    @property
+    def generation(self) -> int:
+        """Which kernel process of the launch this is (1 for the first)."""
+        ...
+
+
+class Host(Protocol):
+    """What the background saves need of the kernel's SIGTERM handler, which owns them
+    (`preemption.Preemption`): the kernel, the store and namespace it saves, whether a stop has
+    begun, and a way to tell the user."""
+
+    @property
+    def options(self) -> Generation:
+        """The launch's options (the save's manifest records the generation)."""
+        ...
+
+    @property
+    def store(self) -> checkpoint.DirectoryStore:
+        """Where the checkpoints go."""
+        ...
+
+    @property
+    def module(self) -> types.ModuleType:
+        """The namespace saved: the kernel's ``__main__``."""
+        ...
+
+    @property
+    def kernel(self) -> Any:
+        """The kernel the handler armed."""
+        ...
+
+    def stopping(self) -> bool:
+        """SIGTERM or a shutdown_request came: no more continuous saves."""
+        ...
+
+    def publish(self, text: str) -> None:
+        """A stderr stream message to the user, under the running request."""
+        ...
 
 
 def fork_forbidden() -> str:
@@ -73,7 +112,7 @@ def fork_forbidden() -> str:
 class Continuous:
     """The kernel's background saves; ``install`` hooks them to the shell's cell events."""
 
-    def __init__(self, preemption: Preemption) -> None:
+    def __init__(self, preemption: Host) -> None:
         self.preemption = preemption
         self._lock = threading.Lock()
         self._child: int | None = None  # the save child in flight
@@ -285,7 +324,7 @@ def read_activity(root: os.PathLike[str] | str) -> tuple[int | None, float] | No
     return None
 
 
-def _child_main(preemption: Preemption, write_fd: int, cell: int | None) -> None:
+def _child_main(preemption: Host, write_fd: int, cell: int | None) -> None:
     """The save child: write one incremental checkpoint, send its record, ``os._exit``."""
     status = 1
     try:
