@@ -4,10 +4,12 @@
 Every client (a local backend in any Jupyter server, nbconvert or papermill process) connects
 to one Unix socket, says `hello` with the quota it would use and submits its groups; the
 service runs `admission.schedule` over all of them on every change and tells each client its
-groups' positions, admissions and preemptions (`connections` holds what it keeps of each).
-An admitted group is a lease held by its client's connection: when the
-connection ends (EOF, a SIGKILLed client) its groups are gone at once. A preempted group's GPUs
-come back after its grace seconds whether or not its client answered.
+groups' positions, admissions and preemptions. It keeps a `Client` for each connection (who is
+at the other end, by SO_PEERCRED, the rule that applies to them, their groups, and the messages
+one loop turn has for them, sent in one write) and a `Group` for each submitted kernel group
+(its request, admission and GPUs, and its preemption's timer). An admitted group is a lease held by
+its client's connection: when the connection ends (EOF, a SIGKILLed client) its groups are gone at
+once. A preempted group's GPUs come back after its grace seconds whether or not its client answered.
 
 A restart of the service is not an outage: it keeps a record of the leases beside its socket
 (`<socket>.leases.json`), and a service that starts takes the record's leases of clients still
@@ -29,11 +31,11 @@ import os
 import signal
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kernel_queue import admission
-from kernel_queue.machine import config, connections, protocol, rules, sockets
+from kernel_queue.machine import config, protocol, rules, sockets
 
 IDLE_EXIT_SECONDS = 3.0
 """How long the service outlives its last client (a server restarting finds it still there)."""
@@ -44,6 +46,71 @@ log = logging.getLogger("kernel_queue.machine")
 
 
 AlreadyRunning = sockets.AlreadyRunning
+
+
+class _Absent:
+    """The writer of a client that has not come back (see `Client.absent`): writes nothing."""
+
+    def is_closing(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> None:  # never called: `send` checks is_closing first
+        pass
+
+
+@dataclass(eq=False)
+class Client:
+    writer: asyncio.StreamWriter
+    pid: int  # the peer's, from SO_PEERCRED, as `who`
+    who: config.Identity
+    rule: config.Rule = field(default_factory=config.Rule)
+    greeted: bool = False
+    watch: bool = False  # a listing-only connection: no quota, no groups
+    groups: set[str] = field(default_factory=set)
+    pending: list[bytes] = field(default_factory=list)
+
+    @classmethod
+    def absent(cls, pid: int, who: config.Identity) -> Client:
+        """The client that held leases before the service restarted, until it comes back (or
+        its leases' grace ends): messages to it go nowhere."""
+        return cls(_Absent(), pid, who, greeted=True)  # type: ignore[arg-type]
+
+    @property
+    def present(self) -> bool:
+        return not isinstance(self.writer, _Absent)
+
+    def send(self, message: protocol.Message) -> None:
+        """Queue `message`; what one loop turn sends goes out in one write (a pass tells
+        every waiting group its place: one system call per message was most of its cost)."""
+        if self.writer.is_closing():
+            return
+        if not self.pending:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self.pending.append(protocol.encode(message))
+
+    def flush(self) -> None:
+        data, self.pending = b"".join(self.pending), []
+        if data and not self.writer.is_closing():
+            self.writer.write(data)
+
+
+@dataclass(eq=False)
+class Group:
+    submit: protocol.Submit
+    client: Client
+    request: admission.Request
+    admitted: admission.Admitted | None = None
+    devices: tuple[str, ...] = ()
+    evicting: bool = False
+    reclaim: asyncio.TimerHandle | None = None
+    shown: protocol.Position | None = None  # the last place told, so only changes are sent
+    expires: asyncio.TimerHandle | None = None  # a lease from before a restart, unclaimed yet
+
+    def holding(self) -> rules.Holding:
+        gpus = self.request.resources.get("gpu", 0)
+        return rules.Holding(
+            self.request.name, self.client.who.uid, gpus, self.client.rule.max_gpus
+        )
 
 
 class Service:
@@ -62,8 +129,8 @@ class Service:
         self.idle_exit = idle_exit
         self.system = system
         self.quota: protocol.Quota | None = None if system is None else system.quota
-        self._clients: set[connections.Client] = set()
-        self._groups: dict[str, connections.Group] = {}
+        self._clients: set[Client] = set()
+        self._groups: dict[str, Group] = {}
         self._arrivals = itertools.count()
         self._done = asyncio.Event()
         self._idle: asyncio.TimerHandle | None = None
@@ -108,7 +175,7 @@ class Service:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         pid, uid, gid = sockets.peer(writer.get_extra_info("socket"))
         who = await asyncio.to_thread(config.identify, uid, gid)  # NSS may ask a directory
-        client = connections.Client(writer, pid, who)
+        client = Client(writer, pid, who)
         self._clients.add(client)
         self._arm_idle()
         try:
@@ -129,7 +196,7 @@ class Service:
             client.flush()  # a refusal queued before the hang-up still goes out
             writer.close()
 
-    def _handle(self, client: connections.Client, message: protocol.Message) -> bool:
+    def _handle(self, client: Client, message: protocol.Message) -> bool:
         """Carry out one message; False ends the connection."""
         if isinstance(message, protocol.Hello):
             return self._greet(client, message)
@@ -157,7 +224,7 @@ class Service:
             client.send(protocol.Refused(f"a client does not send {message.TYPE!r}"))
         return True
 
-    def _greet(self, client: connections.Client, hello: protocol.Hello) -> bool:
+    def _greet(self, client: Client, hello: protocol.Hello) -> bool:
         known = hello.protocol == protocol.PROTOCOL and (hello.quota is not None or hello.watch)
         client.watch = hello.watch
         if self.system is not None:
@@ -189,7 +256,7 @@ class Service:
         )
         return True
 
-    def _own(self, client: connections.Client, name: str, verb: str) -> connections.Group | None:
+    def _own(self, client: Client, name: str, verb: str) -> Group | None:
         """The client's group `name`; None (and, if it is another's, a Refused) otherwise."""
         group = self._groups.get(name)
         if group is None or group.client is client:
@@ -201,7 +268,7 @@ class Service:
         )
         return None
 
-    def _submit(self, client: connections.Client, submit: protocol.Submit) -> None:
+    def _submit(self, client: Client, submit: protocol.Submit) -> None:
         existing = self._groups.get(submit.group)
         if existing is not None and existing.client is client:
             return  # said twice
@@ -218,15 +285,15 @@ class Service:
         if unfit is not None:
             client.send(protocol.Refused(unfit.message, submit.group))
             return
-        self._groups[submit.group] = connections.Group(submit, client, request)
+        self._groups[submit.group] = Group(submit, client, request)
         client.groups.add(submit.group)
         self._schedule()
 
     def _reclaim_lease(
         self,
-        client: connections.Client,
+        client: Client,
         submit: protocol.Submit,
-        existing: connections.Group | None,
+        existing: Group | None,
     ) -> bool:
         """A client back after this service restarted says group `submit.group` runs on
         `submit.holds`: take the lease back from the record's (same user), or give it as a
@@ -247,7 +314,7 @@ class Service:
         busy = {d for g in self._groups.values() if g.admitted for d in g.devices}
         held = tuple(submit.holds)
         request = self._request(checked)
-        group = connections.Group(checked, client, request)
+        group = Group(checked, client, request)
         self._groups[submit.group] = group
         client.groups.add(submit.group)
         _hold(group, asyncio.get_running_loop().time())
@@ -279,9 +346,7 @@ class Service:
             created=float(next(self._arrivals)),
         )
 
-    def _adopt(
-        self, group: connections.Group, client: connections.Client, submit: protocol.Submit
-    ) -> None:
+    def _adopt(self, group: Group, client: Client, submit: protocol.Submit) -> None:
         """A lease from the record, claimed back by its (new) connection."""
         if group.expires is not None:
             group.expires.cancel()
@@ -311,9 +376,9 @@ class Service:
                 continue
             if not isinstance(submit, protocol.Submit) or not _alive(pid):
                 continue
-            client = connections.Client.absent(pid, config.Identity(uid, uid, user))
+            client = Client.absent(pid, config.Identity(uid, uid, user))
             request = self._request(submit)
-            group = connections.Group(submit, client, request, devices=devices)
+            group = Group(submit, client, request, devices=devices)
             _hold(group, loop.time())
             group.expires = loop.call_later(RECLAIM_SECONDS, self._expire, group)
             self._groups[submit.group] = group
@@ -325,7 +390,7 @@ class Service:
                 RECLAIM_SECONDS,
             )
 
-    def _expire(self, group: connections.Group) -> None:
+    def _expire(self, group: Group) -> None:
         if self._groups.get(group.submit.group) is group and not group.client.present:
             log.info("lease of %s not claimed back: freed", group.submit.group)
             self._remove(group)
@@ -362,9 +427,7 @@ class Service:
         except OSError as exc:
             log.warning("could not write the lease record %s: %s", self.record, exc)
 
-    def _checked(
-        self, client: connections.Client, submit: protocol.Submit
-    ) -> protocol.Submit | str:
+    def _checked(self, client: Client, submit: protocol.Submit) -> protocol.Submit | str:
         """`submit` as this machine takes it (a system service sets its priority), or the
         sentence refusing it."""
         existing = self._groups.get(submit.group)
@@ -380,7 +443,7 @@ class Service:
             return rules.check_submit(self.system, client.who, submit)
         return submit
 
-    def _remove(self, group: connections.Group) -> None:
+    def _remove(self, group: Group) -> None:
         if group.reclaim is not None:
             group.reclaim.cancel()
         if group.expires is not None:
@@ -388,7 +451,7 @@ class Service:
         self._groups.pop(group.submit.group, None)
         group.client.groups.discard(group.submit.group)
 
-    def _requeue(self, group: connections.Group) -> None:
+    def _requeue(self, group: Group) -> None:
         """Give back the group's GPUs and put it at the back of its queue."""
         if group.reclaim is not None:
             group.reclaim.cancel()
@@ -396,7 +459,7 @@ class Service:
         group.admitted, group.devices, group.evicting, group.shown = None, (), False, None
         group.request = replace(group.request, created=float(next(self._arrivals)))
 
-    def _drop(self, client: connections.Client) -> None:
+    def _drop(self, client: Client) -> None:
         """The connection ended: its leases end with it."""
         self._clients.discard(client)
         for name in list(client.groups):
@@ -447,7 +510,7 @@ class Service:
             places = rules.places([g.request for g in groups.values() if not g.admitted])
         else:
             places = {n: (p.in_queue + 1, p.queue_length) for n, p in decision.positions.items()}
-        told: dict[connections.Client, list[protocol.Position]] = {}
+        told: dict[Client, list[protocol.Position]] = {}
         for name, (in_queue, length) in places.items():
             group = groups[name]
             reason = ""
@@ -473,7 +536,7 @@ class Service:
         """The groups `names` as max_gpus sees them; none without a config (no limits)."""
         return [] if self.system is None else [self._groups[n].holding() for n in names]
 
-    def _admit(self, group: connections.Group, grant: admission.Admission) -> None:
+    def _admit(self, group: Group, grant: admission.Admission) -> None:
         assert self.quota is not None
         busy = {d for g in self._groups.values() if g.admitted for d in g.devices}
         free = [d for d in self.quota.gpus if d not in busy]
@@ -484,7 +547,7 @@ class Service:
         group.shown = None
         group.client.send(protocol.Admit(group.submit.group, group.devices))
 
-    def _evict(self, victim: connections.Group, preemptor: connections.Group) -> None:
+    def _evict(self, victim: Group, preemptor: Group) -> None:
         """Ask the holder to stop; reclaim its GPUs after its grace whatever it does."""
         message = rules.preempted_by(preemptor.submit)
         victim.evicting = True
@@ -494,7 +557,7 @@ class Service:
         )
         victim.reclaim = asyncio.get_running_loop().call_later(grace, self._reclaim, victim)
 
-    def _reclaim(self, group: connections.Group) -> None:
+    def _reclaim(self, group: Group) -> None:
         if self._groups.get(group.submit.group) is group and group.evicting:
             log.info("group %s did not stop within its grace: GPUs reclaimed", group.submit.group)
             group.reclaim = None
@@ -542,7 +605,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _hold(group: connections.Group, now: float) -> None:
+def _hold(group: Group, now: float) -> None:
     """Mark `group` admitted as it already is (a lease from before a restart)."""
     flavors = {resource: protocol.FLAVOR for resource in group.request.resources}
     group.admitted = admission.Admitted(group.request, flavors, now)
