@@ -6,11 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
-from kernel_queue.backends.local.gpus import Gpu, parse_nvidia_smi
 
 import kernel_queue
 from kernel_queue import quantities, spec
 from kernel_queue.backends.local import settings
+from kernel_queue.backends.local.gpus import Gpu, parse_nvidia_smi
 from kernel_queue.cli.install import InstallError, kernel_json
 from kernel_queue.cli.status import render, rows
 
