@@ -4,46 +4,37 @@
  * waiting kernel of this server, "Shut down" and "Park now" for a holder; then the parked
  * kernels with "Resume", and the failed ones with the server's whole sentence (wrapped, never
  * cut off) and "Shut down". Read from `GET /api/kernel-queue/queues` when shown, every few seconds
- * and after each status event; the buttons' requests are the plugin's (`index.ts`).
+ * and after each status event; the buttons' requests are the store's (`IKernelQueueStore`).
  */
 
+import type { TranslationBundle } from '@jupyterlab/translation';
 import { Widget } from '@lumino/widgets';
 
+import { gpuCount } from './look';
 import { QueuesListing, QueueRowView, queuesView } from './queues';
-import { gpuCount, QueueStore } from './state';
+import { IKernelQueueStore } from './tokens';
 
 /** While the panel is shown, the queues are read again this often (ms). */
 const LOOK_EVERY_MS = 3_000;
 /** A burst of status events makes one read, this long after the first (ms). */
 const SETTLE_MS = 150;
 
-/** What the panel asks of the plugin. */
-export interface PanelActions {
-  /** The queues, as the server lists them. */
-  look(): Promise<QueuesListing>;
-  /** The kernel of the notebook in view, if any. */
-  current(): string | null;
-  /** A kernel's name where the listing has no notebook for it. */
-  name(kernelId: string): string;
-  /** Shut a kernel down (which, for a waiting one, is leaving its queue). */
-  shutdown(kernelId: string): Promise<void>;
-  park(kernelId: string, action: 'park' | 'resume'): Promise<void>;
-}
-
 export class QueuePanel extends Widget {
+  /** `current`: the kernel of the notebook in view, if any. */
   constructor(
-    private readonly _store: QueueStore,
-    private readonly _actions: PanelActions
+    private readonly _store: IKernelQueueStore,
+    private readonly _current: () => string | null
   ) {
     super();
+    this._trans = _store.trans;
     this.addClass('jp-KernelQueue-panel');
     this.node.tabIndex = -1; // focusable, so the keyboard lands in it when it opens
-    this.node.setAttribute('aria-label', 'Kernel queues');
-    this._unsubscribe = _store.subscribe(() => this._soon());
+    this.node.setAttribute('aria-label', this._trans.__('Kernel queues'));
+    _store.changed.connect(this._soon, this);
   }
 
   dispose(): void {
-    this._unsubscribe();
+    this._store.changed.disconnect(this._soon, this);
     this._stop();
     super.dispose();
   }
@@ -77,10 +68,11 @@ export class QueuePanel extends Widget {
 
   private async _look(): Promise<void> {
     try {
-      this._listing = await this._actions.look();
+      this._listing = await this._store.queues();
       this._error = '';
     } catch (reason) {
-      this._error = `Could not read the queues: ${reason instanceof Error ? reason.message : reason}`;
+      const why = reason instanceof Error ? reason.message : String(reason);
+      this._error = this._trans.__('Could not read the queues: %1', why);
     }
     this.update();
   }
@@ -93,16 +85,17 @@ export class QueuePanel extends Widget {
     const inside = node.contains(document.activeElement);
     node.replaceChildren();
     node.appendChild(this._queues());
+    const trans = this._trans;
     const parked = this._store.kernels().filter(row => row.action === 'resume');
     if (parked.length > 0) {
-      const section = this._section('Parked kernels', 'jp-KernelQueue-parked');
-      const table = this._table(['Kernel', 'State', 'GPUs', 'Actions']);
+      const section = this._section(trans.__('Parked kernels'), 'jp-KernelQueue-parked');
+      const table = this._table();
       for (const row of parked) {
         const tr = table.tBodies[0].insertRow();
         tr.className = 'jp-KernelQueue-parkedRow';
         tr.dataset.kernelId = row.kernelId;
-        const name = this._actions.name(row.kernelId);
-        this._cells(tr, [name, 'parked', gpuCount(row.gpus)], row.message);
+        const name = this._store.name(row.kernelId);
+        this._cells(tr, [name, trans.__('parked'), gpuCount(row.gpus, trans)], row.message);
         const cell = tr.insertCell();
         cell.appendChild(this._resume(row.kernelId, name));
         cell.appendChild(this._shutdown(row.kernelId, name, 'holder'));
@@ -112,14 +105,14 @@ export class QueuePanel extends Widget {
     }
     const failed = this._store.failed();
     if (failed.length > 0) {
-      const section = this._section('Failed kernels', 'jp-KernelQueue-failed');
+      const section = this._section(trans.__('Failed kernels'), 'jp-KernelQueue-failed');
       for (const row of failed) {
-        const name = this._actions.name(row.kernelId);
+        const name = this._store.name(row.kernelId);
         const block = document.createElement('div');
         block.className = 'jp-KernelQueue-failure';
         block.dataset.kernelId = row.kernelId;
         const heading = document.createElement('h4');
-        heading.textContent = `${name}: ${row.label}`;
+        heading.textContent = trans.__('%1: %2', name, row.label);
         const reason = document.createElement('p');
         reason.className = 'jp-KernelQueue-reason';
         reason.textContent = row.message;
@@ -137,7 +130,8 @@ export class QueuePanel extends Widget {
   }
 
   private _queues(): HTMLElement {
-    const section = this._section('Queues', 'jp-KernelQueue-queues');
+    const trans = this._trans;
+    const section = this._section(trans.__('Queues'), 'jp-KernelQueue-queues');
     const say = (text: string, className: string) => {
       const p = document.createElement('p');
       p.className = className;
@@ -148,27 +142,30 @@ export class QueuePanel extends Widget {
       say(this._error, 'jp-KernelQueue-error');
     }
     if (this._listing === null) {
-      say(this._error ? '' : 'Reading the queues…', 'jp-KernelQueue-empty');
+      say(this._error ? '' : trans.__('Reading the queues…'), 'jp-KernelQueue-empty');
       return section;
     }
     const view = queuesView(
       this._listing,
-      this._actions.current(),
-      id => this._actions.name(id),
-      Date.now()
+      this._current(),
+      id => this._store.name(id),
+      Date.now(),
+      trans
     );
     if (view.shared) {
       say(view.shared, 'jp-KernelQueue-capacity');
     }
     if (view.queues.length === 0) {
-      say('No kernel holds or waits in a queue.', 'jp-KernelQueue-empty');
+      say(trans.__('No kernel holds or waits in a queue.'), 'jp-KernelQueue-empty');
     }
     for (const queue of view.queues) {
       const block = document.createElement('div');
       block.className = 'jp-KernelQueue-queue';
       block.dataset.queue = queue.name;
       const heading = document.createElement('h4');
-      heading.textContent = queue.capacity ? `${queue.name}: ${queue.capacity}` : queue.name;
+      heading.textContent = queue.capacity
+        ? trans.__('%1: %2', queue.name, queue.capacity)
+        : queue.name;
       block.appendChild(heading);
       if (queue.error) {
         const error = document.createElement('p');
@@ -179,10 +176,10 @@ export class QueuePanel extends Widget {
       if (queue.rows.length === 0) {
         const empty = document.createElement('p');
         empty.className = 'jp-KernelQueue-empty';
-        empty.textContent = 'Nobody holds or waits in this queue.';
+        empty.textContent = trans.__('Nobody holds or waits in this queue.');
         block.appendChild(empty);
       } else {
-        const table = this._table(['Kernel', 'State', 'GPUs', 'Actions']);
+        const table = this._table();
         for (const row of queue.rows) {
           table.tBodies[0].appendChild(this._row(row));
         }
@@ -209,7 +206,7 @@ export class QueuePanel extends Widget {
     if (row.current) {
       const mark = document.createElement('span');
       mark.className = 'jp-KernelQueue-thisNotebook';
-      mark.textContent = 'this notebook';
+      mark.textContent = this._trans.__('this notebook');
       tr.cells[0].appendChild(mark);
     }
     const cell = tr.insertCell();
@@ -249,66 +246,69 @@ export class QueuePanel extends Widget {
   /** "Leave queue" for a waiting kernel, "Shut down" for a holder or a failed kernel: each
    * shuts it down. */
   private _shutdown(kernelId: string, name: string, role: 'waiting' | 'holder' | 'failed') {
+    const trans = this._trans;
     const leaving = role === 'waiting';
     const button = role === 'failed'
       ? this._button(
           `shutdown-${kernelId}`,
-          'Shut down',
-          `Shut down the failed kernel of ${name}`,
-          'Shut this failed kernel down',
+          trans.__('Shut down'),
+          trans.__('Shut down the failed kernel of %1', name),
+          trans.__('Shut this failed kernel down'),
           'jp-mod-reject'
         )
       : leaving
       ? this._button(
           `leave-${kernelId}`,
-          'Leave queue',
-          `Leave the queue: shut down the waiting kernel of ${name}`,
-          'Shut this waiting kernel down: it leaves the queue',
+          trans.__('Leave queue'),
+          trans.__('Leave the queue: shut down the waiting kernel of %1', name),
+          trans.__('Shut this waiting kernel down: it leaves the queue'),
           'jp-mod-warn'
         )
       : this._button(
           `shutdown-${kernelId}`,
-          'Shut down',
-          `Shut down the kernel of ${name}`,
-          'Shut this kernel down: its GPUs go to the next in line, its variables are lost',
+          trans.__('Shut down'),
+          trans.__('Shut down the kernel of %1', name),
+          trans.__('Shut this kernel down: its GPUs go to the next in line, its variables are lost'),
           'jp-mod-reject'
         );
     button.addEventListener('click', () => {
       button.disabled = true;
-      button.textContent = leaving ? 'Leaving…' : 'Shutting down…';
-      void this._actions.shutdown(kernelId).finally(() => void this._look());
+      button.textContent = leaving ? trans.__('Leaving…') : trans.__('Shutting down…');
+      void this._store.shutdown(kernelId).finally(() => void this._look());
     });
     return button;
   }
 
   private _park(kernelId: string, name: string) {
+    const trans = this._trans;
     const button = this._button(
       `park-${kernelId}`,
-      'Park now',
-      `Park the kernel of ${name}`,
-      'Park this kernel now: it saves its variables and gives its GPUs back',
+      trans.__('Park now'),
+      trans.__('Park the kernel of %1', name),
+      trans.__('Park this kernel now: it saves its variables and gives its GPUs back'),
       'jp-mod-accept'
     );
     button.addEventListener('click', () => {
       button.disabled = true;
-      button.textContent = 'Parking…';
-      void this._actions.park(kernelId, 'park').finally(() => this.update());
+      button.textContent = trans.__('Parking…');
+      void this._store.park(kernelId, 'park').finally(() => this.update());
     });
     return button;
   }
 
   private _resume(kernelId: string, name: string) {
+    const trans = this._trans;
     const button = this._button(
       `resume-${kernelId}`,
-      'Resume',
-      `Resume the kernel of ${name}`,
-      'Wake this kernel: it waits in its queue, then comes back with its variables',
+      trans.__('Resume'),
+      trans.__('Resume the kernel of %1', name),
+      trans.__('Wake this kernel: it waits in its queue, then comes back with its variables'),
       'jp-mod-accept'
     );
     button.addEventListener('click', () => {
       button.disabled = true;
-      button.textContent = 'Resuming…';
-      void this._actions.park(kernelId, 'resume').finally(() => this.update());
+      button.textContent = trans.__('Resuming…');
+      void this._store.park(kernelId, 'resume').finally(() => this.update());
     });
     return button;
   }
@@ -324,14 +324,17 @@ export class QueuePanel extends Widget {
     return section;
   }
 
-  private _table(labels: string[]): HTMLTableElement {
+  /** A table of kernels: Kernel, State, GPUs and (for screen readers only) Actions. */
+  private _table(): HTMLTableElement {
+    const trans = this._trans;
     const table = document.createElement('table');
     const head = table.createTHead().insertRow();
-    for (const label of labels) {
+    const labels = [trans.__('Kernel'), trans.__('State'), trans.__('GPUs'), trans.__('Actions')];
+    for (const [i, label] of labels.entries()) {
       const th = document.createElement('th');
       th.scope = 'col';
       th.textContent = label;
-      if (label === 'Actions') {
+      if (i === labels.length - 1) {
         th.className = 'jp-KernelQueue-actionHeader'; // read by screen readers, not shown
       }
       head.appendChild(th);
@@ -346,5 +349,5 @@ export class QueuePanel extends Widget {
   private _clock = 0;
   private _poll = 0;
   private _settle = 0;
-  private _unsubscribe: () => void;
+  private _trans: TranslationBundle;
 }

@@ -3,10 +3,13 @@
  * queue (once for the local machine, whose queues share its GPUs), then who holds the queue and
  * who waits in it, each row with what its button does. This server's kernels are named by their
  * notebook; another process's or user's kernel as the machine's queue lists it (`machine.ts`'s
- * words). Pure: no DOM, no requests.
+ * words). Pure: no DOM, no requests; the words through the translation bundle `trans`.
  */
 
-import { formatWait, gpuCount } from './state';
+import type { TranslationBundle } from '@jupyterlab/translation';
+
+import { ENGLISH, gpuCount } from './look';
+import { formatWait } from './state';
 
 /** One kernel of a queue, as `kernel_queue/server/queues.py` lists it. */
 export interface QueueKernel {
@@ -91,65 +94,99 @@ function basename(path: string): string {
 }
 
 /** Who a row is about: the notebook, else what the machine's queue says of the process. */
-export function who(kernel: QueueKernel, name: (kernelId: string) => string): string {
+export function who(
+  kernel: QueueKernel,
+  name: (kernelId: string) => string,
+  trans: TranslationBundle = ENGLISH
+): string {
   if (kernel.here) {
     return kernel.notebook ? basename(kernel.notebook) : name(kernel.kernel_id);
   }
   if (!kernel.kernel_id) {
-    return `${kernel.user || 'another user'}'s kernel`;
+    return kernel.user ? trans.__("%1's kernel", kernel.user) : trans.__("another user's kernel");
   }
-  return `kernel ${kernel.kernel_id.slice(0, 8)} (another process, pid ${kernel.pid ?? 0})`;
+  return trans.__(
+    'kernel %1 (another process, pid %2)',
+    kernel.kernel_id.slice(0, 8),
+    kernel.pid ?? 0
+  );
 }
 
-function holderState(kernel: QueueKernel, now: number): string {
+function holderState(kernel: QueueKernel, now: number, trans: TranslationBundle): string {
   if (kernel.state === 'preempted') {
-    return 'preempted · saving';
+    return trans.__('preempted · saving');
   }
   if (kernel.execution_state === 'busy') {
-    return 'running · busy';
+    return trans.__('running · busy');
   }
   const idle = since(kernel.idle_since, now);
-  return idle === null ? 'running' : `running · idle ${formatWait(idle)}`;
+  return idle === null
+    ? trans.__('running')
+    : trans.__('running · idle %1', formatWait(idle, trans));
 }
 
-function waitingState(kernel: QueueKernel, length: number, now: number): string {
-  const place = kernel.position ? `#${kernel.position} of ${length}` : 'waiting';
+function waitingState(
+  kernel: QueueKernel,
+  length: number,
+  now: number,
+  trans: TranslationBundle
+): string {
+  const place = kernel.position
+    ? trans.__('#%1 of %2', kernel.position, length)
+    : trans.__('waiting');
   const waited = since(kernel.waiting_since, now);
-  return waited === null ? place : `${place} · waiting ${formatWait(waited)}`;
+  return waited === null
+    ? place
+    : trans.__('%1 · waiting %2', place, formatWait(waited, trans));
 }
 
-function gpus(kernel: QueueKernel): string {
-  return kernel.devices.length ? `GPU ${kernel.devices.join(', ')}` : gpuCount(kernel.gpus);
+function gpus(kernel: QueueKernel, trans: TranslationBundle): string {
+  return kernel.devices.length
+    ? trans.__('GPU %1', kernel.devices.join(', '))
+    : gpuCount(kernel.gpus, trans);
 }
 
-function capacityLine(queue: QueueInfo, waiting: number): string {
+function capacityLine(queue: QueueInfo, waiting: number, trans: TranslationBundle): string {
   const used = queue.in_use?.gpus;
   const parts: string[] = [];
   if (queue.capacity && used !== undefined) {
-    parts.push(`${used} of ${gpuCount(queue.capacity.gpus)} in use`);
+    parts.push(trans.__('%1 of %2 in use', used, gpuCount(queue.capacity.gpus, trans)));
   } else if (used !== undefined) {
-    parts.push(`${gpuCount(used)} in use`);
+    parts.push(trans.__('%1 in use', gpuCount(used, trans)));
   }
   if (queue.pending !== undefined) {
-    parts.push(`${queue.admitted ?? 0} admitted, ${queue.pending} pending in Kueue`);
+    parts.push(
+      trans.__('%1 admitted, %2 pending in Kueue', queue.admitted ?? 0, queue.pending)
+    );
   } else if (waiting) {
-    parts.push(`${waiting} waiting`);
+    parts.push(trans.__('%1 waiting', waiting));
   }
   return parts.join(' · ');
 }
 
 /** The machine's line, as the lead's "This machine" section said it: "GPUs: 1 of 2 in use ·
  * 1 waiting" (other users' waiting kernels counted too). */
-function sharedLine(queue: QueueInfo, waiting: number): string {
-  const total = queue.capacity ? ` of ${queue.capacity.gpus}` : '';
-  return `GPUs: ${queue.in_use?.gpus ?? 0}${total} in use` + (waiting ? ` · ${waiting} waiting` : '');
+function sharedLine(queue: QueueInfo, waiting: number, trans: TranslationBundle): string {
+  const used = queue.in_use?.gpus ?? 0;
+  const line = queue.capacity
+    ? trans.__('GPUs: %1 of %2 in use', used, queue.capacity.gpus)
+    : trans.__('GPUs: %1 in use', used);
+  return waiting ? trans.__('%1 · %2 waiting', line, waiting) : line;
 }
 
-const HIDDEN_WORDS: Record<string, string> = {
-  queued: 'waiting',
-  admitted: 'running',
-  evicting: 'being preempted'
-};
+/** Other users' kernels by state, in words: "2 waiting". */
+function hiddenWords(state: string, count: number, trans: TranslationBundle): string {
+  switch (state) {
+    case 'queued':
+      return trans.__('%1 waiting', count);
+    case 'admitted':
+      return trans.__('%1 running', count);
+    case 'evicting':
+      return trans.__('%1 being preempted', count);
+    default:
+      return `${count} ${state}`;
+  }
+}
 
 /**
  * The panel's view of `listing`: `current` is the kernel of the notebook in view, `name`
@@ -160,22 +197,23 @@ export function queuesView(
   listing: QueuesListing,
   current: string | null,
   name: (kernelId: string) => string,
-  now: number
+  now: number,
+  trans: TranslationBundle = ENGLISH
 ): QueuesView {
   // A LocalQueue's own counts are worth a line even without this server's kernels in it.
   const shown = listing.queues.filter(q => q.holders.length + q.waiting.length > 0 || !q.shared);
   const sharing = listing.queues.find(q => q.shared);
   const waitingAll =
     listing.queues.reduce((n, q) => n + q.waiting.length, 0) + (listing.hidden['queued'] ?? 0);
-  const shared = sharing ? sharedLine(sharing, waitingAll) : '';
+  const shared = sharing ? sharedLine(sharing, waitingAll, trans) : '';
   const queues = shown.map(queue => {
     const row = (kernel: QueueKernel, holding: boolean): QueueRowView => ({
       kernelId: kernel.kernel_id,
-      who: who(kernel, name),
+      who: who(kernel, name, trans),
       state: holding
-        ? holderState(kernel, now)
-        : waitingState(kernel, queue.waiting.length, now),
-      gpus: gpus(kernel),
+        ? holderState(kernel, now, trans)
+        : waitingState(kernel, queue.waiting.length, now, trans),
+      gpus: gpus(kernel, trans),
       action: kernel.here ? (holding ? 'shutdown' : 'leave') : null,
       role: holding ? 'holder' : 'waiting',
       current: kernel.here && kernel.kernel_id === current,
@@ -183,14 +221,14 @@ export function queuesView(
     });
     return {
       name: queue.name,
-      capacity: queue.shared ? '' : capacityLine(queue, queue.waiting.length),
+      capacity: queue.shared ? '' : capacityLine(queue, queue.waiting.length, trans),
       error: queue.error ?? '',
       rows: [...queue.holders.map(k => row(k, true)), ...queue.waiting.map(k => row(k, false))]
     };
   });
   const counts = Object.entries(listing.hidden)
     .filter(([, count]) => count > 0)
-    .map(([state, count]) => `${count} ${HIDDEN_WORDS[state] ?? state}`);
-  const hidden = counts.length ? `Other users' kernels: ${counts.join(', ')}` : '';
+    .map(([state, count]) => hiddenWords(state, count, trans));
+  const hidden = counts.length ? trans.__("Other users' kernels: %1", counts.join(', ')) : '';
   return { shared, queues, hidden };
 }

@@ -2,18 +2,20 @@
  * The Running sidebar's "Kernel Queue" section: this server's queued kernels that cannot run
  * cells (waiting, admitted and starting, preempted or requeued, parked, failed), each with its
  * state's icon, short label and the server's whole sentence as tooltip. Running kernels are left
- * to JupyterLab's own Kernels section. Read from the `QueueStore` only (no requests of its own);
- * names, icons, opening and shutting down are the plugin's (`index.ts`).
+ * to JupyterLab's own Kernels section. Read from the store only (no requests of its own);
+ * names, icons, opening and shutting down are the `kernel-queue:running` plugin's.
  */
 
 import type { IRunningSessions } from '@jupyterlab/running';
+import type { TranslationBundle } from '@jupyterlab/translation';
 import type { LabIcon } from '@jupyterlab/ui-components';
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { Tone, toneOf } from './look';
-import { LIVE, QueueStatus, QueueStore, statusLabel, TERMINAL, WAITING } from './state';
+import { ENGLISH, Tone, toneOf } from './look';
+import { LIVE, QueueStatus, statusLabel, TERMINAL, WAITING } from './state';
+import type { IQueueState } from './tokens';
 
-/** The section's title in the Running sidebar. */
+/** The section's title in the Running sidebar (in English: the translation is the plugin's). */
 export const SECTION_NAME = 'Kernel Queue';
 
 /** One item of the section, as plain data. */
@@ -52,7 +54,8 @@ export function listed(status: QueueStatus): boolean {
 /** The section's items from the store's statuses; `name` names a kernel by its notebook. */
 export function sidebarItems(
   statuses: QueueStatus[],
-  name: (kernelId: string) => string
+  name: (kernelId: string) => string,
+  trans: TranslationBundle = ENGLISH
 ): SidebarItem[] {
   const place = (s: QueueStatus) => s.position ?? Number.MAX_SAFE_INTEGER;
   return statuses
@@ -71,22 +74,33 @@ export function sidebarItems(
         kernelId: status.kernel_id,
         name: who,
         tone: toneOf(status),
-        detail: statusLabel(status),
-        title: status.message || statusLabel(status),
+        detail: statusLabel(status, trans),
+        title: status.message || statusLabel(status, trans),
         waiting,
         shutdownLabel: waiting
-          ? `Leave the queue: shut down the waiting kernel of ${who}`
-          : `Shut down the kernel of ${who}`
+          ? trans.__('Leave the queue: shut down the waiting kernel of %1', who)
+          : trans.__('Shut down the kernel of %1', who)
       };
     });
 }
 
 /** The body of JupyterLab's "Shut Down All?" dialog for the section's items. */
-export function shutdownAllText(items: SidebarItem[]): string {
-  const count = items.length === 1 ? 'the 1 kernel' : `all ${items.length} kernels`;
-  const waiting = items.filter(item => item.waiting).length;
-  const lost = waiting ? 'Waiting kernels leave their queue; any' : 'Any';
-  return `Shut down ${count} listed under ${SECTION_NAME}? ${lost} variables are lost.`;
+export function shutdownAllText(
+  items: SidebarItem[],
+  trans: TranslationBundle = ENGLISH,
+  section: string = SECTION_NAME
+): string {
+  const waiting = items.some(item => item.waiting);
+  const question = trans._n(
+    'Shut down the %1 kernel listed under %2?',
+    'Shut down all %1 kernels listed under %2?',
+    items.length,
+    section
+  );
+  const lost = waiting
+    ? trans.__('Waiting kernels leave their queue; any variables are lost.')
+    : trans.__('Any variables are lost.');
+  return `${question} ${lost}`;
 }
 
 /** What the section asks of the plugin. */
@@ -101,6 +115,8 @@ export interface SectionActions {
   shutdown(kernelId: string): Promise<void>;
   /** The sidebar's refresh button: read the server's listing again. */
   refresh(): void;
+  /** The words (English by default). */
+  trans?: TranslationBundle;
 }
 
 type Item = IRunningSessions.IRunningItem & { readonly item: SidebarItem };
@@ -108,13 +124,15 @@ type Item = IRunningSessions.IRunningItem & { readonly item: SidebarItem };
 /** The section's manager, registered with `IRunningSessionManagers`. */
 export class QueueSessions implements IRunningSessions.IManager {
   constructor(
-    private readonly _store: QueueStore,
+    private readonly _store: IQueueState,
     private readonly _actions: SectionActions
   ) {
-    this._unsubscribe = _store.subscribe(() => this.changed());
+    this._trans = _actions.trans ?? ENGLISH;
+    this.name = this._trans.__('Kernel Queue');
+    _store.changed.connect(this.changed, this);
   }
 
-  readonly name = SECTION_NAME;
+  readonly name: string;
 
   get runningChanged(): ISignal<this, void> {
     return this._runningChanged;
@@ -122,7 +140,7 @@ export class QueueSessions implements IRunningSessions.IManager {
 
   /** The items as plain data (what `running()` shows). */
   items(): SidebarItem[] {
-    return sidebarItems(this._store.statuses(), id => this._actions.name(id));
+    return sidebarItems(this._store.statuses(), id => this._actions.name(id), this._trans);
   }
 
   running(): IRunningSessions.IRunningItem[] {
@@ -142,9 +160,10 @@ export class QueueSessions implements IRunningSessions.IManager {
   }
 
   shutdownLabel = (running: IRunningSessions.IRunningItem): string =>
-    (running as Item).item?.shutdownLabel ?? 'Shut Down';
+    (running as Item).item?.shutdownLabel ?? this._trans.__('Shut Down');
 
-  shutdownAllConfirmationText = (): string => shutdownAllText(this.items());
+  shutdownAllConfirmationText = (): string =>
+    shutdownAllText(this.items(), this._trans, this.name);
 
   shutdownAll(): void {
     for (const item of this.items()) {
@@ -162,10 +181,10 @@ export class QueueSessions implements IRunningSessions.IManager {
   }
 
   dispose(): void {
-    this._unsubscribe();
+    this._store.changed.disconnect(this.changed, this);
     Signal.clearData(this);
   }
 
   private _runningChanged = new Signal<this, void>(this);
-  private _unsubscribe: () => void;
+  private _trans: TranslationBundle;
 }

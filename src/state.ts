@@ -3,10 +3,14 @@
  *
  * `QueueStore` is fed the server's REST listing (at page load) and its status events (as they
  * come); it answers what the status bar reads for one kernel, which kernels the panel lists, and
- * which notifications a change deserves. The plugin (`index.ts`) owns every side effect.
+ * which notifications a change deserves, and says each change with its Lumino signal `changed`.
+ * The `kernel-queue:store` plugin (`store.ts`) owns every side effect.
  */
 
-import { failedLabel, gpuCount, isParking, isWaking } from './look';
+import type { TranslationBundle } from '@jupyterlab/translation';
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { ENGLISH, failedLabel, gpuCount, isParking, isWaking, placeWords } from './look';
 import type { KernelState, QueueStatus } from './status';
 
 export type { KernelState, QueueStatus };
@@ -65,7 +69,7 @@ export interface KernelRow {
 /** One failed kernel of the panel: why it failed, shortly and in the server's words. */
 export interface FailedRow {
   kernelId: string;
-  /** "Failed · needs 3 GPUs, 1 exists" (look.ts's `failedLabel`). */
+  /** "Failed · needs 3 GPUs, can never fit" (look.ts's `failedLabel`). */
   label: string;
   /** The server's whole sentence. */
   message: string;
@@ -84,27 +88,33 @@ export const LIVE: ReadonlySet<KernelState> = new Set(['running', 'resumed']);
 
 
 /** A wait as a person says it: "45 s", "3 min 05 s", "2 h 07 min". */
-export function formatWait(ms: number): string {
+export function formatWait(ms: number, trans: TranslationBundle = ENGLISH): string {
   const seconds = Math.max(0, Math.floor(ms / 1000));
   if (seconds < 60) {
-    return `${seconds} s`;
+    return trans.__('%1 s', seconds);
   }
   const minutes = Math.floor(seconds / 60);
   if (minutes < 60) {
-    return `${minutes} min ${String(seconds % 60).padStart(2, '0')} s`;
+    return trans.__('%1 min %2 s', minutes, String(seconds % 60).padStart(2, '0'));
   }
-  return `${Math.floor(minutes / 60)} h ${String(minutes % 60).padStart(2, '0')} min`;
+  return trans.__('%1 h %2 min', Math.floor(minutes / 60), String(minutes % 60).padStart(2, '0'));
 }
 
 /** The server's estimate of a wait, shortly: "~40 s", "~4 min", "~2 h", "> 1 day". */
-export function formatEstimate(seconds: number): string {
+export function formatEstimate(seconds: number, trans: TranslationBundle = ENGLISH): string {
   if (seconds < 60) {
-    return `~${Math.round(seconds)} s`;
+    return trans.__('~%1 s', Math.round(seconds));
   }
   if (seconds < 3600) {
-    return `~${Math.round(seconds / 60)} min`;
+    return trans.__('~%1 min', Math.round(seconds / 60));
   }
-  return seconds < 86_400 ? `~${Math.round(seconds / 3600)} h` : '> 1 day';
+  return seconds < 86_400 ? trans.__('~%1 h', Math.round(seconds / 3600)) : trans.__('> 1 day');
+}
+
+/** A waiting kernel's estimate as the labels say it ("~4 min"), null without one. */
+export function estimateOf(status: QueueStatus, trans: TranslationBundle = ENGLISH): string | null {
+  const seconds = status.estimated_wait_seconds;
+  return seconds != null ? formatEstimate(seconds, trans) : null;
 }
 
 /**
@@ -113,42 +123,36 @@ export function formatEstimate(seconds: number): string {
  * `Requeued · #1`, `Parking · saving…`, `Parked · GPU released`, `Waking · #1`,
  * `Failed · needs 3 GPUs, 2 exist` (look.ts's `failedLabel`), ...
  */
-export function statusLabel(status: QueueStatus): string {
-  const position = status.position ? `#${status.position}` : null;
-  const estimate =
-    status.estimated_wait_seconds != null ? formatEstimate(status.estimated_wait_seconds) : null;
+export function statusLabel(status: QueueStatus, trans: TranslationBundle = ENGLISH): string {
+  const place = placeWords(status, estimateOf(status, trans), trans);
   switch (status.state) {
-    case 'queued': {
-      const where = status.queue ? `in ${status.queue}` : '';
-      const place = [position, where].filter(Boolean).join(' ');
-      return ['Queued', place, estimate].filter(Boolean).join(' · ');
-    }
+    case 'queued':
+      return [trans.__('Queued'), ...place].join(' · ');
     case 'admitted':
-      return status.gpus ? `Admitted · ${gpuCount(status.gpus)}` : 'Admitted';
+      return status.gpus
+        ? trans.__('Admitted · %1', gpuCount(status.gpus, trans))
+        : trans.__('Admitted');
     case 'running':
     case 'resumed':
-      return 'Running';
+      return trans.__('Running');
     case 'preempted':
-      // The server's sentence says "saving its variables" when the kernel checkpoints.
-      return /saving/.test(status.message) ? 'Preempted · saving…' : 'Preempted';
+      return status.saving ? trans.__('Preempted · saving…') : trans.__('Preempted');
     case 'requeued':
-      return [isWaking(status) ? 'Waking' : 'Requeued', position, estimate]
-        .filter(Boolean)
-        .join(' · ');
+      return [isWaking(status) ? trans.__('Waking') : trans.__('Requeued'), ...place].join(' · ');
     case 'parked':
       if (isParking(status)) {
-        return 'Parking · saving…';
+        return trans.__('Parking · saving…');
       }
       if (!status.gpus) {
-        return 'Parked';
+        return trans.__('Parked');
       }
-      return status.gpus === 1 ? 'Parked · GPU released' : 'Parked · GPUs released';
+      return trans._n('Parked · GPU released', 'Parked · GPUs released', status.gpus);
     case 'failed':
-      return failedLabel(status.message, status.failure);
+      return failedLabel(status, trans);
     case 'cancelled':
-      return 'Cancelled';
+      return trans.__('Cancelled');
     case 'finished':
-      return 'Finished';
+      return trans.__('Finished');
   }
 }
 
@@ -166,6 +170,8 @@ export interface StoreOptions {
   longWaitMs: number;
   /** The clock, in ms since the epoch (tests pass their own). */
   now?: () => number;
+  /** The words of labels and notices (English by default). */
+  trans?: TranslationBundle;
 }
 
 /**
@@ -176,6 +182,7 @@ export class QueueStore {
   constructor(options: StoreOptions) {
     this.longWaitMs = options.longWaitMs;
     this._now = options.now ?? Date.now;
+    this._trans = options.trans ?? ENGLISH;
   }
 
   /** Threshold for the "admitted after a long wait" notification, in ms. */
@@ -186,10 +193,9 @@ export class QueueStore {
     return this._loaded;
   }
 
-  /** Register a callback run after every change; returns a function that unregisters it. */
-  subscribe(callback: () => void): () => void {
-    this._listeners.add(callback);
-    return () => this._listeners.delete(callback);
+  /** Emitted after every change of what the store answers. */
+  get changed(): ISignal<this, void> {
+    return this._changedSignal;
   }
 
   /** The entry of one kernel, if it is a queued kernel the store knows. */
@@ -200,7 +206,7 @@ export class QueueStore {
   /** The status-bar text for one kernel, null for kernels that are not queued kernels. */
   label(kernelId: string): string | null {
     const entry = this._entries.get(kernelId);
-    return entry ? statusLabel(entry.status) : null;
+    return entry ? statusLabel(entry.status, this._trans) : null;
   }
 
   /** The server's full sentence for one kernel (the status item's tooltip), null if none. */
@@ -290,7 +296,7 @@ export class QueueStore {
   failed(): FailedRow[] {
     return this.statuses()
       .filter(s => s.state === 'failed')
-      .map(s => ({ kernelId: s.kernel_id, label: statusLabel(s), message: s.message }))
+      .map(s => ({ kernelId: s.kernel_id, label: statusLabel(s, this._trans), message: s.message }))
       .sort((a, b) => a.kernelId.localeCompare(b.kernelId));
   }
 
@@ -384,13 +390,12 @@ export class QueueStore {
         const endsWait = before !== undefined && WAITING.has(before);
         const waited = this._entries.get(id)?.waited ?? null;
         if (endsWait && waited !== null && waited >= this.longWaitMs) {
-          const gpus = status.gpus ? ` with ${gpuCount(status.gpus)}` : '';
-          notices.push({
-            kernelId: id,
-            kind: 'success',
-            moment: 'admitted',
-            message: `admitted${gpus} after waiting ${formatWait(waited)}`
-          });
+          const trans = this._trans;
+          const wait = formatWait(waited, trans);
+          const message = status.gpus
+            ? trans.__('kernel admitted with %1 after waiting %2', gpuCount(status.gpus, trans), wait)
+            : trans.__('kernel admitted after waiting %1', wait);
+          notices.push({ kernelId: id, kind: 'success', moment: 'admitted', message });
         }
         if (status.state === 'resumed' && !LIVE.has(before as KernelState)) {
           notices.push({ kernelId: id, kind: 'info', moment: 'resumed', message: status.message });
@@ -414,14 +419,13 @@ export class QueueStore {
   }
 
   private _changed(): void {
-    for (const callback of [...this._listeners]) {
-      callback();
-    }
+    this._changedSignal.emit();
   }
 
   private _entries = new Map<string, KernelEntry>();
   private _held: [QueueStatus, number][] = [];
   private _loaded = false;
-  private _listeners = new Set<() => void>();
+  private _changedSignal = new Signal<this, void>(this);
   private _now: () => number;
+  private _trans: TranslationBundle;
 }

@@ -36,4 +36,15 @@ export interface QueueStatus {
   parked_since?: string | null;
   /** For a failed kernel: the kind of failure, e.g. `never_fits` (v4). */
   failure?: string | null;
+  /** What the kernel asks for, in words: "2 GPUs, 4 CPU"; null where not known (v5). */
+  needs?: string | null;
+  /** For a failed kernel: the most its queue could ever give of what it lacks, where the
+   * server knows it: `{gpus: 2}`, `{cpu: "16"}` (v5). */
+  has?: Record<string, number | string> | null;
+  /** The priority class the kernel asked for (v5). */
+  priority_class?: string | null;
+  /** Saving its variables: parked but still parking, or preempted with checkpoints on (v5). */
+  saving?: boolean;
+  /** Requeued because it was woken from parked, not preempted (v5). */
+  waking?: boolean;
 }

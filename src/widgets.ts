@@ -13,10 +13,11 @@ import {
   pauseIcon,
   runningIcon
 } from '@jupyterlab/ui-components';
+import type { TranslationBundle } from '@jupyterlab/translation';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { spoken, Tone } from './look';
+import { ENGLISH, spoken, Tone } from './look';
 
 /** One JupyterLab icon per tone; the colour is the tone's CSS class (style/index.css). */
 export const ICONS: Record<Tone, LabIcon> = {
@@ -51,15 +52,15 @@ function paint(node: HTMLElement, tone: Tone | null, text: string): void {
   node.appendChild(label);
 }
 
-const ITEM_HINT = 'Kernel queue: click, or press Enter, for the queues';
-
 /** The status-bar item: the current notebook's kernel as the queue sees it, while it waits,
  * fails or is parked; "Queue · N waiting" while others wait; hidden otherwise. */
 export class QueueStatusItem extends Widget {
-  constructor() {
+  constructor(trans: TranslationBundle = ENGLISH) {
     super({ node: document.createElement('div') });
+    this._trans = trans;
+    this._hint = trans.__('Kernel queue: click, or press Enter, for the queues');
     this.addClass('jp-KernelQueue-status');
-    this.node.title = ITEM_HINT;
+    this.node.title = this._hint;
     this.node.setAttribute('role', 'button');
     this.node.setAttribute('aria-haspopup', 'dialog');
     this.node.tabIndex = 0;
@@ -89,8 +90,8 @@ export class QueueStatusItem extends Widget {
     const was = this.active;
     this._text = text;
     paint(this.node, tone, text ?? '');
-    this.node.title = sentence ? `${sentence}\n(${ITEM_HINT})` : ITEM_HINT;
-    this.node.setAttribute('aria-label', spoken(text ?? '', sentence));
+    this.node.title = sentence ? `${sentence}\n(${this._hint})` : this._hint;
+    this.node.setAttribute('aria-label', spoken(text ?? '', sentence, this._trans));
     this.node.dataset.kernelId = kernelId ?? '';
     this.node.dataset.state = state;
     if (was !== this.active) {
@@ -100,6 +101,8 @@ export class QueueStatusItem extends Widget {
 
   private _text: string | null = null;
   private _activeStateChanged = new Signal<this, void>(this);
+  private _trans: TranslationBundle;
+  private _hint: string;
 }
 
 /** The notebook toolbar's indicator: "Waiting for 1 GPU · #2 in gpu" beside JupyterLab's

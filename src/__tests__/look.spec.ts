@@ -1,83 +1,97 @@
 import { describe, expect, it } from 'vitest';
 
-import { failedLabel, indicatorText, namedKernels, spoken, toneOf } from '../look';
+import { ENGLISH, failedLabel, indicatorText, namedKernels, spoken, toneOf } from '../look';
 import { QueueStatus, statusLabel } from '../state';
 
 function status(state: QueueStatus['state'], extra: Partial<QueueStatus> = {}): QueueStatus {
   return { kernel_id: 'k', state, message: state, queue: 'gpu', gpus: 1, ...extra };
 }
 
-describe('failedLabel', () => {
+/** A failed kernel's status as the server (schema version 5) sends it. */
+function failed(extra: Partial<QueueStatus>): QueueStatus {
+  return status('failed', { backend: 'local', message: 'the sentence, whole', ...extra });
+}
+
+describe('failedLabel reads the event’s fields, never the sentence', () => {
   it.each([
     [
-      'kernel 1a2b3c4d asks for 3 GPU(s) but this machine has 2 pretend GPU(s) in all, so it ' +
-        'could never start. Ask for fewer `gpus` in the kernelspec, or list more with ' +
-        'c.LocalBackend.gpus.',
+      { failure: 'never_fits', needs: '3 GPUs', gpus: 3, has: { gpus: 2 } },
       'Failed · needs 3 GPUs, 2 exist'
     ],
     [
-      'kernel 1a2b3c4d asks for 2 GPU(s) but this machine has 1 GPU(s) in all, so it could never',
+      { failure: 'never_fits', needs: '2 GPUs', gpus: 2, has: { gpus: 1 } },
       'Failed · needs 2 GPUs, 1 exists'
     ],
     [
-      "kernel 1a2b3c4d: queue 'nosuch' does not exist on the local backend; known queues: gpu.",
-      "Failed · no queue 'nosuch'"
-    ],
-    [
-      "kernel 1a2b3c4d: LocalQueue 'lq' does not exist in namespace 'team'; LocalQueues there: a.",
-      "Failed · no queue 'lq'"
-    ],
-    [
-      "kernel 1a2b3c4d: priority class 'urgent' does not exist; known classes: high, low.",
-      "Failed · no priority class 'urgent'"
-    ],
-    [
-      "kernel 1a2b3c4d waited 1 s in 'gpu' without being admitted (admission_timeout)",
-      'Failed · gave up waiting'
-    ],
-    [
-      'kernel 1a2b3c4d asks for 64 CPU but the local quota is 16, so it could never start.',
+      { failure: 'never_fits', needs: '64 CPU', gpus: 0, has: { cpu: '16' } },
       'Failed · needs 64 CPU, 16 exist'
     ],
     [
-      "kernel 1a2b3c4d asks for 3 nvidia.com/gpu but ClusterQueue 'cluster-queue' can never " +
-        'give more than 1, so it could never start.',
+      { failure: 'never_fits', backend: 'kubernetes', needs: '3 GPUs', gpus: 3, has: { gpus: 1 } },
       'Failed · needs 3 GPUs, queue has 1'
     ],
-    ['the launcher exited with code 1', 'Failed']
-  ])('%s → %s', (message, label) => {
-    expect(failedLabel(message)).toBe(label);
-    expect(statusLabel(status('failed', { message }))).toBe(label);
+    // The server does not always know what its queue could give: what the kernel needs, then.
+    [{ failure: 'never_fits', needs: '3 GPUs', gpus: 3, has: null }, 'Failed · needs 3 GPUs, can never fit'],
+    [{ failure: 'queue_not_found', queue: 'nosuch' }, "Failed · no queue 'nosuch'"],
+    [
+      { failure: 'priority_class_not_found', priority_class: 'urgent' },
+      "Failed · no priority class 'urgent'"
+    ],
+    [{ failure: 'priority_class_not_found', priority_class: null }, 'Failed · no such priority class'],
+    [{ failure: 'admission_timeout' }, 'Failed · gave up waiting'],
+    [{ failure: 'startup_timeout' }, 'Failed · did not start in time'],
+    [{ failure: 'config' }, 'Failed · kernelspec error'],
+    [{ failure: 'launch' }, 'Failed'],
+    [{ failure: null }, 'Failed']
+  ] as [Partial<QueueStatus>, string][])('%j → %s', (fields, label) => {
+    expect(failedLabel(failed(fields))).toBe(label);
+    expect(statusLabel(failed(fields))).toBe(label);
+  });
+
+  it('says nothing the sentence says when the fields do not: a sentence alone is plain Failed', () => {
+    const message = "kernel 1a2b3c4d: queue 'nosuch' does not exist on the local backend";
+    expect(failedLabel(status('failed', { message }))).toBe('Failed');
   });
 });
 
-describe('failedLabel with the failure kind', () => {
-  it('says the kind where the sentence is not one it knows', () => {
-    expect(failedLabel('the kernel took 120 s to start', 'startup_timeout')).toBe(
-      'Failed · did not start in time'
+describe('labels through a translator', () => {
+  it('passes every word through the bundle, with counts in their plural', () => {
+    const seen: string[] = [];
+    const trans = {
+      ...ENGLISH,
+      __: (msgid: string, ...args: unknown[]) => {
+        seen.push(msgid);
+        return ENGLISH.__(msgid.toUpperCase(), ...(args as string[]));
+      },
+      _n: (one: string, many: string, n: number, ...args: unknown[]) => {
+        seen.push(one);
+        return ENGLISH._n(one.toUpperCase(), many.toUpperCase(), n, ...(args as string[]));
+      }
+    } as typeof ENGLISH;
+    const queued = status('queued', { position: 2, gpus: 2 });
+    expect(statusLabel(queued, trans)).toBe('QUEUED · #2 IN gpu');
+    expect(indicatorText(queued, statusLabel(queued, trans), null, trans)).toBe(
+      'WAITING FOR 2 GPUS · #2 IN gpu'
     );
-    expect(failedLabel('something else', 'launch')).toBe('Failed');
-    const status: QueueStatus = {
-      kernel_id: 'k',
-      state: 'failed',
-      message: 'bad image',
-      failure: 'config'
-    };
-    expect(statusLabel(status)).toBe('Failed · kernelspec error');
+    expect(failedLabel(failed({ failure: 'queue_not_found', queue: 'x' }), trans)).toBe(
+      "FAILED · NO QUEUE 'x'"
+    );
+    expect(seen).toContain('%1 GPU');
   });
 });
 
 describe('toneOf', () => {
   it.each([
     ['queued', {}, 'queued'],
-    ['requeued', { message: "waking from parked: queued in 'gpu', position 1" }, 'queued'],
+    ['requeued', { waking: true }, 'queued'],
     ['requeued', { message: 'preempted by a higher-priority kernel' }, 'preempted'],
     ['preempted', {}, 'preempted'],
     ['admitted', {}, 'admitted'],
     ['running', {}, 'running'],
     ['resumed', {}, 'running'],
     ['parked', { message: 'parked on request; GPU released' }, 'parked'],
-    ['parked', { message: 'parking after 30 s idle: saving…' }, 'preempted'],
+    ['parked', { saving: true }, 'preempted'],
+    ['parked', { message: 'parking after 30 s idle: saving…' }, 'parked'], // fields, not words
     ['failed', {}, 'failed']
   ] as const)('%s (%o) looks %s', (state, extra, tone) => {
     expect(toneOf(status(state, extra))).toBe(tone);
@@ -90,8 +104,12 @@ describe('indicatorText', () => {
     expect(indicatorText(queued, statusLabel(queued))).toBe('Waiting for 2 GPUs · #2 in gpu');
     const admitted = status('admitted');
     expect(indicatorText(admitted, statusLabel(admitted))).toBe('Admitted · 1 GPU · starting');
-    const failed = status('failed', { message: "queue 'x' does not exist" });
-    expect(indicatorText(failed, statusLabel(failed))).toBe("Failed · no queue 'x'");
+    const lost = status('failed', { failure: 'queue_not_found', queue: 'x' });
+    expect(indicatorText(lost, statusLabel(lost))).toBe("Failed · no queue 'x'");
+    const estimated = status('queued', { position: 1, estimated_wait_seconds: 240 });
+    expect(indicatorText(estimated, statusLabel(estimated), '~4 min')).toBe(
+      'Waiting for 1 GPU · #1 in gpu · ~4 min'
+    );
     for (const state of ['running', 'resumed', 'parked'] as const) {
       expect(indicatorText(status(state), statusLabel(status(state)))).toBeNull();
     }

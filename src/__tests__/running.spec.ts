@@ -59,7 +59,12 @@ describe('sidebarItems', () => {
     const items = sidebarItems(
       [
         status('failed1', 'failed', {
-          message: 'kernel failed1 asks for 3 GPU(s) but this machine has 1 GPU(s) in all'
+          message: 'kernel failed1 asks for 3 GPU(s) but this machine has 1 GPU(s) in all',
+          backend: 'local',
+          failure: 'never_fits',
+          needs: '3 GPUs',
+          gpus: 3,
+          has: { gpus: 1 }
         }),
         status('parked1', 'parked', { message: 'parked on request; GPU released' }),
         status('c', 'queued', { position: 2 }),

@@ -52,6 +52,7 @@ describe('statusLabel', () => {
     [event('k', 'resumed'), 'Running'],
     [
       event('k', 'preempted', {
+        saving: true,
         message: "preempted: evicted by kernel 1234; saving its variables, then waiting in 'gpu' again"
       }),
       'Preempted · saving…'
@@ -65,6 +66,7 @@ describe('statusLabel', () => {
     [event('k', 'failed'), 'Failed'],
     [
       event('k', 'parked', {
+        saving: true,
         message: 'parking after 30 min idle: saving its variables, then giving back its GPU'
       }),
       'Parking · saving…'
@@ -86,6 +88,7 @@ describe('statusLabel', () => {
     [
       event('k', 'requeued', {
         position: 2,
+        waking: true,
         message: "waking from parked: queued in 'gpu', position 2 of 2, needs 1 GPU"
       }),
       'Waking · #2'
@@ -133,7 +136,7 @@ describe('QueueStore', () => {
   it('shows preemption, then the place in the queue again', () => {
     const { store } = loaded();
     store.apply(event('a', 'running'));
-    store.apply(event('a', 'preempted', { message: 'preempted: x; saving its variables, then' }));
+    store.apply(event('a', 'preempted', { saving: true, message: 'preempted: x; saving, then' }));
     expect(store.label('a')).toBe('Preempted · saving…');
     store.apply(event('a', 'requeued', { position: 1 }));
     expect(store.label('a')).toBe('Requeued · #1');
@@ -245,14 +248,15 @@ describe('QueueStore', () => {
     expect(store.label('a')).toBeNull();
   });
 
-  it('tells subscribers about every change', () => {
+  it('signals every change, and nothing where nothing changed', () => {
     const { store } = loaded();
     let calls = 0;
-    const unsubscribe = store.subscribe(() => calls++);
+    const count = () => calls++;
+    store.changed.connect(count);
     store.apply(event('a', 'queued'));
     store.remove('a');
     store.remove('a'); // nothing left to remove: no change
-    unsubscribe();
+    store.changed.disconnect(count);
     store.apply(event('a', 'queued'));
     expect(calls).toBe(2);
   });
@@ -280,7 +284,7 @@ describe('parking', () => {
   it('announces a park once it is parked, not while it saves, and once only', () => {
     const { store } = loaded();
     store.apply(event('a', 'running'));
-    expect(store.apply(event('a', 'parked', { message: parking }))).toEqual([]);
+    expect(store.apply(event('a', 'parked', { saving: true, message: parking }))).toEqual([]);
     expect(store.apply(event('a', 'parked', { message: parked }))).toEqual([
       { kernelId: 'a', kind: 'info', moment: 'parked', message: parked }
     ]);
@@ -291,7 +295,7 @@ describe('parking', () => {
     const { store } = loaded();
     store.apply(event('a', 'parked', { message: parked }));
     const waking = "waking from parked: queued in 'gpu', position 1 of 1, needs 1 GPU";
-    expect(store.apply(event('a', 'requeued', { message: waking }))).toEqual([]);
+    expect(store.apply(event('a', 'requeued', { waking: true, message: waking }))).toEqual([]);
     expect(store.label('a')).toBe('Waking · #1');
     expect(store.queued().map(r => r.kernelId)).toEqual(['a']);
     store.apply(event('a', 'admitted'));
@@ -312,7 +316,7 @@ describe('notices', () => {
         kernelId: 'a',
         kind: 'success',
         moment: 'admitted',
-        message: 'admitted with 1 GPU after waiting 12 s'
+        message: 'kernel admitted with 1 GPU after waiting 12 s'
       }
     ]);
     expect(store.apply(event('a', 'running'))).toEqual([]);
@@ -362,7 +366,8 @@ describe('notices', () => {
     const { store } = loaded();
     store.apply(event('a', 'queued'));
     const sentence = "kernel 1234abcd waited 30 s in 'gpu' without being admitted";
-    expect(store.apply(event('a', 'failed', { message: sentence }))).toEqual([
+    const failed = event('a', 'failed', { message: sentence, failure: 'admission_timeout' });
+    expect(store.apply(failed)).toEqual([
       { kernelId: 'a', kind: 'error', moment: 'failed', message: sentence }
     ]);
     // The item keeps saying why, with the whole sentence as its tooltip, until shut down.
@@ -376,7 +381,9 @@ describe('notices', () => {
   it('keeps a kernel the listing says failed before any event, and forgets a finished one', () => {
     const store = new QueueStore({ longWaitMs: 0 });
     const failed = event('a', 'failed', {
-      message: "kernel aaaa: queue 'nosuch' does not exist on the local backend; known queues: gpu."
+      message: "kernel aaaa: queue 'nosuch' does not exist on the local backend; known queues: gpu.",
+      failure: 'queue_not_found',
+      queue: 'nosuch'
     });
     const notices = store.load([
       { id: 'a', queue: failed },
@@ -393,7 +400,8 @@ describe('notices', () => {
       "kernel bbbb: kernelspec 'typo': unknown config key `checkpoint_dir` (did you mean " +
       '`checkpoint`?); the keys are admission_timeout, backend, checkpoint';
     store.apply(event('b', 'failed', { message: sentence, failure: 'config' }));
-    store.apply(event('a', 'failed', { message: 'kernel aaaa waited 1 s without being admitted' }));
+    const timedOut = 'kernel aaaa waited 1 s without being admitted';
+    store.apply(event('a', 'failed', { message: timedOut, failure: 'admission_timeout' }));
     store.apply(event('c', 'queued'));
     expect(store.failed()).toEqual([
       {
