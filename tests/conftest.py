@@ -98,10 +98,19 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Any:
             os.environ["PYTEST_CURRENT_TEST"] = saved
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "local_gpus(*ids): the local backend's GPUs for the test server (default 0, 1)"
+    )
+
+
 @pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    """`c.LocalBackend` for the test server; tests override keys (2 GPUs by default)."""
-    return {"gpus": ["0", "1"]}
+def local_backend_config(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """`c.LocalBackend` for the test server: 2 GPUs by default, those of the test's
+    `local_gpus` mark (`pytestmark = pytest.mark.local_gpus("0")`) where it has one; tests
+    override keys."""
+    mark = request.node.get_closest_marker("local_gpus")
+    return {"gpus": list(mark.args) if mark else ["0", "1"]}
 
 
 @pytest.fixture
@@ -228,6 +237,16 @@ class Server:
         what = what or getattr(check, "__name__", "the condition").replace("_", " ")
         await polling.until(check, what, within=within, detail=detail)
 
+    async def failure(self, name: str, within: float = 60) -> tuple[str, dict[str, Any]]:
+        """Start a kernel of kernelspec `name` and wait until it is dead: its id and model."""
+        kernel_id = await self.start(name)
+
+        async def dead() -> bool:
+            return (await self.model(kernel_id))["execution_state"] == "dead"
+
+        await self.wait_for(dead, within=within)
+        return kernel_id, await self.model(kernel_id)
+
     async def wait_reason(self, kernel_id: str, text: str, within: float = 60) -> dict[str, Any]:
         """Wait until the kernel's `reason` contains `text`; return the model."""
         seen: dict[str, Any] = {}
@@ -241,37 +260,20 @@ class Server:
         )
         return seen
 
-    async def execute(self, kernel_id: str, code: str, within: float = 60) -> dict[str, Any]:
+    async def execute(
+        self, kernel_id: str, code: str, within: float = 60, *, history: bool = False
+    ) -> dict[str, Any]:
         """Run `code` through the kernel's websocket; return the execute_result data, the
-        stream text and the reply status. Like JupyterLab, the new connection asks for
-        kernel_info first (in the same session), and does not wait for its reply."""
+        stream text, the error's name, the reply's status and execution_count. Like JupyterLab,
+        the new connection asks for kernel_info first (in the same session), and does not wait
+        for its reply. `history`: stored as a notebook's cell is (it gets its number)."""
         ws = await self.ws_fetch("api", "kernels", kernel_id, "channels")
-        msg_id, session = uuid.uuid4().hex, uuid.uuid4().hex
+        request = execute_request(code)
+        request["content"]["store_history"] = history
+        msg_id, session = request["header"]["msg_id"], request["header"]["session"]
         info = {"msg_id": uuid.uuid4().hex, "msg_type": "kernel_info_request", "version": "5.3"}
         info |= {"session": session, "username": "test", "date": ""}
         hello = {"header": info, "parent_header": {}, "metadata": {}, "content": {}}
-        request = {
-            "header": {
-                "msg_id": msg_id,
-                "msg_type": "execute_request",
-                "username": "test",
-                "session": session,
-                "version": "5.3",
-                "date": "",
-            },
-            "parent_header": {},
-            "metadata": {},
-            "channel": "shell",
-            "content": {
-                "code": code,
-                "silent": False,
-                "store_history": False,
-                "user_expressions": {},
-                "allow_stdin": False,
-                "stop_on_error": True,
-            },
-            "buffers": [],
-        }
         result: dict[str, Any] = {"stream": "", "data": None, "status": None, "error": None}
         seen: list[str] = []  # every message type that came, with its parent's
         try:
@@ -296,6 +298,7 @@ class Server:
                         result["error"] = content["ename"]
                     elif kind == "execute_reply":
                         result["status"] = content["status"]
+                        result["count"] = content.get("execution_count")
                     elif kind == "status":
                         result["idle"] = content["execution_state"] == "idle"
                     result.setdefault("idle", False)

@@ -146,3 +146,9 @@ async def gone(server: Server, *kernel_ids: str, within: float = 60) -> None:
 def a_sentence(reason: str, kernel_id: str) -> bool:
     """A failure the user can act on: it names the kernel and is not the API server's raw text."""
     return f"kernel {kernel_id[:8]}" in reason and "injected fault" not in reason
+
+
+async def failure(server: Server, name: str, within: float = 60) -> tuple[str, str]:
+    """Start a kernel of kernelspec `name`, wait until it is dead; return its id and reason."""
+    kernel, model = await server.failure(name, within)
+    return kernel, str(model["reason"])

@@ -15,7 +15,7 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 from kernel_queue import model
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.planes import Plane
-from tests.kube.support import kube_spec, labelled, ours, wait_clean
+from tests.kube.support import failure, kube_spec, labelled, ours, wait_clean
 
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 PRIVILEGED_SIDECAR = {
@@ -40,16 +40,6 @@ def restricted(plane: Plane) -> Iterator[None]:
 
 def requests(cluster: FakeCluster) -> int:
     return sum(cluster.stats.requests.values())
-
-
-async def failure(server: Server, name: str) -> tuple[str, str]:
-    kernel = await server.start(name)
-
-    async def dead() -> bool:
-        return bool((await server.model(kernel))["execution_state"] == "dead")
-
-    await server.wait_for(dead)
-    return kernel, str((await server.model(kernel))["reason"])
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from kernel_queue.kube.objects import launcher_archive
 from tests.checkpoint_scenario import BARE_CHECK, BARE_SETUP
 from tests.conftest import KernelspecFactory, Server
 from tests.kube import images
-from tests.kube.support import RBAC, REPO, kube_spec, ours, pvc, wait_clean
+from tests.kube.support import RBAC, REPO, failure, kube_spec, ours, pvc, wait_clean
 
 EXAMPLE = REPO / "kernelspecs" / "kubernetes-gpu-example" / "kernel.json"
 LAUNCHERS = f"{kueue.COMPONENT_LABEL}={kueue.LAUNCHER_COMPONENT}"
@@ -86,17 +86,6 @@ async def test_the_example_kernelspec_runs_on_an_image_with_ipykernel_only(
     await server.shutdown(kernel)
     await wait_clean(server, cluster, kernel)
     assert ours(cluster) == {}
-
-
-async def failure(server: Server, name: str, within: float = 60) -> tuple[str, str]:
-    """Start a kernel of kernelspec `name`, wait until it is dead; return its id and reason."""
-    kernel = await server.start(name)
-
-    async def dead() -> bool:
-        return (await server.model(kernel))["execution_state"] == "dead"
-
-    await server.wait_for(dead, within=within)
-    return kernel, str((await server.model(kernel))["reason"])
 
 
 async def left_only_the_launcher(server: Server, cluster: FakeCluster, kernel: str) -> None:

@@ -12,24 +12,13 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 from tests.conftest import KernelspecFactory, Server, launcher_pids
 from tests.kube import images
 from tests.kube.planes import Plane
-from tests.kube.support import kube_spec, labelled, ours, wait_clean
+from tests.kube.support import failure, kube_spec, labelled, ours, wait_clean
 
 CRASHING_KERNEL = [
     "python",
     "-c",
     "import sys; print('boom: the kernel cannot start'); sys.exit(3)",
 ]
-
-
-async def failure(server: Server, name: str, within: float = 60) -> tuple[str, str]:
-    """Start a kernel of kernelspec `name`, wait until it is dead; return its id and reason."""
-    kernel = await server.start(name)
-
-    async def dead() -> bool:
-        return (await server.model(kernel))["execution_state"] == "dead"
-
-    await server.wait_for(dead, within=within)
-    return kernel, str((await server.model(kernel))["reason"])
 
 
 async def nothing_left(

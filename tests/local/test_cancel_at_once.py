@@ -4,8 +4,6 @@ admitted and starts, answers at once and leaves no kernel, launcher or GPU held 
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from tests import cancel_race
@@ -14,9 +12,7 @@ from tests.conftest import KernelspecFactory, Server, launcher_pids
 REPEAT = 20
 
 
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = pytest.mark.local_gpus("0")
 
 
 def _failures(outcomes: list[cancel_race.Outcome]) -> list[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -14,10 +13,7 @@ import kernel_queue.checkpoint as kc
 from tests.conftest import KernelspecFactory, Server, launcher_pids
 from tests.continuous import CELLS, run
 
-
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = pytest.mark.local_gpus("0")
 
 
 def children(pid: int) -> list[int]:

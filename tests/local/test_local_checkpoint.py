@@ -26,10 +26,7 @@ from tests.checkpoint_scenario import (
 )
 from tests.conftest import EventLog, KernelspecFactory, Listener, Server
 
-
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = pytest.mark.local_gpus("0")
 
 
 def checkpointed(kernelspec: KernelspecFactory, store: Path, **extra: Any) -> str:

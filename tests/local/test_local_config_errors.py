@@ -12,14 +12,9 @@ from tests.conftest import KernelspecFactory, Server, launcher_pids
 
 
 async def _failure(server: Server, name: str) -> dict[str, Any]:
-    kernel_id = await server.start(name)
-
-    async def dead() -> bool:
-        return (await server.model(kernel_id))["execution_state"] == "dead"
-
-    await server.wait_for(dead)
+    _, model = await server.failure(name)
     assert launcher_pids() == set()
-    return await server.model(kernel_id)
+    return model
 
 
 @pytest.mark.parametrize(

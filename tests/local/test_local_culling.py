@@ -8,10 +8,7 @@ import pytest
 
 from tests.conftest import KernelspecFactory, Server
 
-
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = pytest.mark.local_gpus("0")
 
 
 @pytest.fixture

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import KernelspecFactory, Server
 from tests.cycle_torture import torture
 
-pytestmark = pytest.mark.timeout(600)
-
-
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = [pytest.mark.timeout(600), pytest.mark.local_gpus("0")]
 
 
 async def test_ten_preemptions_lose_no_value_and_report_every_name(

@@ -15,10 +15,7 @@ import pytest
 from kernel_queue.model import GroupPhase, GroupRef
 from tests.conftest import KernelspecFactory, Server, launcher_pids
 
-
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = pytest.mark.local_gpus("0")
 
 
 def ref_of(server: Server, kernel_id: str) -> GroupRef:

@@ -8,7 +8,6 @@ import json
 import socket
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,9 +22,7 @@ runpy.run_module("kernel_queue.launcher.kernel", run_name="__main__", alter_sys=
 """
 
 
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = pytest.mark.local_gpus("0")
 
 
 def steal(port: int, *, reuse: bool) -> socket.socket | None:

@@ -9,10 +9,7 @@ import pytest
 
 from tests.conftest import EventLog, KernelspecFactory, Server, launcher_pids
 
-
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = pytest.mark.local_gpus("0")
 
 
 def _connection(server: Server, kernel_id: str) -> dict[str, Any]:

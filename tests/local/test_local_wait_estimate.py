@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 import pytest
 
 from tests.conftest import KernelspecFactory, Server
 
-
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = pytest.mark.local_gpus("0")
 
 
 async def test_after_three_admissions_a_waiting_kernel_gets_an_estimate(

@@ -22,14 +22,9 @@ from tests.conftest import EventLog, KernelspecFactory, Server, launcher_pids
 from tests.continuous import run
 from tests.messages import execute_request
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.local_gpus("0")]
 
 KILLS = 10
-
-
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
 
 
 async def _running_cell(server: Server, kernel_id: str, code: str) -> Any:

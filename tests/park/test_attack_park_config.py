@@ -12,17 +12,6 @@ import pytest
 from tests.conftest import KernelspecFactory, Server, launcher_pids
 
 
-async def _failure(server: Server, name: str) -> dict[str, Any]:
-    kernel_id = await server.start(name)
-
-    async def dead() -> bool:
-        return (await server.model(kernel_id))["execution_state"] == "dead"
-
-    await server.wait_for(dead)
-    assert launcher_pids() == set()
-    return await server.model(kernel_id)
-
-
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
@@ -59,6 +48,7 @@ async def test_a_hostile_park_after_in_kernel_json_fails_the_kernel_with_a_sente
     server: Server, kernelspec: KernelspecFactory, tmp_path: Path, value: Any, expected: str
 ) -> None:
     checkpoint = {"enabled": True, "path": str(tmp_path / "checkpoints"), "grace_seconds": 60}
-    model = await _failure(server, kernelspec(gpus=0, park_after=value, checkpoint=checkpoint))
+    _, model = await server.failure(kernelspec(gpus=0, park_after=value, checkpoint=checkpoint))
+    assert launcher_pids() == set()
     assert expected in model["reason"], model["reason"]
     assert "Traceback" not in model["reason"]

@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tornado.httpclient import HTTPClientError
 
 from tests.conftest import KernelspecFactory, Server
 
-
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = pytest.mark.local_gpus("0")
 
 
 async def test_a_park_asked_during_a_preemption_is_refused_or_parks_it_and_loses_nothing(

@@ -14,9 +14,7 @@ from tests.conftest import EventLog, KernelspecFactory, Server
 CULL_IDLE_TIMEOUT = 8
 
 
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = pytest.mark.local_gpus("0")
 
 
 @pytest.fixture

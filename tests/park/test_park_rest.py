@@ -24,9 +24,7 @@ class ReadOnly(Authorizer):  # type: ignore[misc]
         return action == "read"
 
 
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = pytest.mark.local_gpus("0")
 
 
 @pytest.fixture

@@ -17,9 +17,7 @@ from tests.conftest import KernelspecFactory, Server
 CONNECT_SECONDS = 5.0
 
 
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = pytest.mark.local_gpus("0")
 
 
 def request(msg_type: str, content: dict[str, Any]) -> dict[str, Any]:

@@ -7,16 +7,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import EventLog, KernelspecFactory, Server
 
-
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = pytest.mark.local_gpus("0")
 
 
 def slow_kernelspec(kernel_dir: Path, marker: Path) -> str:

@@ -18,9 +18,7 @@ async def listing(server: Server, **kwargs: Any) -> dict[str, dict[str, Any]]:
     return {k["id"]: k for k in json.loads(response.body)}
 
 
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = pytest.mark.local_gpus("0")
 
 
 async def test_listing_says_since_when_a_kernel_waits_and_cancel_takes_it_out_at_once(

@@ -18,12 +18,7 @@ import pytest
 from tests import polling
 from tests.conftest import EventLog, KernelspecFactory, Listener, Server
 
-pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = [pytest.mark.timeout(300), pytest.mark.local_gpus("0")]
 
 
 def tracked(listener: Listener, untracked: list[str]) -> list[tuple[str, str | None]]:
