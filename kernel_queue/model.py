@@ -73,7 +73,6 @@ class GroupSpec:
     """Everything a backend needs to queue and run one kernel; built by the provisioner."""
 
     kernel_id: str
-    name: str
     queue: str
     argv: tuple[str, ...]
     connection: ConnectionInfo
@@ -99,6 +98,11 @@ class GroupSpec:
     allowed_exceptions: tuple[str, ...] = ()
     """The pod_template rules the server's admin allows (c.PodTemplatePolicy.allowed_exceptions):
     where the template sets such a field, the pods keep it over the hardening."""
+
+    @property
+    def name(self) -> str:
+        """The group's name, the same in every backend: `group_name` of the whole kernel id."""
+        return group_name(self.kernel_id)
 
     def needs(self) -> str:
         """What the kernel asks for, as users read it: "1 GPU", "2 GPUs, 4 CPU, 8Gi memory";

@@ -23,7 +23,7 @@ from kernel_queue.backends.local import settings as local_settings
 from kernel_queue.kube import names
 from kernel_queue.kube.objects import pod_policy
 from kernel_queue.launcher import contract
-from kernel_queue.model import CheckpointSettings, ConnectionInfo, GroupSpec, group_name
+from kernel_queue.model import CheckpointSettings, ConnectionInfo, GroupSpec
 
 CONNECT_MODES = ("service", "pod-ip")
 CHECKPOINT_KEYS = ("enabled", "path", "claim", "grace_seconds", "keep", "continuous")
@@ -180,7 +180,6 @@ def _build(
         raise Problem("argv", "is empty", "give the kernel command in kernel.json's argv")
     return GroupSpec(
         kernel_id=provisioner.kernel_id,
-        name=group_name(provisioner.kernel_id),
         kernelspec=name,
         queue=provisioner.queue,
         argv=tuple(argv),

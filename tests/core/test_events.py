@@ -25,7 +25,6 @@ from kernel_queue.model import (
 
 SPEC = GroupSpec(
     kernel_id="k-1",
-    name="kq-1",
     queue="user-queue",
     argv=("python",),
     connection=ConnectionInfo("127.0.0.1", 1, 2, 3, 4, 5, "key"),

@@ -34,7 +34,6 @@ def group_spec(kernel_id: str = KERNEL, grace: float = 30.0) -> GroupSpec:
     connection = ConnectionInfo("127.0.0.1", 0, 0, 0, 0, 0, key="secret")
     return GroupSpec(
         kernel_id=kernel_id,
-        name="g",
         queue="gpu",
         argv=("python",),
         connection=connection,

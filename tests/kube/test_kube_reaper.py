@@ -21,7 +21,6 @@ def leave_behind(plane: Plane, owner: str) -> str:
     kernel_id = str(uuid.uuid4())
     spec = GroupSpec(
         kernel_id=kernel_id,
-        name="left",
         queue="user-queue",
         argv=("python", "-c", "pass"),
         connection=ConnectionInfo("", 0, 0, 0, 0, 0, key="k"),

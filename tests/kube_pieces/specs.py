@@ -11,7 +11,6 @@ GROUP = "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d"
 
 SPEC = GroupSpec(
     kernel_id=KERNEL_ID,
-    name=GROUP,
     queue="user-queue",
     argv=("python", "-m", "ipykernel_launcher", "-f", "{connection_file}"),
     connection=ConnectionInfo("127.0.0.1", 0, 0, 0, 0, 0, key=KEY),

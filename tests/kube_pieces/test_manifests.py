@@ -556,7 +556,6 @@ def test_the_service() -> None:
 def test_the_service_and_secret_do_not_change_between_launches() -> None:
     later = replace(
         SPEC,
-        name="kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-3",
         connection=replace(SPEC.connection, ip="x"),
     )
 

@@ -154,7 +154,6 @@ def kernel_pods(namespace: str, group_size: int = 2) -> list[dict]:
     """The pods the backend builds for a kernel (head and a worker), as manifests.py makes them."""
     spec = GroupSpec(
         kernel_id="1a2b3c4d-5e6f-4a0b-8c9d-0e1f2a3b4c5d",
-        name="kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d",
         queue="user-queue",
         argv=("python", "-m", "ipykernel_launcher", "-f", "{connection_file}"),
         connection=ConnectionInfo("127.0.0.1", 0, 0, 0, 0, 0, key="k"),

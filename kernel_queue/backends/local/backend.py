@@ -85,7 +85,6 @@ class LocalBackend(settings.LocalSettings):
         if existing is not None:
             return existing.ref
         self._check_open(who)
-        spec = replace(spec, name=group_name(kernel_id))
         await self.inventory()
         await self._machine.connect(self.machine_quota())  # refused here, nothing is held yet
         limits = self._machine.enforced() or self.local_quota()
