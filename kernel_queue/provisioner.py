@@ -24,8 +24,6 @@ from kernel_queue.model import GroupRef, Noted, StopCause, short_id
 from kernel_queue.options import KernelOptions
 from kernel_queue.session import KernelSession
 
-# How long `wait_changed` pauses for a kernel with nothing submitted (no change can come).
-_NOTHING_TO_WAIT_FOR_SECONDS = 0.05
 # How long `load_provisioner_info` waits for the backend to say where a reattached group stands.
 _REATTACH_SECONDS = 30.0
 
@@ -186,12 +184,18 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         queue = str(provisioner_info.get("queue", ""))
         await self._session.reattach(ref, queue=queue, within=_REATTACH_SECONDS)
 
-    # -- cooperative cancel and queue state (used by the server extension) ------------------
+    # -- what the server extension reads (`server/kernels.py`) ---------------------------------
 
     @property
-    def waiting_in_queue(self) -> bool:
-        """True while the kernel waits for (re-)admission; the culler leaves it alone."""
-        return self._session is not None and self._session.waiting
+    def kernel_session(self) -> KernelSession | None:
+        """The kernel's session, made by its first launch (or a reattach): its state, parking
+        and queue status are read and driven there."""
+        return self._session
+
+    @property
+    def refusal(self) -> dict[str, Any] | None:
+        """The failed status of a kernelspec config refused before a session was made."""
+        return self._refusal
 
     async def cancel_launch(self) -> None:
         """Shut down a kernel that has not started yet, at any step of its launch (before its
@@ -201,12 +205,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         else:
             self._cancelled = True
 
-    @property
-    def waiting_since(self) -> str | None:
-        """ISO 8601 start of the kernel's current wait for (re-)admission; None when it runs."""
-        return self._session.waiting_since if self._session is not None else None
-
-    def queue_status(self) -> dict[str, Any] | None:
+    def _queue_status(self) -> dict[str, Any] | None:
         """The kernel's queue state, as in status events; None before the first launch."""
         if self._session is not None:
             return self._session.queue_status()
@@ -218,44 +217,6 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         config = {"backend": self.backend, "queue": self.queue, "gpus": self.gpus}
         self._refusal = events.refused_payload(self.kernel_id or "", config, error)
         self._tell(KernelState.FAILED, str(error))
-
-    # -- parking (used by the server extension's idle scanner, REST and CLI) -----------------
-
-    @property
-    def parked(self) -> bool:
-        """True while the kernel is parked (or saving to park); its next cell wakes it."""
-        return self._session is not None and self._session.parked
-
-    @property
-    def parking(self) -> bool:
-        """True while a parked kernel still saves: its GPUs are not given back yet."""
-        return self._session is not None and self._session.parking
-
-    async def park_kernel(self, *, idle_seconds: float | None = None) -> None:
-        """Park the running kernel now: it saves, gives back its GPUs and stays listed. Its
-        reason says "after 30 min idle" for `idle_seconds`, else "on request". Raises
-        `errors.ParkRefused` (a sentence) when it cannot be parked; nothing changes then."""
-        if self._session is None:
-            raise errors.ParkRefused(
-                f"kernel {short_id(self.kernel_id or '')} has not started: only a running "
-                "kernel can be parked"
-            )
-        await self._session.park(idle_seconds=idle_seconds)
-
-    async def wait_changed(self) -> None:
-        """Return at the kernel's next change of state or status (after a short pause when
-        nothing is submitted): the server extension's parking waits on it instead of polling."""
-        session = self._session
-        if session is None or session.tracker is None:
-            await asyncio.sleep(_NOTHING_TO_WAIT_FOR_SECONDS)
-            return
-        await session.wait_changed()
-
-    async def resume_kernel(self) -> None:
-        """Wake a parked kernel: it waits in its queue again and comes back with its
-        variables. Does nothing when it is not parked."""
-        if self._session is not None:
-            await self._session.resume()
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -307,7 +268,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
             km.reason = "" if state in lifecycle.LIVE else message
         logger = getattr(km, "event_logger", None)
         if logger is not None and events.SCHEMA_ID in logger.schemas.schema_ids:
-            data = self.queue_status()
+            data = self._queue_status()
             if data is not None:
                 logger.emit(schema_id=events.SCHEMA_ID, data=data)
 

@@ -32,9 +32,9 @@ import asyncio
 import contextlib
 import json
 import uuid
+import weakref
 from typing import Any
 
-from jupyter_client._version import protocol_version
 from jupyter_client.jsonutil import json_default
 from jupyter_server.services.kernels.connection.base import (
     deserialize_binary_message,
@@ -44,7 +44,7 @@ from jupyter_server.services.kernels.connection.base import (
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 from tornado.websocket import WebSocketClosedError
 
-from kernel_queue.server import parking
+from kernel_queue.server import jupyter_privates, kernels, parking
 
 V1 = "v1.kernel.websocket.jupyter.org"
 HELD_LIMIT = 1000
@@ -52,12 +52,13 @@ HELD_LIMIT = 1000
 QUEUED_PROVISIONER = "kernel-queue"
 """The provisioner name of queued kernelspecs (the entry point of `QueuedKernelProvisioner`)."""
 
+_server_sessions: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+"""Kernel manager -> the session id of what the server says for its kernel (`_server_session`)."""
 
-def _future(km: Any) -> asyncio.Future[Any] | None:
-    """The kernel manager's `ready` as an asyncio future (None if it has none)."""
-    ready = getattr(km, "ready", None)
-    if ready is None:
-        return None
+
+def _future(km: Any) -> asyncio.Future[Any]:
+    """The kernel manager's `ready` as an asyncio future."""
+    ready = km.ready
     return ready if isinstance(ready, asyncio.Future) else asyncio.wrap_future(ready)
 
 
@@ -65,12 +66,11 @@ def not_running_queued(km: Any) -> bool:
     """The kernel is a queued one whose launch has not ended (it waits in its queue, or is
     admitted and starting, or restarts) or failed: its websocket must not wait for it, nor fail
     the upgrade (jupyter_server answers a failed launch with a 500 the browser cannot read)."""
-    ready = getattr(km, "ready", None)
-    if ready is None or (ready.done() and not ready.cancelled() and ready.exception() is None):
+    ready = km.ready
+    if ready.done() and not ready.cancelled() and ready.exception() is None:
         return False
-    provisioner = getattr(km, "provisioner", None)
-    if provisioner is not None:
-        return hasattr(provisioner, "cancel_launch")
+    if km.provisioner is not None:
+        return kernels.provisioner_of(km) is not None
     # Before its provisioner exists (the first moments of a start): what its kernelspec names.
     try:
         metadata = km.kernel_spec.metadata or {}
@@ -96,7 +96,7 @@ class QueuedWebsocketConnection(ZMQChannelsWebsocketConnection):
         if not not_running_queued(self.kernel_manager):
             await super().prepare()
             return
-        await self._register_session()
+        await jupyter_privates.register_session(self)
         self._early = []
         self.log.debug("kernel %s waits in its queue: connecting at once", self.kernel_id)
 
@@ -114,9 +114,8 @@ class QueuedWebsocketConnection(ZMQChannelsWebsocketConnection):
         held messages on in order. A failed launch tells the client `dead` and closes."""
         km = self.kernel_manager
         ready = _future(km)
-        if ready is not None:
-            await asyncio.wait({ready})  # its outcome is read below, never raised here
-        failed = ready is not None and (ready.cancelled() or ready.exception() is not None)
+        await asyncio.wait({ready})  # its outcome is read below, never raised here
+        failed = ready.cancelled() or ready.exception() is not None
         # A queued kernel's launch ends only once it answers: one not alive now has ended.
         if failed or not await km.is_alive():
             self.log.debug("kernel %s did not start: telling its client", self.kernel_id)
@@ -145,14 +144,15 @@ class QueuedWebsocketConnection(ZMQChannelsWebsocketConnection):
             return
         # Never connected to the kernel: only the session registration is undone.
         self._early = None
-        if self._open_sessions.get(self.session_key) is self.websocket_handler:
-            self._open_sessions.pop(self.session_key)
-        if not self._close_future.done():
-            self._close_future.set_result(None)
+        sessions = jupyter_privates.open_sessions(self)
+        if sessions.get(self.session_key) is self.websocket_handler:
+            sessions.pop(self.session_key)
+        closed = jupyter_privates.close_future(self)
+        if not closed.done():
+            closed.set_result(None)
 
     def _parker(self) -> parking.IdleParker | None:
-        parker = getattr(self.multi_kernel_manager, "parker", None)
-        return parker if isinstance(parker, parking.IdleParker) else None
+        return parking.parker_of(self.multi_kernel_manager)
 
     def handle_incoming_message(self, incoming_msg: Any) -> None:
         if self._early is not None:
@@ -199,11 +199,12 @@ class QueuedWebsocketConnection(ZMQChannelsWebsocketConnection):
 
     def request_kernel_info(self) -> Any:
         km = self.kernel_manager
-        if parking.is_parked(km) and getattr(km, "_kernel_info_future", None) is None:
+        if parking.is_parked(km) and jupyter_privates.stored_kernel_info(km) is None:
             # Not stored on the kernel manager: the woken kernel is asked again.
-            if not self._kernel_info_future.done():
-                self._kernel_info_future.set_result({})
-            return asyncio.wrap_future(self._kernel_info_future)
+            own = jupyter_privates.own_kernel_info(self)
+            if not own.done():
+                own.set_result({})
+            return asyncio.wrap_future(own)
         return super().request_kernel_info()
 
     # -- answering for a parked kernel -------------------------------------------------------
@@ -223,16 +224,15 @@ class QueuedWebsocketConnection(ZMQChannelsWebsocketConnection):
 
     def _kernel_info(self) -> dict[str, Any]:
         """The kernel's last kernel_info reply content, else what the kernelspec says."""
-        future = getattr(self.kernel_manager, "_kernel_info_future", None)
+        future = jupyter_privates.stored_kernel_info(self.kernel_manager)
         if future is not None and future.done() and not future.cancelled():
             info = future.result()
             if isinstance(info, dict) and info.get("protocol_version"):
                 return {"status": "ok", **info}
-        spec = getattr(self.kernel_manager, "kernel_spec", None)
-        language = getattr(spec, "language", "") or ""
+        language = self.kernel_manager.kernel_spec.language or ""
         return {
             "status": "ok",
-            "protocol_version": protocol_version,
+            "protocol_version": jupyter_privates.PROTOCOL_VERSION,
             "implementation": "kernel-queue",
             "implementation_version": "",
             "language_info": {"name": language},
@@ -242,11 +242,7 @@ class QueuedWebsocketConnection(ZMQChannelsWebsocketConnection):
 
     def _server_session(self) -> str:
         """The session id of what the server says for a kernel that cannot (one per kernel)."""
-        session_id = getattr(self.kernel_manager, "_kernel_queue_parked_session", None)
-        if session_id is None:
-            session_id = uuid.uuid4().hex
-            self.kernel_manager._kernel_queue_parked_session = session_id
-        return str(session_id)
+        return _server_sessions.setdefault(self.kernel_manager, uuid.uuid4().hex)
 
     def _tell_status(self, state: str) -> None:
         """Send the client an IOPub status without parent (as jupyter_server's own)."""

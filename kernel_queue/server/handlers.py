@@ -21,7 +21,7 @@ from tornado import web
 
 from kernel_queue import backends, errors
 from kernel_queue.backends.local import machine_link
-from kernel_queue.server import kernelmanager, parking, queues
+from kernel_queue.server import jupyter_privates, kernels, parking, queues
 
 KERNELS_PATH = "api/kernel-queue/kernels"
 MACHINE_PATH = "api/kernel-queue/machine"
@@ -85,12 +85,12 @@ class ParkHandler(APIHandler):
     @authorized
     async def post(self, kernel_id: str, action: str) -> None:
         manager = self.kernel_manager
-        km = manager._kernels.get(kernel_id) if hasattr(manager, "_kernels") else None
-        parker = getattr(manager, "parker", None)
+        km = jupyter_privates.kernels(manager).get(kernel_id)
+        parker = parking.parker_of(manager)
         if km is None:
             self._reply(404, {"message": f"no kernel {kernel_id} on this server"})
             return
-        if not isinstance(parker, parking.IdleParker):
+        if parker is None:
             message = "this server's kernel manager does not park kernels (kernel-queue's does)"
             self._reply(409, {"message": message})
             return
@@ -119,7 +119,8 @@ class ParkHandler(APIHandler):
             raise web.HTTPError(500, f"could not {action} kernel {kernel_id}: {error}")
         # Parked with its GPUs given back: done (200); still saving, or going back to its
         # queue: accepted, under way (202).
-        still_parking = bool(getattr(getattr(km, "provisioner", None), "parking", False))
+        session = kernels.session_of(km)
+        still_parking = session is not None and session.parking
         status = 200 if wanted and not still_parking else 202
         self._reply(status, entry(manager, manager.kernel_model(kernel_id)))
 
@@ -131,11 +132,9 @@ class ParkHandler(APIHandler):
 def entry(manager: Any, model: dict[str, Any]) -> dict[str, Any]:
     """One kernel's listing entry: its Jupyter `model` plus `queue` and `waiting_since`."""
     km = manager.get_kernel(model["id"])
-    provisioner = getattr(km, "provisioner", None)
-    state = getattr(provisioner, "queue_status", None)
-    since = getattr(provisioner, "waiting_since", None)
-    queue = state() if callable(state) else getattr(km, kernelmanager.REFUSAL, None)
-    return {**model, "queue": queue, "waiting_since": since}
+    session = kernels.session_of(km)
+    since = session.waiting_since if session is not None else None
+    return {**model, "queue": kernels.queue_status(km), "waiting_since": since}
 
 
 def register(serverapp: Any) -> None:

@@ -23,7 +23,7 @@ from tornado import web
 from traitlets import TraitError
 
 from kernel_queue import backends, errors, events
-from kernel_queue.server import connection, parking
+from kernel_queue.server import connection, jupyter_privates, kernels, parking
 
 # How long shutdown waits for a cancelled launch to end before going on regardless.
 _CANCEL_WAIT_SECONDS = 5.0
@@ -32,10 +32,6 @@ _PROVISIONER_WAIT_STEPS = 100
 # How long server shutdown waits for kernels to stop (jupyter_client needs about 10 s at most).
 _SHUTDOWN_ALL_WAIT_SECONDS = 30.0
 
-
-REFUSAL = "kernel_queue_refusal"
-"""The kernel manager attribute holding the failed status of a kernel whose provisioner could
-not be made (`QueuedMappingKernelManager._refused`); the listing reads it."""
 _TRACEBACK = "kernel_queue_traceback"
 """Marks the DEBUG record that carries a failed start's traceback (`OnceFilter` lets it pass)."""
 
@@ -127,10 +123,11 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
     async def _async_shutdown_kernel(
         self, kernel_id: str, now: bool | None = False, restart: bool | None = False
     ) -> Any:
-        km = self._kernels.get(kernel_id)
-        if km is None and kernel_id in self._pending_kernels:
+        km = jupyter_privates.kernels(self).get(kernel_id)
+        pending = jupyter_privates.pending(self)
+        if km is None and kernel_id in pending:
             # Already shutting down (pending kernels return from DELETE at once): wait for it.
-            await asyncio.wait({self._pending_kernels[kernel_id]})
+            await asyncio.wait({pending[kernel_id]})
             return None
         known = km is not None or self._stopping_all  # shutdown_all lists ids, then calls here
         if not restart:
@@ -142,7 +139,7 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
         except web.HTTPError as exc:
             # Another shutdown of the same kernel (a DELETE, shutdown_all) ended first while
             # this one waited: the kernel is gone, as asked. An unknown id is still a 404.
-            if known and exc.status_code == 404 and kernel_id not in self._kernels:
+            if known and exc.status_code == 404 and kernel_id not in jupyter_privates.kernels(self):
                 return None
             raise
 
@@ -154,12 +151,12 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
         # The start task makes the provisioner in its first step, which a DELETE sent right
         # after the POST can overtake.
         for _ in range(_PROVISIONER_WAIT_STEPS):
-            if getattr(km, "provisioner", None) is not None or km.ready.done():
+            if km.provisioner is not None or km.ready.done():
                 break
             await asyncio.sleep(0.01)
-        cancel = getattr(getattr(km, "provisioner", None), "cancel_launch", None)
-        if cancel is not None:  # else a kernel of another provisioner: jupyter waits for it
-            await cancel()
+        provisioner = kernels.provisioner_of(km)
+        if provisioner is not None:  # else a kernel of another provisioner: jupyter waits for it
+            await provisioner.cancel_launch()
             await asyncio.wait({km.ready}, timeout=_CANCEL_WAIT_SECONDS)
 
     _stopping_all = False
@@ -173,7 +170,7 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
             self._stopping_all = False
         # With pending kernels the base class starts each shutdown without waiting for it; wait,
         # so the server exits only once launchers are stopped and connection files removed.
-        stopping = [task for task in self._pending_kernels.values() if not task.done()]
+        stopping = [task for task in jupyter_privates.pending(self).values() if not task.done()]
         if stopping:
             await asyncio.wait(stopping, timeout=_SHUTDOWN_ALL_WAIT_SECONDS)
         await backends.aclose_all(self)  # the backends this server's kernels shared
@@ -191,15 +188,15 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
         if ready.done() and not ready.cancelled() and ready.exception() is not None:
             km.execution_state = "dead"
             km.reason = str(ready.exception())
-            if getattr(km, "provisioner", None) is None:
+            if km.provisioner is None:
                 self._refused(kernel_id, km, ready.exception())
             # A start can fail after launch_kernel returned (jupyter_client writing the
             # connection file, say): jupyter then forgets the kernel without the provisioner's
             # cleanup, so release its group here (a no-op when the launch released it).
-            provisioner = getattr(km, "provisioner", None)
-            if provisioner is not None and getattr(provisioner, "has_process", False):
+            session = kernels.session_of(km)
+            if session is not None and session.tracker is not None:
                 try:
-                    await provisioner.cleanup(restart=False)
+                    await session.release()
                 except Exception as exc:
                     self.log.warning("kernel %s: release after a failed start: %s", kernel_id, exc)
 
@@ -217,14 +214,14 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
         if isinstance(error, TraitError):  # a key's value of the wrong type (`options.py`)
             error = errors.ConfigError(str(error))
         refusal = events.refused_payload(kernel_id, config, error)
-        setattr(km, REFUSAL, refusal)
-        logger = getattr(km, "event_logger", None)
+        kernels.refused(km, refusal)
+        logger = km.event_logger
         if logger is not None and events.SCHEMA_ID in logger.schemas.schema_ids:
             logger.emit(schema_id=events.SCHEMA_ID, data=refusal)
 
     def _waiting(self, kernel_id: str) -> bool:
-        km = self._kernels.get(kernel_id)
-        return km is not None and bool(getattr(km.provisioner, "waiting_in_queue", False))
+        session = kernels.session_of(jupyter_privates.kernels(self).get(kernel_id))
+        return session is not None and session.waiting
 
     def interrupt_kernel(self, kernel_id: str) -> Any:
         # A kernel waiting in its queue runs no code: there is nothing to interrupt (jupyter
@@ -232,7 +229,7 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
         if self._waiting(kernel_id):
             self.log.info("kernel %s waits in its queue: nothing to interrupt", kernel_id)
             return None
-        km = self._kernels.get(kernel_id)
+        km = jupyter_privates.kernels(self).get(kernel_id)
         if km is not None and parking.is_parked(km):
             self.log.info("kernel %s is parked: nothing to interrupt", kernel_id)
             return None
@@ -247,8 +244,8 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
         return await super().restart_kernel(kernel_id, now=now)
 
     async def cull_kernel_if_idle(self, kernel_id: str) -> Any:
-        km = self._kernels.get(kernel_id)
-        if km is not None and getattr(km.provisioner, "waiting_in_queue", False):
+        km = jupyter_privates.kernels(self).get(kernel_id)
+        if km is not None and self._waiting(kernel_id):
             km.last_activity = datetime.datetime.now(datetime.UTC)
             self.log.debug("not culling kernel %s: it waits in a queue", kernel_id)
             return None

@@ -6,7 +6,7 @@ had no IOPub message (`last_activity`, which jupyter_server refreshes on every k
 so streaming output counts) and no client message (`client_message`, called by
 `connection.QueuedWebsocketConnection`). While a kernel is parked, or parking, or waking,
 client messages are held here in order; the first `execute_request` wakes the kernel
-(`resume_kernel`) and once it has left the parked state (the old process is gone, the new one
+(`KernelSession.resume`) and once it has left the parked state (the old process is gone, the new one
 is queued) the held messages go on to ZMQ, which keeps them until the new kernel binds.
 """
 
@@ -21,6 +21,9 @@ from collections.abc import Callable
 from typing import Any
 
 from kernel_queue import errors
+from kernel_queue.model import short_id
+from kernel_queue.server import kernels
+from kernel_queue.session import KernelSession
 
 MIN_INTERVAL = 1.0
 """The scan's shortest period (s): a tenth of the smallest `park_after`, but never below this."""
@@ -43,43 +46,57 @@ Forward = Callable[[Any], None]
 """Send one held client message on to the kernel through the connection that received it."""
 
 
-def _provisioner(km: Any) -> Any:
-    return getattr(km, "provisioner", None)
-
-
 def park_after(km: Any) -> float:
     """The kernel's `park_after` (s); 0 for kernels that never park."""
-    value = getattr(_provisioner(km), "park_after", 0) or 0
-    return float(value) if isinstance(value, int | float) else 0.0
+    return kernels.park_after(km)
 
 
 def is_parked(km: Any) -> bool:
     """True while the kernel is parked, or stopping to park (as users see it)."""
-    return bool(getattr(_provisioner(km), "parked", False))
+    session = kernels.session_of(km)
+    return session is not None and session.parked
 
 
 def is_live(km: Any) -> bool:
     """The kernel runs: its launch ended well and its queue state is running or resumed."""
-    provisioner = _provisioner(km)
-    ready = getattr(km, "ready", None)
-    if provisioner is None or ready is None or not ready.done() or ready.cancelled():
+    session = kernels.session_of(km)
+    ready = km.ready
+    if session is None or not ready.done() or ready.cancelled():
         return False
-    if ready.exception() is not None or not getattr(provisioner, "has_process", False):
+    if ready.exception() is not None or session.tracker is None:
         return False
-    if getattr(provisioner, "waiting_in_queue", False) or is_parked(km):
+    if session.waiting or session.parked:
         return False
-    status = provisioner.queue_status() if hasattr(provisioner, "queue_status") else None
-    return isinstance(status, dict) and status.get("state") in LIVE_STATES
+    status = session.queue_status()
+    return status is not None and status.get("state") in LIVE_STATES
 
 
 async def changed(km: Any) -> None:
-    """Return at the kernel's next change of state (its provisioner's `wait_changed`), or after
-    `EVERY` s for a provisioner without one."""
-    wait = getattr(_provisioner(km), "wait_changed", None)
-    if wait is not None:
-        await wait()
+    """Return at the kernel's next change of state (its session's `wait_changed`), or after
+    `EVERY` s for a kernel with nothing submitted (or not queued)."""
+    session = kernels.session_of(km)
+    if session is not None and session.tracker is not None:
+        await session.wait_changed()
     else:
         await asyncio.sleep(EVERY)
+
+
+def _session_to_park(kernel_id: str, km: Any) -> KernelSession:
+    """The kernel's session, or `ParkRefused` saying why there is none to park."""
+    session = kernels.session_of(km)
+    if session is not None:
+        return session
+    if kernels.provisioner_of(km) is None:
+        raise errors.ParkRefused(f"kernel {kernel_id} is not a queued kernel: it cannot be parked")
+    raise errors.ParkRefused(
+        f"kernel {short_id(kernel_id)} has not started: only a running kernel can be parked"
+    )
+
+
+def parker_of(manager: Any) -> IdleParker | None:
+    """The server's kernel manager's parker; None under a kernel manager that does not park."""
+    parker = getattr(manager, "parker", None)
+    return parker if isinstance(parker, IdleParker) else None
 
 
 def _seen(task: asyncio.Task[None]) -> None:
@@ -161,9 +178,9 @@ class IdleParker:
             # gets its whole park_after, however long it waited.
             self._client[kernel_id] = time.monotonic()
             return None
-        if getattr(km, "execution_state", None) not in QUIET_STATES:
+        if km.execution_state not in QUIET_STATES:
             return None  # a cell runs (or the kernel restarts): never park it
-        last = getattr(km, "last_activity", None)
+        last = km.last_activity
         if not isinstance(last, datetime.datetime):
             return None
         idle = (datetime.datetime.now(datetime.UTC) - last).total_seconds()
@@ -219,12 +236,12 @@ class IdleParker:
         try:
             if km is None:
                 raise errors.ParkRefused(f"kernel {kernel_id} is gone: there is nothing to park")
-            if getattr(km, "execution_state", None) == "busy":
+            if km.execution_state == "busy":
                 # Parking stops the kernel: a cell it runs would be cut short.
                 raise errors.ParkRefused(
                     f"kernel {kernel_id} is running a cell: park it once the cell has finished"
                 )
-            await _provisioner(km).park_kernel(idle_seconds=idle_seconds)
+            await _session_to_park(kernel_id, km).park(idle_seconds=idle_seconds)
             # The backend reports PARKING a moment later; until then a client message could
             # still reach the kernel that is stopping, so it is held meanwhile.
             with contextlib.suppress(TimeoutError):
@@ -258,8 +275,9 @@ class IdleParker:
             if parking is not None:  # a resume during a park takes effect once it is parked
                 await asyncio.wait({parking})
             km = self.manager._kernels.get(kernel_id)
-            if km is not None and is_parked(km):
-                await _provisioner(km).resume_kernel()
+            session = kernels.session_of(km)
+            if km is not None and session is not None and session.parked:
+                await session.resume()
                 self.client_message(kernel_id)  # woken: its idle time starts now
                 # Until the kernel has left the parked state its old process may still be
                 # saving: a message sent now could reach it and be lost with it.

@@ -20,6 +20,7 @@ from typing import Any
 
 from kernel_queue import backends, errors
 from kernel_queue.kube.queueing import capacity
+from kernel_queue.server import kernels
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +39,12 @@ def kernel_rows(
     found: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
     for model in manager.list_kernels():
         km = manager.get_kernel(model["id"])
-        provisioner = getattr(km, "provisioner", None)
-        status_of = getattr(provisioner, "queue_status", None)
-        status = status_of() if callable(status_of) else None
-        if not status or not status.get("queue"):
+        provisioner = kernels.provisioner_of(km)
+        status = kernels.queue_status(km) if provisioner is not None else None
+        if provisioner is None or not status or not status.get("queue"):
             continue
-        status = {**status, "namespace": getattr(provisioner, "namespace", None)}
+        status = {**status, "namespace": provisioner.namespace}
+        session = provisioner.kernel_session
         row = {
             "kernel_id": model["id"],
             "notebook": notebooks.get(model["id"]),
@@ -51,7 +52,7 @@ def kernel_rows(
             "gpus": int(status.get("gpus") or 0),
             "devices": list(status.get("devices") or []),
             "position": status.get("position"),
-            "waiting_since": getattr(provisioner, "waiting_since", None),  # a property
+            "waiting_since": session.waiting_since if session is not None else None,
             "idle_since": model.get("last_activity"),
             "execution_state": model.get("execution_state"),
             "message": status.get("message", ""),

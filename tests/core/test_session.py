@@ -296,14 +296,16 @@ async def test_the_provisioner_queues_restarts_in_place_and_releases_through_its
     fake = FakeBackend().serve(owner)
     prov, manager = provisioner(owner)
     kwargs = await prov.pre_launch()
+    kernel = prov.kernel_session
+    assert kernel is not None  # the server extension reads its state there
     launch = asyncio.ensure_future(prov.launch_kernel(kwargs.pop("cmd"), **kwargs))
     await polling.until(
         lambda: manager.reason, "a reason told to the kernel manager", within=5, every=0
     )
     assert manager.reason == "queued in 'gpu', position 1 of 1, needs 1 GPU"
     assert manager.last_activity is not None
-    assert await prov.poll() is None and prov.waiting_in_queue and prov.has_process
-    assert (prov.queue_status() or {})["state"] == "queued"
+    assert await prov.poll() is None and kernel.waiting and prov.has_process
+    assert (kernel.queue_status() or {})["state"] == "queued"
     fake.admit(KERNEL)
     fake.run(KERNEL)
     info = await launch
@@ -317,7 +319,8 @@ async def test_the_provisioner_queues_restarts_in_place_and_releases_through_its
     await prov.cleanup(restart=True)
     kwargs = await prov.pre_launch()
     await prov.launch_kernel(kwargs.pop("cmd"), **kwargs)
-    assert len(fake.submitted) == 1 and (prov.queue_status() or {})["state"] == "running"
+    assert prov.kernel_session is kernel  # the same session across a restart in place
+    assert len(fake.submitted) == 1 and (kernel.queue_status() or {})["state"] == "running"
 
     fake.fail_next("release", errors.ClusterUnavailable(503, "Unavailable", "the API is down"))
     with pytest.raises(errors.ClusterUnavailable):
@@ -332,9 +335,11 @@ async def test_the_provisioner_cancels_a_queued_launch() -> None:
     fake = FakeBackend().serve(owner)
     prov, manager = provisioner(owner)
     kwargs = await prov.pre_launch()
+    kernel = prov.kernel_session
+    assert kernel is not None
     launch = asyncio.ensure_future(prov.launch_kernel(kwargs.pop("cmd"), **kwargs))
     await polling.until(
-        lambda: prov.waiting_in_queue, "the launch waiting in the queue", within=5, every=0
+        lambda: kernel.waiting, "the launch waiting in the queue", within=5, every=0
     )
     await prov.cancel_launch()
     with pytest.raises(errors.LaunchCancelled):

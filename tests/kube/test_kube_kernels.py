@@ -38,8 +38,7 @@ async def test_a_two_pod_group_waits_whole_and_is_admitted_whole(
     server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
     plane.set_quota("cluster-queue", "default-flavor", {**GPU_QUOTA, "nvidia.com/gpu": 2})
-    holder = await server.start(kube_spec(kernelspec, "holder"))
-    assert (await server.execute(holder, "1"))["data"] == "1"
+    holder = await server.start_running(kube_spec(kernelspec, "holder"))
     gang = await server.start(kube_spec(kernelspec, "gang", pod_group_size=2, gpus=1))
     # the group's words count the whole group
     await server.wait_reason(gang, "position 1 of 1, needs 2 GPUs: 2 pods of 1 GPU")
@@ -129,10 +128,7 @@ async def test_delete_of_a_queued_kernel_cancels_at_once_and_leaves_nothing(
     server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
     name = kube_spec(kernelspec)
-    running = await server.start(name)
-    assert (await server.execute(running, "1"))["data"] == "1"
-    queued = await server.start(name)
-    await server.wait_reason(queued, "position 1 of 1")
+    running, queued = await server.hold_and_queue(name)
     await server.shutdown(queued)  # the GPU never frees: waiting for admission would hang
 
     async def gone() -> bool:
@@ -178,7 +174,8 @@ async def test_a_new_server_reattaches_to_a_running_and_a_queued_kernel(
     for kernel_id, provisioner in again.items():
         await provisioner.load_provisioner_info(saved[kernel_id])
         assert await provisioner.poll() is None  # alive: running, or waiting in the queue
-    assert again[queued].waiting_in_queue
+    queued_session = again[queued].kernel_session
+    assert queued_session is not None and queued_session.waiting
 
     # A context of the test's own, ended here: one the client made would be ended whenever the
     # client is collected, in a later test (a CI run once saw unraisable warnings here).
@@ -196,7 +193,7 @@ async def test_a_new_server_reattaches_to_a_running_and_a_queued_kernel(
     await again[running].cleanup(restart=False)  # the new server ends the running kernel
 
     async def admitted() -> bool:
-        return not again[queued].waiting_in_queue and await again[queued].poll() is None
+        return not queued_session.waiting and await again[queued].poll() is None
 
     await server.wait_for(admitted, within=60)
     await again[queued].cleanup(restart=False)
@@ -223,8 +220,7 @@ async def test_without_the_visibility_api_the_local_queue_count_is_shown(
 ) -> None:
     plane.fail_next("get", "localqueues/pendingworkloads", status=503, count=10_000)
     name = kube_spec(kernelspec)
-    running = await server.start(name)
-    assert (await server.execute(running, "1"))["data"] == "1"
+    running = await server.start_running(name)
     queued = await server.start(name)
     model = await server.wait_reason(
         queued, f"one of 1 waiting, needs 1 GPU; {WAITING_FOR_THE_GPU}"

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from kernel_queue import errors
+from kernel_queue.server import kernels
+from kernel_queue.session import KernelSession
 from tests.conftest import EventLog, KernelspecFactory, Server, launcher_pids
 
 
@@ -18,8 +20,10 @@ def local_backend_config() -> dict[str, Any]:
     return {"gpus": ["0"]}
 
 
-def _provisioner(server: Server, kernel_id: str) -> Any:
-    return server.app.kernel_manager.get_kernel(kernel_id).provisioner
+def _session(server: Server, kernel_id: str) -> KernelSession:
+    session = kernels.session_of(server.app.kernel_manager.get_kernel(kernel_id))
+    assert session is not None, f"kernel {kernel_id} has no session"
+    return session
 
 
 def _saved(kernelspec: KernelspecFactory, store: Path, name: str = "saved") -> str:
@@ -36,11 +40,11 @@ async def test_a_parked_kernel_gives_its_gpu_to_the_next_and_comes_back_with_its
     waiting = await server.start(name)
     await server.wait_reason(waiting, "position 1 of 1")
 
-    await _provisioner(server, parked).park_kernel()
+    await _session(server, parked).park()
     model = await server.wait_reason(parked, "GPU released")
     assert model["reason"].startswith("parked on request; GPU released; your next cell brings")
     assert "saved 2 variables" in model["reason"], model["reason"]
-    assert _provisioner(server, parked).parked
+    assert _session(server, parked).parked
     assert not launcher_pids((parked,))  # no process holds the GPU
     assert (await server.execute(waiting, "import os; os.environ['CUDA_VISIBLE_DEVICES']"))[
         "data"
@@ -48,7 +52,7 @@ async def test_a_parked_kernel_gives_its_gpu_to_the_next_and_comes_back_with_its
     listed = (await server.fetch("api", "kernel-queue", "kernels")).body
     assert b'"state": "parked"' in listed
 
-    await _provisioner(server, parked).resume_kernel()
+    await _session(server, parked).resume()
     model = await server.wait_reason(parked, "waking from parked")
     assert model["reason"] == "waking from parked: queued in 'gpu', position 1 of 1, needs 1 GPU"
 
@@ -69,7 +73,7 @@ async def test_a_parked_kernel_shut_down_leaves_nothing(
     store = tmp_path / "checkpoints"
     kernel = await server.start(_saved(kernelspec, store))
     assert (await server.execute(kernel, "y = 1"))["status"] == "ok"
-    await _provisioner(server, kernel).park_kernel(idle_seconds=1800)
+    await _session(server, kernel).park(idle_seconds=1800)
     model = await server.wait_reason(kernel, "GPU released")
     assert model["reason"].startswith("parked after 30 min idle; GPU released;")
 
@@ -84,11 +88,11 @@ async def test_a_kernel_without_checkpoints_or_not_running_is_not_parked(
     fresh = await server.start(kernelspec("fresh", gpus=1))
     assert (await server.execute(fresh, "z = 1"))["status"] == "ok"
     with pytest.raises(errors.ParkRefused, match="saves no checkpoints, so parking would lose"):
-        await _provisioner(server, fresh).park_kernel()
+        await _session(server, fresh).park()
     waiting = await server.start(_saved(kernelspec, tmp_path / "checkpoints"))
     await server.wait_reason(waiting, "position 1 of 1")
     with pytest.raises(errors.ParkRefused, match=r"is queued, not running: only a running"):
-        await _provisioner(server, waiting).park_kernel()
+        await _session(server, waiting).park()
     assert (await server.execute(fresh, "z"))["data"] == "1"  # nothing changed
     await server.shutdown_and_wait(waiting, fresh)
 
@@ -98,7 +102,7 @@ async def test_a_restart_of_a_parked_kernel_wakes_it(
 ) -> None:
     kernel = await server.start(_saved(kernelspec, tmp_path / "checkpoints"))
     assert (await server.execute(kernel, "v = 7"))["status"] == "ok"
-    await _provisioner(server, kernel).park_kernel()
+    await _session(server, kernel).park()
     await server.wait_reason(kernel, "GPU released")
     await server.fetch("api", "kernels", kernel, "restart", method="POST", body="{}")
     assert (await server.execute(kernel, "1 + 1"))["data"] == "2"
@@ -110,11 +114,11 @@ async def test_five_park_and_wake_cycles_lose_nothing(
 ) -> None:
     kernel = await server.start(_saved(kernelspec, tmp_path / "checkpoints"))
     assert (await server.execute(kernel, "n = 0; seen = []"))["status"] == "ok"
-    provisioner = _provisioner(server, kernel)
+    session = _session(server, kernel)
     for cycle in range(1, 6):
-        await provisioner.park_kernel()
+        await session.park()
         await server.wait_reason(kernel, "GPU released")
-        await provisioner.resume_kernel()  # as the next cell does through the server
+        await session.resume()  # as the next cell does through the server
         back = await server.execute(kernel, f"n += 1; seen.append({cycle}); n, seen")
         assert back["data"] == f"({cycle}, {list(range(1, cycle + 1))})", (cycle, back)
     assert (await server.model(kernel))["execution_state"] != "dead"
@@ -127,7 +131,7 @@ async def test_a_shutdown_while_it_parks_ends_it_and_leaves_nothing(
     store = tmp_path / "checkpoints"
     kernel = await server.start(_saved(kernelspec, store))
     assert (await server.execute(kernel, "big = bytes(50_000_000)"))["status"] == "ok"
-    await _provisioner(server, kernel).park_kernel()
+    await _session(server, kernel).park()
     await server.shutdown_and_wait(kernel)  # while it saves
     assert not server.backend()._groups
     assert not (store / kernel).exists()
@@ -141,10 +145,10 @@ async def test_a_resume_while_it_parks_brings_it_back_once_parked(
 ) -> None:
     kernel = await server.start(_saved(kernelspec, tmp_path / "checkpoints"))
     assert (await server.execute(kernel, "w = 'kept'; big = bytes(50_000_000)"))["status"] == "ok"
-    provisioner = _provisioner(server, kernel)
-    await provisioner.park_kernel()
-    await provisioner.park_kernel()  # a second park changes nothing
-    await provisioner.resume_kernel()  # while it still saves
+    session = _session(server, kernel)
+    await session.park()
+    await session.park()  # a second park changes nothing
+    await session.resume()  # while it still saves
     assert (await server.execute(kernel, "w"))["data"] == "'kept'"
     states = event_log.states(kernel)  # the GPU is free: admitted at once, never requeued
     assert states[-3:] == ["parked", "admitted", "resumed"], states
@@ -161,16 +165,16 @@ async def test_a_provisioner_reattached_to_a_parked_kernel_says_what_the_first_s
 
     kernel = await server.start(_saved(kernelspec, tmp_path / "checkpoints"))
     assert (await server.execute(kernel, "y = 1"))["status"] == "ok"
-    first = _provisioner(server, kernel)
-    await first.park_kernel(idle_seconds=1800)
+    first = server.app.kernel_manager.get_kernel(kernel).provisioner
+    await _session(server, kernel).park(idle_seconds=1800)
     await server.wait_reason(kernel, "GPU released")
-    said = first.queue_status()
+    said = _session(server, kernel).queue_status()
     info = await first.get_provisioner_info()
 
     km = server.app.kernel_manager.get_kernel(kernel)
     again = QueuedKernelProvisioner(kernel_id=kernel, kernel_spec=km.kernel_spec, parent=km)
     await again.load_provisioner_info(info)
-    told = again.queue_status()
+    told = again.kernel_session.queue_status() if again.kernel_session else None
     assert told is not None
     assert told["message"] == said["message"]
     assert told["message"].startswith("parked after 30 min idle; GPU released; your next cell")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from kernel_queue.server import kernels
 from tests.conftest import KernelspecFactory, Server
 
 
@@ -28,8 +29,9 @@ async def _park_both(server: Server, name: str) -> tuple[str, str]:
     assert (await server.execute(mine, "secret = 'mine'"))["status"] == "ok"
     assert (await server.execute(theirs, "secret = 'theirs'; planted = 1"))["status"] == "ok"
     for kernel in (mine, theirs):
-        provisioner = server.app.kernel_manager.get_kernel(kernel).provisioner
-        await provisioner.park_kernel()
+        session = kernels.session_of(server.app.kernel_manager.get_kernel(kernel))
+        assert session is not None
+        await session.park()
         await server.wait_reason(kernel, "GPU released")
     return mine, theirs
 
@@ -60,8 +62,9 @@ async def test_a_symlink_planted_for_its_checkpoints_is_never_followed_and_is_sa
     shutil.move(store / mine, tmp_path / "aside")
     (store / mine).symlink_to(store / theirs)
 
-    provisioner = server.app.kernel_manager.get_kernel(mine).provisioner
-    await provisioner.resume_kernel()
+    session = kernels.session_of(server.app.kernel_manager.get_kernel(mine))
+    assert session is not None
+    await session.resume()
     model = await server.wait_reason(mine, "symlink")
     assert (
         f"cannot resume: its checkpoint directory {store / mine} is a symlink to "

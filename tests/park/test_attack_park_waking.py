@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from kernel_queue.server import kernels
+from kernel_queue.session import KernelSession
 from tests.conftest import KernelspecFactory, Server, launcher_pids
 
 
@@ -23,19 +25,21 @@ def _saving(kernelspec: KernelspecFactory, store: Path, name: str = "saving") ->
     return kernelspec(name, gpus=1, checkpoint=checkpoint)
 
 
-def _provisioner(server: Server, kernel_id: str) -> Any:
-    return server.app.kernel_manager.get_kernel(kernel_id).provisioner
+def _session(server: Server, kernel_id: str) -> KernelSession:
+    session = kernels.session_of(server.app.kernel_manager.get_kernel(kernel_id))
+    assert session is not None, f"kernel {kernel_id} has no session"
+    return session
 
 
 async def _parked_behind_another(server: Server, name: str) -> tuple[str, str]:
     """A parked kernel woken while another holds the only GPU: it waits in its queue."""
     kernel = await server.start(name)
     assert (await server.execute(kernel, "x = 41; big = bytes(20_000_000)"))["status"] == "ok"
-    await _provisioner(server, kernel).park_kernel()
+    await _session(server, kernel).park()
     await server.wait_reason(kernel, "GPU released")
     other = await server.start(name)
     assert (await server.execute(other, "1"))["data"] == "1"
-    await _provisioner(server, kernel).resume_kernel()
+    await _session(server, kernel).resume()
     await server.wait_reason(kernel, "waking from parked: queued in 'gpu', position 1 of 1")
     return kernel, other
 
@@ -92,11 +96,11 @@ async def test_the_servers_shutdown_with_kernels_parked_and_waking_leaves_nothin
     await server.wait_reason(parked, "position 2 of 2")
     await server.shutdown_and_wait(other)
     assert (await server.execute(waking, "x"))["data"] == "41"
-    await _provisioner(server, waking).park_kernel()  # the third runs, then is parked too
+    await _session(server, waking).park()  # the third runs, then is parked too
     assert (await server.execute(parked, "y = 1"))["status"] == "ok"
-    await _provisioner(server, parked).park_kernel()
+    await _session(server, parked).park()
     await server.wait_reason(parked, "GPU released")
-    await _provisioner(server, waking).resume_kernel()
+    await _session(server, waking).resume()
 
     backend = server.backend()
     await server.app.kernel_manager.shutdown_all()  # as the server's own shutdown does

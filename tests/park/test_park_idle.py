@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from kernel_queue.server import kernels
 from tests.conftest import EventLog, KernelspecFactory, Listener, Server
 
 pytestmark = pytest.mark.timeout(300)
@@ -74,7 +75,7 @@ def streamed(messages: list[dict[str, Any]]) -> str:
 
 
 def state(server: Server, kernel_id: str) -> str:
-    status = server.app.kernel_manager.get_kernel(kernel_id).provisioner.queue_status()
+    status = kernels.queue_status(server.app.kernel_manager.get_kernel(kernel_id))
     return str((status or {}).get("state"))
 
 

@@ -13,18 +13,47 @@ from typing import Any
 import pytest
 
 from kernel_queue.server import parking
+from kernel_queue.session import KernelSession
+
+
+class Session(KernelSession):
+    """A kernel's session in a chosen state: what the scan reads of one."""
+
+    def __init__(
+        self, state: str = "running", *, parked: bool = False, waiting: bool = False
+    ) -> None:
+        self.state, self.is_parked, self.is_waiting = state, parked, waiting
+        self.tracker: Any = object()  # submitted (None: released)
+
+    @property
+    def parked(self) -> bool:
+        return self.is_parked
+
+    @property
+    def waiting(self) -> bool:
+        return self.is_waiting
+
+    def queue_status(self) -> dict[str, Any]:
+        return {"state": self.state}
 
 
 @dataclass
 class Provisioner:
-    park_after: float = 2.0
-    state: str = "running"
-    parked: bool = False
-    waiting_in_queue: bool = False
-    has_process: bool = True
+    """A queued kernel's provisioner, as server/ sees one (`kernels.QueuedProvisioner`)."""
 
-    def queue_status(self) -> dict[str, Any]:
-        return {"state": self.state}
+    kernel_session: Session = field(default_factory=Session)
+    park_after: float = 2.0
+    namespace: str | None = None
+    refusal: dict[str, Any] | None = None
+
+    async def cancel_launch(self) -> None:
+        raise AssertionError("the scan never cancels a launch")
+
+
+def released() -> Session:
+    session = Session()
+    session.tracker = None
+    return session
 
 
 def ready() -> concurrent.futures.Future[None]:
@@ -58,7 +87,7 @@ def idle(kernel: Kernel) -> float | None:
 def test_an_idle_running_kernel_past_its_park_after_is_due() -> None:
     seconds = idle(Kernel(idle_seconds=10))
     assert seconds is not None and 10 <= seconds < 11
-    assert idle(Kernel(provisioner=Provisioner(state="resumed"))) is not None
+    assert idle(Kernel(provisioner=Provisioner(Session("resumed")))) is not None
     # jupyter_server says "starting" until a status reaches it: never, if no client ever spoke
     # to the kernel. It runs (the provisioner says so) and nothing asked it to do anything.
     assert idle(Kernel(execution_state="starting")) is not None
@@ -71,12 +100,12 @@ def test_an_idle_running_kernel_past_its_park_after_is_due() -> None:
         pytest.param(Kernel(execution_state="busy"), id="a-cell-runs"),
         pytest.param(Kernel(execution_state="restarting"), id="restarting"),
         pytest.param(Kernel(provisioner=Provisioner(park_after=0)), id="park-after-off"),
-        pytest.param(Kernel(provisioner=Provisioner(parked=True)), id="parked-already"),
+        pytest.param(Kernel(provisioner=Provisioner(Session(parked=True))), id="parked-already"),
         pytest.param(
-            Kernel(provisioner=Provisioner(state="requeued", waiting_in_queue=True)), id="waiting"
+            Kernel(provisioner=Provisioner(Session("requeued", waiting=True))), id="waiting"
         ),
-        pytest.param(Kernel(provisioner=Provisioner(state="admitted")), id="starting"),
-        pytest.param(Kernel(provisioner=Provisioner(has_process=False)), id="released"),
+        pytest.param(Kernel(provisioner=Provisioner(Session("admitted"))), id="starting"),
+        pytest.param(Kernel(provisioner=Provisioner(released())), id="released"),
         pytest.param(Kernel(ready=concurrent.futures.Future()), id="launch-not-ended"),
     ],
 )
@@ -92,10 +121,11 @@ def test_a_client_message_starts_the_idle_time_again() -> None:
 
 
 def test_a_kernel_back_from_its_queue_gets_its_whole_park_after() -> None:
-    kernel = Kernel(provisioner=Provisioner(state="requeued", waiting_in_queue=True))
+    kernel = Kernel(provisioner=Provisioner(Session("requeued", waiting=True)))
     parker = parking.IdleParker(Manager(k=kernel))
     assert parker.idle_for("k") is None  # seen waiting (its last activity is old)
-    kernel.provisioner.state, kernel.provisioner.waiting_in_queue = "resumed", False
+    session = kernel.provisioner.kernel_session
+    session.state, session.is_waiting = "resumed", False
     assert parker.idle_for("k") is None  # idle counts from when it was last seen waiting
 
 
@@ -111,7 +141,7 @@ def test_the_scan_looks_every_tenth_of_the_smallest_park_after_within_1_and_30_s
 
 
 def test_a_parked_kernels_messages_are_held_and_kernel_info_answered_until_one_is_held() -> None:
-    kernel = Kernel(provisioner=Provisioner(parked=True, state="parked"))
+    kernel = Kernel(provisioner=Provisioner(Session("parked", parked=True)))
     parker = parking.IdleParker(Manager(k=kernel))
     assert parker.holding("k") and parker.answers_for("k")
     sent: list[str] = []
@@ -119,6 +149,7 @@ def test_a_parked_kernels_messages_are_held_and_kernel_info_answered_until_one_i
     assert parker.holding("k") and not parker.answers_for("k")  # replies keep their order
     parker.flush("k")
     assert sent == ["complete_request"]
-    kernel.provisioner.parked, kernel.provisioner.state = False, "running"
+    session = kernel.provisioner.kernel_session
+    session.is_parked, session.state = False, "running"
     assert not parker.holding("k") and not parker.answers_for("k")
     assert not parker.holding("unknown")

@@ -26,6 +26,8 @@ from jupyter_client import BlockingKernelClient
 from jupyter_core.utils import ensure_event_loop
 
 from kernel_queue.launcher import subscriptions
+from kernel_queue.server import kernels
+from kernel_queue.session import KernelSession
 from tests.conftest import KernelspecFactory, Listener, Server
 from tests.server.clients import OUTPUT_WAIT, HeldSocket, cell
 
@@ -130,18 +132,21 @@ async def held_clients(
         await blocking.close()
 
 
-def _provisioner(server: Server, kernel_id: str) -> Any:
-    return server.app.kernel_manager.get_kernel(kernel_id).provisioner
+def _session(server: Server, kernel_id: str) -> KernelSession:
+    session = kernels.session_of(server.app.kernel_manager.get_kernel(kernel_id))
+    assert session is not None, f"kernel {kernel_id} has no session"
+    return session
 
 
 async def _live(server: Server, kernel_id: str) -> None:
-    provisioner = _provisioner(server, kernel_id)
+    km = server.app.kernel_manager.get_kernel(kernel_id)
+    session = _session(server, kernel_id)
 
     async def runs() -> bool:
         return (
-            not provisioner.waiting_in_queue
-            and not provisioner.parked
-            and (await provisioner.poll() is None and provisioner._session.live)
+            not session.waiting
+            and not session.parked
+            and (await km.provisioner.poll() is None and session.live)
         )
 
     await server.wait_for(runs, what="the kernel running again")
@@ -170,9 +175,9 @@ async def test_a_direct_client_and_a_websocket_keep_the_first_output_after_each_
                 await server.wait_reason(low, "requeued")
                 await server.shutdown_and_wait(high)
             else:
-                await _provisioner(server, low).park_kernel()
+                await _session(server, low).park()
                 await server.wait_reason(low, "GPU released")
-                await _provisioner(server, low).resume_kernel()
+                await _session(server, low).resume()
             await _live(server, low)
             # The user sends the next cell a moment later, not at once: by then the clients
             # that reconnect by themselves have, and the kernel holds nothing for them.
