@@ -20,10 +20,7 @@ from kernel_queue.server.connection import QueuedWebsocketConnection
 from kernel_queue.server.kernelmanager import QueuedMappingKernelManager
 from tests.conftest import KernelspecFactory, Listener, Server
 
-
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = pytest.mark.local_gpus("0")
 
 
 async def test_the_kernel_managers_privates_hold_its_kernels_starts_and_kernel_info(

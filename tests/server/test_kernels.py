@@ -15,10 +15,7 @@ from kernel_queue.server import kernels
 from kernel_queue.session import KernelSession
 from tests.conftest import KernelspecFactory, Server
 
-
-@pytest.fixture
-def local_backend_config() -> dict[str, Any]:
-    return {"gpus": ["0"]}
+pytestmark = pytest.mark.local_gpus("0")
 
 
 class Kernel:
