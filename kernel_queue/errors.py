@@ -56,7 +56,14 @@ class PriorityClassNotFound(KernelQueueError, LookupError):
 
 
 class NeverFits(KernelQueueError, ValueError):
-    """The kernel asks for more than the backend could ever admit."""
+    """The kernel asks for more than the backend could ever admit.
+
+    `has`: what the backend could ever give of the resource that does not fit, where it knows
+    ({"gpus": 2}, {"cpu": "16"}); the status event's `has` carries it."""
+
+    def __init__(self, message: str, *, has: dict[str, int | str] | None = None) -> None:
+        super().__init__(message)
+        self.has = has
 
 
 class AdmissionTimeout(KernelQueueError, TimeoutError):

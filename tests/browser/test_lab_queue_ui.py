@@ -662,9 +662,9 @@ def test_the_panel_shows_a_batch_run_holding_the_gpu_and_its_end_admits_the_note
     [
         pytest.param(
             "toobig.ipynb",
-            # What the status event's fields say (needs; the local backend's error does not
-            # yet say what the machine has, so no "1 exists"); the sentence is the tooltip.
-            "Failed · needs 3 GPUs, can never fit",
+            # What the status event's fields say (needs, and has: what the machine has in
+            # all); the sentence is the tooltip.
+            "Failed · needs 3 GPUs, 1 exists",
             r"asks for 3 GPU\(s\) but this machine has 1 (pretend )?GPU\(s\) in all",
             id="more-gpus-than-exist",
         ),

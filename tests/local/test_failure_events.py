@@ -23,23 +23,29 @@ async def listing(server: Server) -> dict[str, dict[str, Any]]:
 
 
 CASES = [
-    pytest.param({"gpus": 3}, "gpu", "3 GPU(s)", "never_fits", id="more-gpus-than-exist"),
-    pytest.param({"queue": "nosuch"}, "nosuch", "'nosuch'", "queue_not_found", id="no-queue"),
+    # A kernel that could never fit says, as a field, what the machine has in all (2 GPUs).
+    pytest.param(
+        {"gpus": 3}, "gpu", "3 GPU(s)", "never_fits", {"gpus": 2}, id="more-gpus-than-exist"
+    ),
+    pytest.param({"queue": "nosuch"}, "nosuch", "'nosuch'", "queue_not_found", None, id="no-queue"),
     pytest.param(
         {"priority_class": "urgent"},
         "gpu",
         "'urgent'",
         "priority_class_not_found",
+        None,
         id="no-priority-class",
     ),
     # Refused before anything is submitted (the kernelspec's config), as a kernel is too.
-    pytest.param({"gpus": -1}, "gpu", "`gpus` is -1", "config", id="negative-gpus"),
-    pytest.param({"backend": "slurm"}, "gpu", "'slurm'", "config", id="unknown-backend"),
-    pytest.param({"queue": "nosuch", "gpus": "1"}, "nosuch", "'gpus'", "config", id="gpus-text"),
+    pytest.param({"gpus": -1}, "gpu", "`gpus` is -1", "config", None, id="negative-gpus"),
+    pytest.param({"backend": "slurm"}, "gpu", "'slurm'", "config", None, id="unknown-backend"),
+    pytest.param(
+        {"queue": "nosuch", "gpus": "1"}, "nosuch", "'gpus'", "config", None, id="gpus-text"
+    ),
 ]
 
 
-@pytest.mark.parametrize(("config", "queue", "named", "failure"), CASES)
+@pytest.mark.parametrize(("config", "queue", "named", "failure", "has"), CASES)
 async def test_a_kernel_that_cannot_start_emits_failed_and_stays_listed_with_its_queue(
     server: Server,
     kernelspec: KernelspecFactory,
@@ -48,6 +54,7 @@ async def test_a_kernel_that_cannot_start_emits_failed_and_stays_listed_with_its
     queue: str,
     named: str,
     failure: str,
+    has: dict[str, int] | None,
 ) -> None:
     kernel = await server.start(kernelspec(**config))
     failed = await polling.until(
@@ -61,6 +68,7 @@ async def test_a_kernel_that_cannot_start_emits_failed_and_stays_listed_with_its
     assert named in event["message"]
     assert event["queue"] == queue
     assert event["failure"] == failure
+    assert event.get("has") == has
     schema = yaml.safe_load(events.SCHEMA_PATH.read_text())
     jsonschema.validate({k: v for k, v in event.items() if not k.startswith("__")}, schema)
 

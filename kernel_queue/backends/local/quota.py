@@ -113,15 +113,18 @@ class LocalQuota:
             raise errors.NeverFits(
                 f"{who} asks for {spec.gpus} GPU(s) but this machine has {have} in all, so it "
                 "could never start. Ask for fewer `gpus` in the kernelspec, or list more with "
-                f"{self._setting('gpus')}."
+                f"{self._setting('gpus')}.",
+                has={"gpus": self.gpus},
             )
         if unfit.resource == "cpu":
             raise errors.NeverFits(
                 f"{who} asks for {spec.cpu} CPU but the local quota is {self.cpu}, so it could "
-                f"never start. Lower `cpu` in the kernelspec or raise {self._setting('cpu')}."
+                f"never start. Lower `cpu` in the kernelspec or raise {self._setting('cpu')}.",
+                has={"cpu": str(self.cpu)},
             )
         raise errors.NeverFits(
             f"{who} asks for {spec.memory} memory but the local quota is "
             f"{quantities.format_bytes(quantities.bytes_(self.memory))}, so it could never "
-            f"start. Lower `memory` in the kernelspec or raise {self._setting('memory')}."
+            f"start. Lower `memory` in the kernelspec or raise {self._setting('memory')}.",
+            has={"memory": quantities.format_bytes(quantities.bytes_(self.memory))},
         )
