@@ -14,9 +14,17 @@ from kernel_queue.kube.client.api import KubernetesApi
 
 
 @contextlib.asynccontextmanager
-async def connected(tmp_path: Path) -> AsyncIterator[tuple[FakeCluster, KubernetesApi]]:
+async def connected(
+    tmp_path: Path, *, kueue_crds: bool = False
+) -> AsyncIterator[tuple[FakeCluster, KubernetesApi]]:
     """A started fake API server under `tmp_path` and a client of it; both closed at the end,
-    all of it within 60 s."""
+    all of it within 60 s. `kueue_crds`: the test needs Kueue's CRDs (skipped without them,
+    outside CI)."""
+    if kueue_crds:
+        from tests.conftest import KUEUE_CRDS, skip_unless_ci
+
+        if not KUEUE_CRDS.exists():
+            skip_unless_ci(f"Kueue's CRDs are not at {KUEUE_CRDS}")
     async with (
         asyncio.timeout(60),
         FakeCluster(root_dir=tmp_path / "cluster", kubelet=False, kueue=False) as fake,

@@ -51,13 +51,18 @@ def gateway_client(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     GatewayClient.KERNEL_LAUNCH_TIMEOUT = saved
 
 
-def server_config(gateway: GatewayProcess) -> dict[str, Any]:
-    """The test server's config: gateway mode, patient enough for queued kernels."""
+@pytest.fixture
+def jp_server_config(gateway: GatewayProcess, gateway_client: None) -> dict[str, Any]:
+    """The test server's config: gateway mode in front of the module's `gateway` fixture,
+    patient enough for queued kernels."""
     return {
         "GatewayClient": {"url": gateway.url, "request_timeout": REQUEST_TIMEOUT},
         "ServerApp": {"jpserver_extensions": {"kernel_queue": False}},
     }
 
 
-def stop_gateway(gateway: GatewayProcess, loop: asyncio.AbstractEventLoop) -> None:
+def served(gateway: GatewayProcess, loop: asyncio.AbstractEventLoop) -> Iterator[GatewayProcess]:
+    """A gateway fixture's life: `gateway` started, yielded to the test, stopped after it."""
+    loop.run_until_complete(gateway.start())
+    yield gateway
     loop.run_until_complete(gateway.stop())

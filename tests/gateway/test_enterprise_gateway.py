@@ -18,7 +18,7 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from tests.conftest import Listener, Server
-from tests.gateway.conftest import REQUEST_TIMEOUT, backend_options, server_config, stop_gateway
+from tests.gateway.conftest import REQUEST_TIMEOUT, backend_options, served
 from tests.gateway.gateways import (
     GatewayProcess,
     enterprise_gateway_python,
@@ -88,7 +88,7 @@ def eg_kernelspecs(gateway_home: Path) -> Path:
 
 
 @pytest.fixture
-def enterprise_gateway(
+def gateway(
     cluster: FakeCluster,
     eg_python: Path,
     eg_kernelspecs: Path,
@@ -111,19 +111,13 @@ def enterprise_gateway(
         EG_KERNEL_LAUNCH_TIMEOUT=str(LAUNCH_TIMEOUT),
         EG_LIST_KERNELS="True",
     )
-    gateway = GatewayProcess(argv, env, port, gateway_home / "enterprise-gateway.log")
-    jp_asyncio_loop.run_until_complete(gateway.start())
-    yield gateway
-    stop_gateway(gateway, jp_asyncio_loop)
-
-
-@pytest.fixture
-def jp_server_config(enterprise_gateway: GatewayProcess, gateway_client: None) -> dict[str, Any]:
-    return server_config(enterprise_gateway)
+    yield from served(
+        GatewayProcess(argv, env, port, gateway_home / "enterprise-gateway.log"), jp_asyncio_loop
+    )
 
 
 async def test_a_queued_kernel_outwaits_eg_launch_timeout_and_runs_code_once_admitted(
-    server: Server, cluster: FakeCluster, enterprise_gateway: GatewayProcess
+    server: Server, cluster: FakeCluster, gateway: GatewayProcess
 ) -> None:
     first = await server.start(SPEC)
     assert (await server.execute(first, "import ipykernel; ipykernel.__version__[0]"))[
@@ -135,7 +129,7 @@ async def test_a_queued_kernel_outwaits_eg_launch_timeout_and_runs_code_once_adm
     body = json.dumps({"name": SPEC, "env": {"KERNEL_USERNAME": "alice"}})
     start = asyncio.ensure_future(
         AsyncHTTPClient().fetch(
-            f"{enterprise_gateway.url}/api/kernels",
+            f"{gateway.url}/api/kernels",
             method="POST",
             body=body,
             request_timeout=REQUEST_TIMEOUT,
@@ -144,9 +138,7 @@ async def test_a_queued_kernel_outwaits_eg_launch_timeout_and_runs_code_once_adm
     try:
         (second,) = await until(lambda: gated_kernels(cluster) - {first}, "a queued kernel")
         await until(
-            lambda: (
-                "queued in 'user-queue', position 1 of 1, needs 1 GPU" in enterprise_gateway.log()
-            ),
+            lambda: "queued in 'user-queue', position 1 of 1, needs 1 GPU" in gateway.log(),
             "the queue position in the gateway's log",
         )
         await asyncio.sleep(3 * LAUNCH_TIMEOUT)  # well past EG's launch timeout
@@ -164,19 +156,19 @@ async def test_a_queued_kernel_outwaits_eg_launch_timeout_and_runs_code_once_adm
     assert (await server.execute(second, "2+3"))["data"] == "5"
     await server.shutdown(second)
     await wait_clean(server, cluster, first, second)
-    assert "Waited too long" not in enterprise_gateway.log()
+    assert "Waited too long" not in gateway.log()
 
 
 async def test_a_restarted_enterprise_gateway_reattaches_to_a_running_kernel(
-    server: Server, cluster: FakeCluster, enterprise_gateway: GatewayProcess
+    server: Server, cluster: FakeCluster, gateway: GatewayProcess
 ) -> None:
     kernel = await server.start(SPEC)
     assert (await server.execute(kernel, "x = 41; x"))["data"] == "41"
 
-    await enterprise_gateway.stop(signal.SIGKILL)  # a crash: EG shuts nothing down
-    await enterprise_gateway.start()
+    await gateway.stop(signal.SIGKILL)  # a crash: EG shuts nothing down
+    await gateway.start()
     assert f"Startup of persisted kernel session for id '{kernel}' was successful" in (
-        enterprise_gateway.log()
+        gateway.log()
     )
     assert (await server.execute(kernel, "x + 1"))["data"] == "42"  # the same kernel, state kept
     await server.shutdown(kernel)
@@ -184,14 +176,14 @@ async def test_a_restarted_enterprise_gateway_reattaches_to_a_running_kernel(
 
 
 async def test_a_client_that_stops_waiting_gets_a_clear_error_and_nothing_is_left_queued(
-    server: Server, cluster: FakeCluster, enterprise_gateway: GatewayProcess
+    server: Server, cluster: FakeCluster, gateway: GatewayProcess
 ) -> None:
     first = await server.start(SPEC)
     # A client whose KERNEL_LAUNCH_TIMEOUT is 3 s asks for a kernel while the GPU is taken.
     body = {"name": SPEC, "env": {"KERNEL_LAUNCH_TIMEOUT": "3", "KERNEL_USERNAME": "bob"}}
     with pytest.raises(HTTPClientError) as caught:
         await AsyncHTTPClient().fetch(
-            f"{enterprise_gateway.url}/api/kernels",
+            f"{gateway.url}/api/kernels",
             method="POST",
             body=json.dumps(body),
             request_timeout=60,
@@ -207,24 +199,24 @@ async def test_a_client_that_stops_waiting_gets_a_clear_error_and_nothing_is_lef
 
 
 async def test_stopping_enterprise_gateway_ends_its_kernels_and_leaves_nothing(
-    cluster: FakeCluster, enterprise_gateway: GatewayProcess
+    cluster: FakeCluster, gateway: GatewayProcess
 ) -> None:
     body = {"name": SPEC, "env": {"KERNEL_USERNAME": "carol"}}
     response = await AsyncHTTPClient().fetch(
-        f"{enterprise_gateway.url}/api/kernels",
+        f"{gateway.url}/api/kernels",
         method="POST",
         body=json.dumps(body),
         request_timeout=60,
     )
     kernel = json.loads(response.body)["id"]
     assert labelled(cluster, kernel)["pods"]
-    assert await enterprise_gateway.stop() == 0  # SIGTERM: EG shuts its kernels down, then exits
+    assert await gateway.stop() == 0  # SIGTERM: EG shuts its kernels down, then exits
     assert labelled(cluster, kernel) == {}
-    assert "Traceback" not in enterprise_gateway.log()
+    assert "Traceback" not in gateway.log()
 
 
 async def test_a_restart_through_enterprise_gateway_happens_in_place_and_keeps_the_admission(
-    server: Server, cluster: FakeCluster, enterprise_gateway: GatewayProcess
+    server: Server, cluster: FakeCluster, gateway: GatewayProcess
 ) -> None:
     kernel = await server.start(SPEC)
     assert (await server.execute(kernel, "x = 1; x"))["data"] == "1"
@@ -234,7 +226,7 @@ async def test_a_restart_through_enterprise_gateway_happens_in_place_and_keeps_t
     assert (await server.execute(kernel, "'x' in dir()"))["data"] == "False"  # a fresh kernel
     assert labelled(cluster, kernel) == before  # the same pod, Workload, Service and Secret
     assert uids(cluster, kernel) == uids_before  # the same objects, none deleted and recreated
-    assert enterprise_gateway.log().count("submitted as pod group") == 1  # never requeued
+    assert gateway.log().count("submitted as pod group") == 1  # never requeued
     await server.shutdown(kernel)
     await wait_clean(server, cluster, kernel)
 
@@ -260,7 +252,7 @@ async def test_a_restart_through_enterprise_gateway_happens_in_place_and_keeps_t
 )
 async def test_a_bad_kernelspec_fails_the_launch_with_the_fix_and_leaves_nothing(
     cluster: FakeCluster,
-    enterprise_gateway: GatewayProcess,
+    gateway: GatewayProcess,
     eg_kernelspecs: Path,
     config: dict[str, dict[str, Any]],
     status: int,
@@ -271,7 +263,7 @@ async def test_a_bad_kernelspec_fails_the_launch_with_the_fix_and_leaves_nothing
     body = {"name": "eg-bad", "env": {"KERNEL_USERNAME": "dave"}}
     with pytest.raises(HTTPClientError) as caught:
         await AsyncHTTPClient().fetch(
-            f"{enterprise_gateway.url}/api/kernels",
+            f"{gateway.url}/api/kernels",
             method="POST",
             body=json.dumps(body),
             request_timeout=60,
@@ -282,7 +274,7 @@ async def test_a_bad_kernelspec_fails_the_launch_with_the_fix_and_leaves_nothing
 
 
 async def test_a_preempted_kernel_waits_behind_enterprise_gateway_and_comes_back(
-    server: Server, cluster: FakeCluster, enterprise_gateway: GatewayProcess, eg_kernelspecs: Path
+    server: Server, cluster: FakeCluster, gateway: GatewayProcess, eg_kernelspecs: Path
 ) -> None:
     low = await server.start(
         add_kernelspec(eg_kernelspecs, "eg-low", kernel_provisioner={"priority_class": "low"})
@@ -292,7 +284,7 @@ async def test_a_preempted_kernel_waits_behind_enterprise_gateway_and_comes_back
         add_kernelspec(eg_kernelspecs, "eg-high", kernel_provisioner={"priority_class": "high"})
     )
     assert (await server.execute(high, "1+1"))["data"] == "2"
-    await requeued_and_kept_active(enterprise_gateway, low)  # EG's restarter keeps it
+    await requeued_and_kept_active(gateway, low)  # EG's restarter keeps it
 
     await server.shutdown(high)
     back = await server.execute(low, "x")
@@ -302,7 +294,7 @@ async def test_a_preempted_kernel_waits_behind_enterprise_gateway_and_comes_back
 
 
 async def test_an_interrupt_through_enterprise_gateway_stops_the_running_cell(
-    server: Server, cluster: FakeCluster, enterprise_gateway: GatewayProcess
+    server: Server, cluster: FakeCluster, gateway: GatewayProcess
 ) -> None:
     kernel = await server.start(SPEC)
     listener = await Listener.open(server, kernel)

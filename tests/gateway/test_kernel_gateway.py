@@ -15,7 +15,7 @@ import pytest
 from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from tests.conftest import KernelspecFactory, Server
-from tests.gateway.conftest import REQUEST_TIMEOUT, backend_options, server_config, stop_gateway
+from tests.gateway.conftest import REQUEST_TIMEOUT, backend_options, served
 from tests.gateway.gateways import GatewayProcess, free_port, gateway_env
 from tests.gateway.queueing import gated_kernels, position_reads, requeued_and_kept_active
 from tests.kube.support import kube_spec, wait_clean
@@ -25,7 +25,7 @@ KERNEL_GATEWAY = Path(sys.executable).parent / "jupyter-kernelgateway"
 
 
 @pytest.fixture
-def kernel_gateway(
+def gateway(
     cluster: FakeCluster,
     gateway_home: Path,
     jp_data_dir: Path,
@@ -40,19 +40,13 @@ def kernel_gateway(
         *backend_options(cluster),
     ]
     env = gateway_env(gateway_home, JUPYTER_PATH=str(jp_data_dir))
-    gateway = GatewayProcess(argv, env, port, gateway_home / "kernel-gateway.log")
-    jp_asyncio_loop.run_until_complete(gateway.start())
-    yield gateway
-    stop_gateway(gateway, jp_asyncio_loop)
-
-
-@pytest.fixture
-def jp_server_config(kernel_gateway: GatewayProcess, gateway_client: None) -> dict[str, Any]:
-    return server_config(kernel_gateway)
+    yield from served(
+        GatewayProcess(argv, env, port, gateway_home / "kernel-gateway.log"), jp_asyncio_loop
+    )
 
 
 async def test_a_queued_kernel_behind_kernel_gateway_waits_then_runs_code(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, kernel_gateway: Any
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, gateway: Any
 ) -> None:
     name = kube_spec(kernelspec)
     first = await server.start(name)
@@ -65,7 +59,7 @@ async def test_a_queued_kernel_behind_kernel_gateway_waits_then_runs_code(
     )
     (second,) = await until(lambda: gated_kernels(cluster) - {first}, "a queued kernel")
     await until(
-        lambda: "queued in 'user-queue', position 1 of 1, needs 1 GPU" in kernel_gateway.log(),
+        lambda: "queued in 'user-queue', position 1 of 1, needs 1 GPU" in gateway.log(),
         "the queue position in the gateway's log",
     )
     # Still waiting, its start request open, after the server has read the queue twice more.
@@ -82,13 +76,13 @@ async def test_a_queued_kernel_behind_kernel_gateway_waits_then_runs_code(
 
 
 async def test_a_preempted_kernel_behind_kernel_gateway_is_kept_active_and_comes_back(
-    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, kernel_gateway: Any
+    server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster, gateway: Any
 ) -> None:
     low = await server.start(kube_spec(kernelspec, "low", priority_class="low"))
     assert (await server.execute(low, "x = 41; x + 1"))["data"] == "42"
     high = await server.start(kube_spec(kernelspec, "high", priority_class="high"))
     assert (await server.execute(high, "1+1"))["data"] == "2"
-    await requeued_and_kept_active(kernel_gateway, low)
+    await requeued_and_kept_active(gateway, low)
 
     await server.shutdown(high)
     assert (await server.execute(low, "x"))["error"] == "NameError"  # back, restarted fresh

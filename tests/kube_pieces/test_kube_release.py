@@ -4,12 +4,10 @@ owned tasks, and the reaper's sweeps against the fake API server over HTTP."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 import sys
 import types
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +18,10 @@ from kernel_queue import errors
 from kernel_queue.backends import tasks
 from kernel_queue.kube import kueue
 from kernel_queue.kube.client import explain
-from kernel_queue.kube.client.api import Forbidden, KubernetesApi, Unavailable
+from kernel_queue.kube.client.api import Forbidden, Unavailable
 from kernel_queue.kube.deletion.reaper import Reaper
 from kernel_queue.kube.objects import ownership
+from tests.fake_api import connected
 
 NS = "default"
 WHO = "kernel 1a2b3c4d"
@@ -131,23 +130,6 @@ async def test_owned_tasks_are_logged_once_when_they_fail_and_all_ended_at_aclos
 # -- the reaper -----------------------------------------------------------------------------
 
 
-@contextlib.asynccontextmanager
-async def connected(tmp_path: Path) -> AsyncIterator[tuple[FakeCluster, KubernetesApi]]:
-    from tests.conftest import KUEUE_CRDS, skip_unless_ci
-
-    if not KUEUE_CRDS.exists():
-        skip_unless_ci(f"Kueue's CRDs are not at {KUEUE_CRDS}")
-    async with (
-        asyncio.timeout(60),
-        FakeCluster(root_dir=tmp_path / "cluster", kubelet=False, kueue=False) as fake,
-    ):
-        api = await KubernetesApi.connect(fake.kubeconfig)
-        try:
-            yield fake, api
-        finally:
-            await api.aclose()
-
-
 def secret(name: str, kernel: str, owned_by: str) -> dict[str, Any]:
     labels = {kueue.KERNEL_ID_LABEL: kernel, kueue.OWNER_LABEL: owned_by}
     return {"metadata": {"name": name, "labels": labels}, "stringData": {"key": "k"}}
@@ -161,7 +143,7 @@ def names(fake: FakeCluster) -> list[str]:
 async def test_a_sweep_deletes_only_this_owners_unknown_kernels_seen_twice(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with connected(tmp_path) as (fake, api):
+    async with connected(tmp_path, kueue_crds=True) as (fake, api):
         for name, kernel, owned_by in [
             ("left", "k-left", "me"),
             ("alive", "k-alive", "me"),
@@ -184,7 +166,7 @@ async def test_a_sweep_deletes_only_this_owners_unknown_kernels_seen_twice(
 async def test_a_handed_over_release_is_retried_at_each_sweep_until_it_succeeds(
     tmp_path: Path,
 ) -> None:
-    async with connected(tmp_path) as (fake, api):
+    async with connected(tmp_path, kueue_crds=True) as (fake, api):
         fake.store.create("", "secrets", NS, secret("held", "k-held", "me"))
         reaper = Reaper(owner="me", known=lambda: {"k-held"}, log=logging.getLogger("reaper"))
         attempts = []

@@ -10,7 +10,6 @@ import json
 import os
 import select
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +22,15 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 
 from kernel_queue.launcher import contract
-from tests.launcher.processes import KEY, WAIT, StatusReader, free_ports, is_gone, launcher_env
+from tests.launcher.processes import (
+    KEY,
+    WAIT,
+    Launcher,
+    connection_info,
+    free_ports,
+    spawn,
+    stop,
+)
 
 
 @dataclass
@@ -42,15 +49,11 @@ def streams(messages: list[dict[str, Any]]) -> list[str]:
 
 
 @dataclass
-class Kernel:
-    """One launcher under test, its status stream, its checkpoint store and its clients."""
+class Kernel(Launcher):
+    """One launcher under test with its checkpoint store and termination log."""
 
-    proc: subprocess.Popen[str]
-    status: StatusReader
-    info: dict[str, Any]
-    store: Path
-    termination_log: Path
-    clients: list[BlockingKernelClient] = field(default_factory=list)
+    store: Path = field(kw_only=True)
+    termination_log: Path = field(kw_only=True)
 
     def client(self, *, iopub: bool = True) -> BlockingKernelClient:
         client = BlockingKernelClient()
@@ -99,44 +102,26 @@ def start_kernel(tmp_path: Path) -> Iterator[StartKernel]:
         tmpdir = tmp_path / f"launch{len(started)}"
         tmpdir.mkdir()
         ports = free_ports()
-        read_fd, write_fd = os.pipe()
         termination_log = tmpdir / "termination-log"
         extra = {
             contract.ENV_PORTS: ",".join(map(str, ports)),
             contract.ENV_KEY: KEY,
-            contract.ENV_STATUS_FD: str(write_fd),
             contract.ENV_TERMINATION_LOG: str(termination_log),
             contract.ENV_CHECKPOINT_DIR: str(store),
             **env,
         }
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "kernel_queue.launcher"],
-                env=launcher_env(tmpdir, **extra),
-                pass_fds=[write_fd],
-                text=True,
-            )
-        finally:
-            os.close(write_fd)
-        names = ["shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"]
-        info: dict[str, Any] = dict(zip(names, ports, strict=True))
-        info.update(ip="127.0.0.1", key=KEY, transport="tcp", signature_scheme="hmac-sha256")
-        kernel = Kernel(proc, StatusReader(read_fd), info, store, termination_log)
+        proc, status = spawn([sys.executable, "-m", "kernel_queue.launcher"], tmpdir, extra)
+        kernel = Kernel(
+            proc, status, connection_info(ports), store=store, termination_log=termination_log
+        )
         started.append(kernel)
         return kernel
 
     yield start
 
     for kernel in started:
-        for client in kernel.clients:
-            client.stop_channels()
-        if kernel.proc.poll() is None:
-            kernel.proc.kill()
-        kernel.proc.communicate(timeout=WAIT)
-        for event in kernel.status.events:
-            if event["event"] == "started" and not is_gone(event["pid"]):
-                os.kill(event["pid"], signal.SIGKILL)
-        os.close(kernel.status.fd)
+        kernels = [e["pid"] for e in kernel.status.events if e["event"] == "started"]
+        stop(kernel.proc, kernel.clients, kernel.status, kernels)
 
 
 def run(client: BlockingKernelClient, code: str) -> Cell:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,14 +97,20 @@ class StatusReader:
 
 
 @dataclass
-class Launched:
-    """One launcher process under test, with its status stream and connection info."""
+class Launcher:
+    """A launcher process under test: its status stream, connection info and clients."""
 
     proc: subprocess.Popen[str]
     status: StatusReader
     info: dict[str, Any]
-    tmpdir: Path
     clients: list[BlockingKernelClient] = field(default_factory=list)
+
+
+@dataclass
+class Launched(Launcher):
+    """One launcher process under test, in its own `tmpdir`, and the kernel pids it told."""
+
+    tmpdir: Path = field(kw_only=True)
     pids: list[int] = field(default_factory=list)
 
     def started(self, generation: int) -> int:
@@ -149,50 +155,68 @@ def launch(tmp_path: Path) -> Iterator[LaunchFactory]:
         tmpdir = tmp_path / f"tmp{len(started)}"
         tmpdir.mkdir()
         ports = free_ports()
-        read_fd, write_fd = os.pipe()
         extra = {
             contract.ENV_PORTS: ",".join(map(str, ports)),
-            contract.ENV_STATUS_FD: str(write_fd),
             **({contract.ENV_KEY: KEY} if key_in_env else {}),
             **(env or {}),
         }
         argv = [*wrapper, sys.executable, "-m", "kernel_queue.launcher", *args]
         if kernel_argv:
             argv += ["--", *kernel_argv]
-        try:
-            proc = subprocess.Popen(
-                argv,
-                env=launcher_env(tmpdir, **extra),
-                pass_fds=[write_fd],
-                stdout=stdout,
-                text=True,
-            )
-        finally:
-            os.close(write_fd)
-        info = dict(
-            zip(
-                ["shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"],
-                ports,
-                strict=True,
-            )
-        )
-        info.update(ip="127.0.0.1", key=KEY, transport="tcp", signature_scheme="hmac-sha256")
-        launched = Launched(proc, StatusReader(read_fd), info, tmpdir)
+        proc, status = spawn(argv, tmpdir, extra, stdout=stdout)
+        launched = Launched(proc, status, connection_info(ports), tmpdir=tmpdir)
         started.append(launched)
         return launched
 
     yield start
 
     for launched in started:
-        for client in launched.clients:
-            client.stop_channels()
-        if launched.proc.poll() is None:
-            launched.proc.kill()
-        launched.proc.communicate(timeout=WAIT)
-        for pid in launched.pids:
-            if not is_gone(pid):
-                os.kill(pid, signal.SIGKILL)
-        os.close(launched.status.fd)
+        stop(launched.proc, launched.clients, launched.status, launched.pids)
+
+
+def connection_info(ports: Sequence[int]) -> dict[str, Any]:
+    """The connection file a client of a launcher on `ports` (signed with KEY) loads."""
+    names = ["shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"]
+    info: dict[str, Any] = dict(zip(names, ports, strict=True))
+    info.update(ip="127.0.0.1", key=KEY, transport="tcp", signature_scheme="hmac-sha256")
+    return info
+
+
+def spawn(
+    argv: Sequence[str], tmpdir: Path, env: dict[str, str], *, stdout: int | None = None
+) -> tuple[subprocess.Popen[str], StatusReader]:
+    """Start `argv` (a launcher) with `env` over launcher_env(tmpdir) and a status pipe; the
+    process and the pipe's reader."""
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            env=launcher_env(tmpdir, **{contract.ENV_STATUS_FD: str(write_fd), **env}),
+            pass_fds=[write_fd],
+            stdout=stdout,
+            text=True,
+        )
+    finally:
+        os.close(write_fd)
+    return proc, StatusReader(read_fd)
+
+
+def stop(
+    proc: subprocess.Popen[str],
+    clients: Sequence[BlockingKernelClient],
+    status: StatusReader,
+    pids: Iterable[int],
+) -> None:
+    """Stop the clients, kill the launcher and the kernels `pids` still there, close the pipe."""
+    for client in clients:
+        client.stop_channels()
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate(timeout=WAIT)
+    for pid in pids:
+        if not is_gone(pid):
+            os.kill(pid, signal.SIGKILL)
+    os.close(status.fd)
 
 
 def execute(client: BlockingKernelClient, code: str, **options: Any) -> dict[str, Any]:

@@ -10,7 +10,6 @@ import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kernel_queue_fake_cluster.cluster import FakeCluster
@@ -18,7 +17,7 @@ from traitlets.config import Config
 
 from kernel_queue.kube.objects import manifests
 from tests.conftest import Server
-from tests.gateway.conftest import gateway_client, server_config  # noqa: F401 - fixture
+from tests.gateway.conftest import gateway_client, jp_server_config, served  # noqa: F401 - fixtures
 from tests.gateway.gateways import (
     GatewayProcess,
     enterprise_gateway_python,
@@ -132,7 +131,7 @@ def test_kubectl_applies_the_recipe(cluster: FakeCluster) -> None:
 
 
 @pytest.fixture
-def enterprise_gateway(
+def gateway(
     cluster: FakeCluster,
     eg_python: Path,
     tmp_path: Path,
@@ -177,25 +176,15 @@ def enterprise_gateway(
         port,
         home / "enterprise-gateway.log",
     )
-    jp_asyncio_loop.run_until_complete(gateway.start())
-    yield gateway
-    jp_asyncio_loop.run_until_complete(gateway.stop())
-
-
-@pytest.fixture
-def jp_server_config(
-    enterprise_gateway: GatewayProcess,
-    gateway_client: None,  # noqa: F811 - the fixture imported above
-) -> dict[str, Any]:
-    return server_config(enterprise_gateway)
+    yield from served(gateway, jp_asyncio_loop)
 
 
 async def test_the_gateway_runs_a_queued_kernel_with_the_account_s_token(
-    server: Server, cluster: FakeCluster, enterprise_gateway: GatewayProcess, tmp_path: Path
+    server: Server, cluster: FakeCluster, gateway: GatewayProcess, tmp_path: Path
 ) -> None:
     kernel = await server.start(KERNELSPEC)
     result = await server.execute(kernel, "import ipykernel; 6 * 7, ipykernel.__version__[0]")
-    assert result["data"] == "(42, '6')", (result, enterprise_gateway.log()[-3000:])
+    assert result["data"] == "(42, '6')", (result, gateway.log()[-3000:])
     # EG keeps the session where the Deployment's environment says, on the sessions claim.
     _, container = gateway_pod()
     (root,) = [e["value"] for e in container["env"] if e["name"] == "EG_PERSISTENCE_ROOT"]
