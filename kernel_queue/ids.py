@@ -32,3 +32,9 @@ def check(kernel_id: object) -> str:
         "cluster objects after the id, so it accepts no other form. Start the kernel without "
         "choosing an id (the server picks one), or choose a lowercase UUID."
     )
+
+
+def directory(kernel_id: object) -> str:
+    """The name of a kernel's own directory under any root (its checkpoints, locally or in a
+    claim's ``subPath``): its id, checked, so it is always one safe path segment."""
+    return check(kernel_id)

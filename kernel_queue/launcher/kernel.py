@@ -148,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except contract.SettingsError as exc:  # the launcher checked these first: run by hand
         print(f"kernel-queue: error: {exc}", file=sys.stderr, flush=True)
         return USAGE_ERROR_EXIT_CODE
-    kernel_log.keep()  # before ipykernel redirects fd 2 into the notebook
+    kernel_log.remember()  # before ipykernel redirects fd 2 into the notebook
     _watch_iopub_subscribers()
     arguments = sys.argv[1:] if argv is None else list(argv)
     # Before initialize() binds any port.

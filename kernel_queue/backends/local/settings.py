@@ -19,7 +19,7 @@ from jupyter_core.paths import jupyter_data_dir, jupyter_runtime_dir
 from traitlets import Dict, Float, Int, List, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
-from kernel_queue import admission, errors, quantities
+from kernel_queue import admission, errors, ids, quantities
 from kernel_queue.backends.local import gpus as gpu_detection
 from kernel_queue.backends.local import quota
 from kernel_queue.machine import protocol
@@ -190,7 +190,7 @@ class LocalSettings(LoggingConfigurable):
         """The kernel's checkpoint directory, None when its checkpoints are off."""
         if not spec.checkpoint.enabled:
             return None
-        return self.checkpoint_root_of(spec) / spec.kernel_id
+        return self.checkpoint_root_of(spec) / ids.directory(spec.kernel_id)
 
     async def check_checkpoint_root(self, who: str) -> None:
         """The server-wide checkpoint directory must be usable before a kernel relies on it

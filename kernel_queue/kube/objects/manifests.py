@@ -10,11 +10,10 @@ comes from ``kueue``; the admin's ``pod_template`` is merged under the fields we
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kernel_queue import errors
+from kernel_queue import errors, ids
 from kernel_queue.kube import kueue, names
 from kernel_queue.kube.objects import launcher_archive, templates
 from kernel_queue.launcher import contract, worker
@@ -41,9 +40,6 @@ CONTAINER_SECURITY = {
     "capabilities": {"drop": ["ALL"]},
     "runAsNonRoot": True,
 }
-
-
-_SEGMENT = re.compile(r"[A-Za-z0-9._-]{1,253}")
 
 
 def common_labels(spec: GroupSpec, owner: str = "") -> dict[str, str]:
@@ -79,15 +75,9 @@ def service_host(spec: GroupSpec) -> str:
 
 
 def checkpoint_subpath(spec: GroupSpec) -> str:
-    """The kernel's directory in the checkpoint claim: its id, which must be one path segment
-    (no ``/``, not ``.`` or ``..``); ``ConfigError`` otherwise, before anything is created."""
-    kernel_id = spec.kernel_id
-    if not _SEGMENT.fullmatch(kernel_id) or kernel_id in (".", ".."):
-        raise errors.ConfigError(
-            f"kernel id {kernel_id!r} is not a safe directory name for its checkpoints (letters, "
-            "digits, '.', '_' and '-' only); start the kernel with a UUID for its id"
-        )
-    return kernel_id
+    """The kernel's directory in the checkpoint claim (``ids.directory``): its checked id, one
+    path segment; ``ConfigError`` otherwise, before anything is created."""
+    return ids.directory(spec.kernel_id)
 
 
 def grace_seconds(spec: GroupSpec) -> int:
