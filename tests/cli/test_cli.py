@@ -177,16 +177,13 @@ def test_install_rejects_bad_options_and_writes_nothing(
 async def test_status_lists_kernels_with_their_place_in_the_queue(
     server: Server,
     kernelspec: KernelspecFactory,
-    jp_base_url: str,
-    jp_http_port: int,
-    jp_auth_header: dict[str, str],
+    url: str,
+    token: str,
     user_env: dict[str, str],
 ) -> None:
     name = kernelspec(gpus=2)
     running, queued = await server.hold_and_queue(name)
 
-    token = jp_auth_header["Authorization"].split()[-1]
-    url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
     process = await asyncio.create_subprocess_exec(
         JUPYTER,
         "kernel-queue",
@@ -223,9 +220,8 @@ async def test_status_lists_kernels_with_their_place_in_the_queue(
 async def test_park_and_resume_a_kernel_by_the_short_id_status_prints(
     server: Server,
     kernelspec: KernelspecFactory,
-    jp_base_url: str,
-    jp_http_port: int,
-    jp_auth_header: dict[str, str],
+    url: str,
+    token: str,
     user_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
@@ -233,8 +229,6 @@ async def test_park_and_resume_a_kernel_by_the_short_id_status_prints(
     kernel = await server.start(kernelspec("saving", gpus=1, checkpoint=checkpoint))
     assert (await server.execute(kernel, "x = 41"))["status"] == "ok"
     plain = await server.start_running(kernelspec("plain", gpus=1))
-    token = jp_auth_header["Authorization"].split()[-1]
-    url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
     where = ["--url", url, "--token", token]
     short = kernel[:8]
 

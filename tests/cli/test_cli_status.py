@@ -31,9 +31,8 @@ async def open_notebook(server: Server, path: str, kernel_id: str) -> None:
 async def test_status_shows_each_kernels_notebook_its_wait_and_the_capacity(
     server: Server,
     kernelspec: KernelspecFactory,
-    jp_base_url: str,
-    jp_http_port: int,
-    jp_auth_header: dict[str, str],
+    url: str,
+    token: str,
     user_env: dict[str, str],
 ) -> None:
     running = await server.start_running(kernelspec("one", gpus=1))
@@ -44,8 +43,6 @@ async def test_status_shows_each_kernels_notebook_its_wait_and_the_capacity(
     api_only = await server.start(kernelspec("cpu", gpus=0, queue="cpu"))  # no notebook
     assert (await server.execute(api_only, "2"))["data"] == "2"
 
-    token = jp_auth_header["Authorization"].split()[-1]
-    url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
     env = {**user_env, "JUPYTER_TOKEN": token}  # the token from the environment
     code, out, err = await kernel_queue(env, "status", "--url", url)
     assert (code, err) == (0, ""), err
@@ -74,11 +71,9 @@ async def test_status_shows_each_kernels_notebook_its_wait_and_the_capacity(
 
 async def test_status_says_the_token_was_rejected_or_no_server_answers(
     server: Server,
-    jp_base_url: str,
-    jp_http_port: int,
+    url: str,
     user_env: dict[str, str],
 ) -> None:
-    url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}"
     code, out, err = await kernel_queue(user_env, "status", "--url", url, "--token", "wrong")
     assert (code, out, err) == (
         1,

@@ -27,9 +27,10 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 from kernel_queue_fake_cluster.control_plane.fault_proxy import FaultProxy
 
 from tests.conftest import KUEUE_CRDS, KUEUE_DATA, real_plane_ready, skip_unless_ci
-from tests.kube import images
+from tests.contract import Contract
+from tests.kube import images, parking
 from tests.kube.planes import FakePlane, Plane, RealPlane, RealPlanes
-from tests.kube.support import ADMIN_TOKEN, GPU_QUOTA, OWNER, QUEUES, RBAC, SERVER_TOKEN
+from tests.kube.support import ADMIN_TOKEN, GPU_QUOTA, OWNER, PVC, QUEUES, RBAC, SERVER_TOKEN
 
 SUBSET_RELEASES: tuple[str, ...] = ("0.14", "0.19", "0.20")
 """The switch: the Kueue releases the `SUBSET` runs on, each test once per release (its id
@@ -226,3 +227,23 @@ def jp_server_config(
         **backend_config,
     }
     return jp_server_config
+
+
+@pytest.fixture
+def backend_settings() -> dict[str, Any]:
+    """Extra `KubernetesBackend` settings of the `kube` fixture's backend."""
+    return {}
+
+
+@pytest.fixture
+def kube(
+    plane: Plane,
+    tmp_path: Path,
+    backend_settings: dict[str, Any],
+    jp_asyncio_loop: asyncio.AbstractEventLoop,
+) -> Iterator[Contract]:
+    """A backend on the test's plane with the checkpoint claim made."""
+    plane.apply(PVC)
+    tested = parking.contract(parking.backend(plane, tmp_path, **backend_settings))
+    yield tested
+    jp_asyncio_loop.run_until_complete(tested.aclose())

@@ -4,8 +4,6 @@ parked through the backend's API, and the check that nothing of it is left."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ from kernel_queue.kube import kueue
 from kernel_queue.model import GroupPhase, GroupRef, StopCause
 from tests.contract import Contract, Followed, client_of
 from tests.kube.planes import Plane
-from tests.kube.support import CHECKPOINT, CLAIM, OWNER, PVC, labelled
+from tests.kube.support import CHECKPOINT, CLAIM, OWNER, labelled
 from tests.polling import until
 
 
@@ -31,26 +29,6 @@ def backend(plane: Plane, root: Path, **settings: Any) -> KubernetesBackend:
 def contract(made: KubernetesBackend) -> Contract:
     """Kernels with checkpoints to the claim, one GPU each, in `user-queue`."""
     return Contract(made, "user-queue", image="kernel-queue/test-kernel", checkpoint=CHECKPOINT)
-
-
-@pytest.fixture
-def backend_settings() -> dict[str, Any]:
-    """Extra `KubernetesBackend` settings of the `kube` fixture's backend."""
-    return {}
-
-
-@pytest.fixture
-def kube(
-    plane: Plane,
-    tmp_path: Path,
-    backend_settings: dict[str, Any],
-    jp_asyncio_loop: asyncio.AbstractEventLoop,
-) -> Iterator[Contract]:
-    """A backend on the test's plane with the checkpoint claim made."""
-    plane.apply(PVC)
-    tested = contract(backend(plane, tmp_path, **backend_settings))
-    yield tested
-    jp_asyncio_loop.run_until_complete(tested.aclose())
 
 
 async def execute(ref: GroupRef, followed: Followed, code: str) -> str:
@@ -100,6 +78,14 @@ async def running(tested: Contract) -> tuple[GroupRef, Followed]:
     followed = tested.follow(ref)
     await followed.running(ref)
     await execute(ref, followed, "x = 41")
+    return ref, followed
+
+
+async def being_parked(tested: Contract) -> tuple[GroupRef, Followed]:
+    """A kernel as `running` makes it, asked to park and seen parking (its save under way)."""
+    ref, followed = await running(tested)
+    await tested.backend.park(ref, grace=30)
+    await followed.until(lambda f: f.phase is GroupPhase.PARKING)
     return ref, followed
 
 

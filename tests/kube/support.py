@@ -50,6 +50,15 @@ def kube_spec(kernelspec: KernelspecFactory, name: str = "kube", **config: Any) 
     return kernelspec(name, **config)
 
 
+def checkpointed(
+    plane: Any, kernelspec: KernelspecFactory, name: str = "saved", **config: Any
+) -> str:
+    """A kubernetes kernelspec `name` saving its checkpoints to the claim, which is made on
+    `plane` (the fake cluster or the real one)."""
+    plane.apply(PVC)
+    return kube_spec(kernelspec, name, checkpoint=CHECKPOINT, **config)
+
+
 def _plane(where: Any) -> Any:
     """A `planes.Plane` for a plane or a bare `FakeCluster`."""
     from tests.kube.planes import FakePlane

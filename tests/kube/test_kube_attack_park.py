@@ -12,17 +12,13 @@ from kernel_queue.backends.kubernetes import groups
 from kernel_queue.kube import kueue
 from kernel_queue.model import GroupPhase, StopCause
 from tests.contract import Contract
-from tests.kube.parking import (  # noqa: F401 - fixtures
+from tests.kube.parking import (
     RETRYING_FOR_A_SECOND,
-    backend_settings,
+    being_parked,
     execute,
-    kube,
     nothing_left,
     parked,
-    released,
-    running,
     shut_down,
-    woken,
     workload,
 )
 from tests.kube.planes import Plane
@@ -41,7 +37,7 @@ P = GroupPhase
     ],
 )
 async def test_a_parked_kernel_released_through_faults_leaves_nothing(
-    kube: Contract,  # noqa: F811 - the fixture imported above
+    kube: Contract,
     plane: Plane,
     verb: str,
     plural: str,
@@ -57,7 +53,7 @@ async def test_a_parked_kernel_released_through_faults_leaves_nothing(
 
 @pytest.mark.parametrize("how", ["dropped", "expired"])
 async def test_watches_lost_while_it_parks_and_while_parked_change_nothing(
-    kube: Contract,  # noqa: F811 - the fixture imported above
+    kube: Contract,
     plane: Plane,
     how: str,
 ) -> None:
@@ -68,9 +64,7 @@ async def test_watches_lost_while_it_parks_and_while_parked_change_nothing(
             plane.expire_next_watch(5)
             plane.drop_watches()
 
-    ref, followed = await running(kube)
-    await kube.backend.park(ref, grace=30)
-    await followed.until(lambda f: f.phase is P.PARKING)
+    ref, followed = await being_parked(kube)
     lose()
     await followed.until(lambda f: f.phase is P.PARKED)
     lose()
@@ -89,7 +83,7 @@ async def test_watches_lost_while_it_parks_and_while_parked_change_nothing(
 
 @RETRYING_FOR_A_SECOND
 async def test_a_wake_the_api_server_keeps_refusing_is_said_and_a_later_one_wakes_it(
-    kube: Contract,  # noqa: F811 - the fixture imported above
+    kube: Contract,
     plane: Plane,
 ) -> None:
     ref, followed = await parked(kube)
@@ -113,7 +107,7 @@ async def test_a_wake_the_api_server_keeps_refusing_is_said_and_a_later_one_wake
 
 
 async def test_a_parked_kernels_workload_deleted_by_an_admin_ends_it_in_a_sentence(
-    kube: Contract,  # noqa: F811 - the fixture imported above
+    kube: Contract,
     plane: Plane,
 ) -> None:
     ref, followed = await parked(kube)

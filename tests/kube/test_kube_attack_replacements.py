@@ -13,14 +13,11 @@ import pytest
 from kernel_queue.kube.queueing.status import needs_replacement
 from kernel_queue.model import GroupPhase
 from tests.contract import Contract
-from tests.kube.parking import (  # noqa: F401 - fixtures
-    backend_settings,
+from tests.kube.parking import (
     execute,
-    kube,
     nothing_left,
     running,
     shut_down,
-    workload,
 )
 from tests.kube.planes import Plane
 from tests.kube_pieces.statuses import cond, pod
@@ -30,7 +27,7 @@ P = GroupPhase
 
 
 async def test_three_parks_with_watches_lost_make_one_replacement_round_each(
-    kube: Contract,  # noqa: F811 - the fixture imported above
+    kube: Contract,
     plane: Plane,
     caplog: pytest.LogCaptureFixture,
 ) -> None:

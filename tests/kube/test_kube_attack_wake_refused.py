@@ -11,7 +11,7 @@ import pytest
 from kernel_queue.server import kernels
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.planes import Plane
-from tests.kube.support import CHECKPOINT, PVC, kube_spec, wait_clean
+from tests.kube.support import checkpointed, wait_clean
 
 
 @pytest.fixture
@@ -22,8 +22,7 @@ def backend_config() -> dict[str, Any]:
 async def test_a_cell_whose_wake_the_api_server_refuses_is_answered_with_the_reason(
     server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    plane.apply(PVC)
-    kernel = await server.start(kube_spec(kernelspec, "saved", checkpoint=CHECKPOINT))
+    kernel = await server.start(checkpointed(plane, kernelspec))
     assert (await server.execute(kernel, "x = 41"))["status"] == "ok"
     session = kernels.session_of(server.app.kernel_manager.get_kernel(kernel))
     assert session is not None

@@ -22,7 +22,16 @@ from tests.checkpoint_scenario import (
 )
 from tests.conftest import KernelspecFactory, Listener, Server
 from tests.kube.planes import Plane
-from tests.kube.support import CHECKPOINT, CLAIM, PVC, kube_spec, labelled, ours, wait_clean
+from tests.kube.support import (
+    CHECKPOINT,
+    CLAIM,
+    PVC,
+    checkpointed,
+    kube_spec,
+    labelled,
+    ours,
+    wait_clean,
+)
 
 UNBOUND_PVC = PVC.replace("spec:\n", "spec:\n  storageClassName: rwx-nobody-provides\n")
 """The claim, naming a StorageClass no provisioner serves: it stays Pending on both planes."""
@@ -37,10 +46,7 @@ def workload(plane: Plane, name: str) -> dict[str, Any]:
 async def test_a_preempted_pod_saves_to_the_claim_and_its_replacement_restores(
     server: Server, kernelspec: KernelspecFactory, plane: Plane, event_log: Any
 ) -> None:
-    plane.apply(PVC)
-    low = await server.start(
-        kube_spec(kernelspec, "low", priority_class="low", checkpoint=CHECKPOINT)
-    )
+    low = await server.start(checkpointed(plane, kernelspec, "low", priority_class="low"))
     assert (await server.execute(low, SETUP))["status"] == "ok"
     (group,) = labelled(plane, low)["workloads"]
     listener = await Listener.open(server, low)
@@ -79,10 +85,7 @@ async def test_a_preempted_pod_saves_to_the_claim_and_its_replacement_restores(
 async def test_a_running_loop_is_stopped_on_its_cell_and_its_progress_is_kept(
     server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    plane.apply(PVC)
-    low = await server.start(
-        kube_spec(kernelspec, "low", priority_class="low", checkpoint=CHECKPOINT)
-    )
+    low = await server.start(checkpointed(plane, kernelspec, "low", priority_class="low"))
     listener = await Listener.open(server, low)
     running = asyncio.ensure_future(server.execute(low, LOOP, within=120))
     try:
@@ -159,8 +162,7 @@ sorted(os.listdir(mine))
 async def test_kernels_sharing_a_claim_see_only_their_own_directory(
     server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    plane.apply(PVC)
-    name = kube_spec(kernelspec, gpus=0, checkpoint=CHECKPOINT)
+    name = checkpointed(plane, kernelspec, "kube", gpus=0)
     first, second = await server.start(name), await server.start(name)
     seen = {k: (await server.execute(k, PEEK))["data"] for k in (first, second)}
     for kernel in (first, second):

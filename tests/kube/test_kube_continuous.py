@@ -10,14 +10,13 @@ import kernel_queue.checkpoint as kc
 from tests.conftest import KernelspecFactory, Server
 from tests.continuous import CELLS, run
 from tests.kube.planes import Plane
-from tests.kube.support import CHECKPOINT, CLAIM, PVC, kube_spec, labelled, wait_clean
+from tests.kube.support import CLAIM, checkpointed, labelled, wait_clean
 
 
 async def test_a_pod_deleted_at_grace_0_after_five_cells_comes_back_as_of_the_fifth(
     server: Server, kernelspec: KernelspecFactory, plane: Plane, event_log: Any
 ) -> None:
-    plane.apply(PVC)
-    kernel_id = await server.start(kube_spec(kernelspec, "low", checkpoint=CHECKPOINT))
+    kernel_id = await server.start(checkpointed(plane, kernelspec, "low"))
     for number, cell in enumerate(CELLS, 1):
         reply = await run(server, kernel_id, cell)
         assert (reply["status"], reply["count"]) == ("ok", number)
@@ -51,8 +50,7 @@ async def test_an_evicted_pod_saves_and_comes_back_with_its_variables(
 ) -> None:
     """An eviction (a drain, the node's pressure) is a graceful delete: the kernel is told by its
     SIGTERM, saves, and comes back as of that save, its first cell saying so."""
-    plane.apply(PVC)
-    kernel_id = await server.start(kube_spec(kernelspec, "low", checkpoint=CHECKPOINT))
+    kernel_id = await server.start(checkpointed(plane, kernelspec, "low"))
     assert (await run(server, kernel_id, "y = 41"))["status"] == "ok"
     assert (await run(server, kernel_id, "y += 1"))["status"] == "ok"
     (pod,) = labelled(plane, kernel_id)["pods"]

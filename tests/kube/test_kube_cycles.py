@@ -8,7 +8,7 @@ import pytest
 from tests.conftest import KernelspecFactory, Server
 from tests.cycle_torture import torture
 from tests.kube.planes import Plane
-from tests.kube.support import CHECKPOINT, PVC, kube_spec, wait_clean
+from tests.kube.support import checkpointed, kube_spec, wait_clean
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -16,10 +16,7 @@ pytestmark = pytest.mark.timeout(900)
 async def test_ten_preemptions_of_a_pod_group_lose_no_value_and_report_every_name(
     server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    plane.apply(PVC)
-    low = await server.start(
-        kube_spec(kernelspec, "low", priority_class="low", checkpoint=CHECKPOINT)
-    )
+    low = await server.start(checkpointed(plane, kernelspec, "low", priority_class="low"))
     high_name = kube_spec(kernelspec, "high", priority_class="high")
 
     async def preempt(kernel_id: str) -> str:

@@ -11,7 +11,7 @@ from kernel_queue.kube import kueue
 from kernel_queue.kube.queueing.status import PARKING_MESSAGE
 from kernel_queue.model import GroupPhase, StopCause
 from tests.contract import Contract
-from tests.kube.parking import backend_settings, execute, kube, workload  # noqa: F401 - fixtures
+from tests.kube.parking import execute, workload
 from tests.kube.planes import Plane
 from tests.kube.support import labelled
 from tests.polling import until
@@ -20,7 +20,7 @@ P = GroupPhase
 
 
 async def test_a_parked_kernel_gives_its_gpu_to_the_waiting_one_and_comes_back_restored(
-    kube: Contract,  # noqa: F811 - the fixture imported above
+    kube: Contract,
     plane: Plane,
 ) -> None:
     backend = kube.backend

@@ -15,11 +15,10 @@ from kernel_queue import errors
 from kernel_queue.model import GroupPhase, GroupRef, StopCause
 from tests.contract import Contract, Followed
 from tests.kube import parking
-from tests.kube.parking import (  # noqa: F401 - fixtures
+from tests.kube.parking import (
     RETRYING_FOR_A_SECOND,
-    backend_settings,
+    being_parked,
     execute,
-    kube,
     nothing_left,
     released,
     restored,
@@ -44,7 +43,7 @@ P = GroupPhase
     ],
 )
 async def test_the_park_and_resume_patches_are_retried_through_passing_faults(
-    kube: Contract,  # noqa: F811 - the fixture imported above
+    kube: Contract,
     plane: Plane,
     fault: dict[str, Any],
 ) -> None:
@@ -61,7 +60,7 @@ async def test_the_park_and_resume_patches_are_retried_through_passing_faults(
 
 @RETRYING_FOR_A_SECOND
 async def test_a_park_the_api_server_keeps_refusing_is_said_and_the_kernel_runs_on(
-    kube: Contract,  # noqa: F811 - the fixture imported above
+    kube: Contract,
     plane: Plane,
 ) -> None:
     ref, followed = await running(kube)
@@ -82,12 +81,10 @@ async def test_a_park_the_api_server_keeps_refusing_is_said_and_the_kernel_runs_
 
 
 async def test_a_resume_while_parking_wakes_it_once_parked(
-    kube: Contract,  # noqa: F811 - the fixture imported above
+    kube: Contract,
     plane: Plane,
 ) -> None:
-    ref, followed = await running(kube)
-    await kube.backend.park(ref, grace=30)
-    await followed.until(lambda f: f.phase is P.PARKING)
+    ref, followed = await being_parked(kube)
     await kube.backend.resume(ref)
     await followed.until(lambda f: P.PARKED in f.phases() and f.phase is P.RUNNING)
     phases = followed.phases()
@@ -98,7 +95,7 @@ async def test_a_resume_while_parking_wakes_it_once_parked(
 
 @pytest.mark.parametrize("when", [P.PARKING, P.PARKED])
 async def test_a_kernel_shut_down_while_parking_or_parked_leaves_nothing(
-    kube: Contract,  # noqa: F811 - the fixture imported above
+    kube: Contract,
     plane: Plane,
     when: GroupPhase,
 ) -> None:
@@ -113,7 +110,7 @@ async def test_a_kernel_shut_down_while_parking_or_parked_leaves_nothing(
 
 
 async def test_a_restarted_server_reattaches_to_a_parked_kernel_and_wakes_it(
-    kube: Contract,  # noqa: F811 - the fixture imported above
+    kube: Contract,
     plane: Plane,
     tmp_path: Path,
 ) -> None:
@@ -148,7 +145,7 @@ async def test_a_restarted_server_reattaches_to_a_parked_kernel_and_wakes_it(
 
 
 async def test_a_parked_kernel_ended_has_its_checkpoints_deleted_or_says_what_stays(
-    kube: Contract,  # noqa: F811 - the fixture imported above
+    kube: Contract,
     plane: Plane,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -193,7 +190,7 @@ def _without_patch() -> list[dict[str, Any]]:
 
 
 async def test_a_role_without_patch_on_workloads_refuses_parking_in_a_sentence(
-    kube: Contract,  # noqa: F811 - the fixture imported above
+    kube: Contract,
     plane: Plane,
 ) -> None:
     plane.apply(_without_patch())
@@ -212,12 +209,10 @@ async def test_a_role_without_patch_on_workloads_refuses_parking_in_a_sentence(
 
 @RETRYING_FOR_A_SECOND
 async def test_a_wake_asked_while_parking_that_the_api_server_refuses_is_said_while_parked(
-    kube: Contract,  # noqa: F811 - the fixture imported above
+    kube: Contract,
     plane: Plane,
 ) -> None:
-    ref, followed = await running(kube)
-    await kube.backend.park(ref, grace=30)
-    await followed.until(lambda f: f.phase is P.PARKING)
+    ref, followed = await being_parked(kube)
     plane.fail_next("patch", "workloads", status=503, count=100)
     await kube.backend.resume(ref)  # taken: it wakes once parked
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import EventLog, KernelspecFactory, Listener, Server
 from tests.kube.planes import Plane
-from tests.kube.support import CHECKPOINT, PVC, kube_spec, wait_clean
+from tests.kube.support import checkpointed, kube_spec, wait_clean
 
 pytestmark = pytest.mark.timeout(300)
 PARK_AFTER = 2
@@ -28,10 +28,7 @@ def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
 async def test_an_idle_pod_kernel_parks_gives_its_gpu_and_its_next_cell_wakes_it(
     server: Server, kernelspec: KernelspecFactory, plane: Plane, event_log: EventLog
 ) -> None:
-    plane.apply(PVC)
-    parks = await server.start(
-        kube_spec(kernelspec, "parks", checkpoint=CHECKPOINT, park_after=PARK_AFTER)
-    )
+    parks = await server.start(checkpointed(plane, kernelspec, "parks", park_after=PARK_AFTER))
     assert (await server.execute(parks, "x = 41; words = ['a', 'b']"))["status"] == "ok"
     waiting = await server.start(kube_spec(kernelspec, "stays"))
     await server.wait_reason(waiting, "position 1 of 1")

@@ -10,7 +10,7 @@ from kernel_queue.server import kernels
 from kernel_queue.session import KernelSession
 from tests.conftest import EventLog, KernelspecFactory, Server
 from tests.kube.planes import Plane
-from tests.kube.support import CHECKPOINT, PVC, kube_spec, labelled, wait_clean
+from tests.kube.support import CHECKPOINT, checkpointed, labelled, wait_clean
 
 
 def _session(server: Server, kernel_id: str) -> KernelSession:
@@ -22,8 +22,7 @@ def _session(server: Server, kernel_id: str) -> KernelSession:
 async def test_a_parked_kernel_gives_its_gpu_to_the_next_and_wakes_with_its_variables(
     server: Server, kernelspec: KernelspecFactory, plane: Plane, event_log: EventLog
 ) -> None:
-    plane.apply(PVC)
-    name = kube_spec(kernelspec, "saved", checkpoint=CHECKPOINT)
+    name = checkpointed(plane, kernelspec)
     parked = await server.start(name)
     assert (await server.execute(parked, "x = 41; words = ['a', 'b']"))["status"] == "ok"
     waiting = await server.start(name)
@@ -60,8 +59,7 @@ async def test_a_parked_kernel_gives_its_gpu_to_the_next_and_wakes_with_its_vari
 async def test_a_parked_kernel_shut_down_leaves_nothing_in_the_cluster(
     server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    plane.apply(PVC)
-    kernel = await server.start(kube_spec(kernelspec, "saved", checkpoint=CHECKPOINT))
+    kernel = await server.start(checkpointed(plane, kernelspec))
     assert (await server.execute(kernel, "y = 1"))["status"] == "ok"
     await _session(server, kernel).park(idle_seconds=1800)
     model = await server.wait_reason(kernel, "GPU released")
@@ -75,8 +73,7 @@ async def test_a_parked_kernel_shut_down_leaves_nothing_in_the_cluster(
 async def test_a_restart_of_a_parked_kernel_wakes_it(
     server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    plane.apply(PVC)
-    kernel = await server.start(kube_spec(kernelspec, "saved", checkpoint=CHECKPOINT))
+    kernel = await server.start(checkpointed(plane, kernelspec))
     assert (await server.execute(kernel, "v = 7"))["status"] == "ok"
     await _session(server, kernel).park()
     await server.wait_reason(kernel, "GPU released")

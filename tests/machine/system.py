@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,25 @@ class Actor:
         return await self.expect("listing")
 
 
+async def spawn(script: str, *args: str) -> asyncio.subprocess.Process:
+    """A client process running `script` with `args`, this checkout importable, its stdin and
+    stdout piped to the test."""
+    return await asyncio.create_subprocess_exec(
+        *[sys.executable, "-c", script, *args],
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+
+
+async def kill_all(processes: Iterable[asyncio.subprocess.Process]) -> None:
+    """Kill the processes still running and reap them all."""
+    for process in processes:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+
+
 class Machine:
     """A temp directory the system service and its clients share, reachable by nobody."""
 
@@ -144,25 +164,26 @@ class Machine:
 
     async def actor(self, uid: int) -> Actor:
         """A client process connected as `uid`, its welcome seen."""
-        process = await asyncio.create_subprocess_exec(
-            *[sys.executable, "-c", ACTOR, str(uid), str(self.socket)],
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
-        actor = Actor(process, uid)
+        actor = Actor(await spawn(ACTOR, str(uid), str(self.socket)), uid)
         self.actors.append(actor)
         await actor.expect("connected")
         return actor
+
+    async def root_holds_nobody_waits(self, **settings: Any) -> tuple[Actor, Actor, int]:
+        """The service started with `settings`; root's kernel kq-root admitted on the one GPU,
+        nobody's kq-nobody queued behind it: the two clients and kq-nobody's position."""
+        await self.start(**settings)
+        root, nobody = await self.actor(0), await self.actor(NOBODY)
+        await root.say("submit", "kq-root", "-", "1")
+        await root.expect("admit")
+        await nobody.say("submit", "kq-nobody", "-", "1")
+        return root, nobody, int((await nobody.expect("position"))["position"])
 
     async def __aenter__(self) -> Machine:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        for actor in self.actors:
-            if actor.process.returncode is None:
-                actor.process.kill()
-            await actor.process.wait()
+        await kill_all(actor.process for actor in self.actors)
         if self.service is not None and self.service.returncode is None:
             self.service.terminate()
             await self.service.wait()

@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import stat
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import pytest
 
 from kernel_queue import errors
 from kernel_queue.machine import client, protocol
-from tests.conftest import REPO
+from tests.machine.system import kill_all, spawn
 from tests.polling import until
 
 # A client process: connect (starting the service if need be), submit one group, print each
@@ -72,6 +71,8 @@ class Actor:
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
         self.seen: list[dict[str, Any]] = []
+        self.service = 0
+        """The pid of the service it connected to (0: not yet seen)."""
 
     async def expect(self, *kinds: str) -> dict[str, Any]:
         """The next message of one of `kinds` it prints (bounded: a NeverSaw-like failure)."""
@@ -113,32 +114,39 @@ class Machine:
         self.services: set[int] = set()
 
     async def __call__(
-        self, group: str, priority: int = 0, klass: str = "", grace: float = 30.0
+        self,
+        group: str,
+        priority: int = 0,
+        klass: str = "",
+        grace: float = 30.0,
+        *,
+        connect: bool = True,
     ) -> Actor:
-        process = await asyncio.create_subprocess_exec(
-            *[sys.executable, "-c", ACTOR, group, str(priority), klass, str(grace)],
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
-        actor = Actor(process)
+        """A client of `group`, connected to a service (its pid in `service`) unless not
+        `connect`."""
+        actor = Actor(await spawn(ACTOR, group, str(priority), klass, str(grace)))
         self.started.append(actor)
+        if connect:
+            await self.connected(actor)
+        return actor
+
+    async def admitted(self, group: str, **options: Any) -> Actor:
+        """A client of `group`, connected and its group admitted."""
+        actor = await self(group, **options)
+        await actor.expect("admit")
         return actor
 
     async def connected(self, actor: Actor) -> int:
         """The pid of the service `actor` connected to."""
-        pid = int((await actor.expect("connected"))["pid"])
-        self.services.add(pid)
-        return pid
+        actor.service = int((await actor.expect("connected"))["pid"])
+        self.services.add(actor.service)
+        return actor.service
 
     async def __aenter__(self) -> Machine:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        for actor in self.started:
-            if actor.process.returncode is None:
-                actor.process.kill()
-            await actor.process.wait()
+        await kill_all(actor.process for actor in self.started)
         for pid in self.services:
             if _alive(pid):
                 os.kill(pid, signal.SIGTERM)
@@ -163,15 +171,20 @@ def _state(pid: int) -> str:
         return "Z"
 
 
+async def handed_over(to: Actor, by: Actor) -> None:
+    """The GPU went to `to`, and `by` waits first in line."""
+    assert (await to.expect("admit"))["devices"] == ["0"]
+    place = await by.expect("position")
+    assert (place["position"], place["length"]) == (1, 1)
+
+
 async def test_the_second_client_waits_behind_the_first_and_gets_the_gpu_at_release(
     runtime: Path,
 ) -> None:
     async with Machine() as actors:
         first = await actors("kq-first")
-        await actors.connected(first)
         assert (await first.expect("admit"))["devices"] == ["0"]
         second = await actors("kq-second")
-        await actors.connected(second)
         place = await second.expect("position")
         assert (place["queue"], place["position"], place["length"]) == ("default", 1, 1)
         await first.say("release")
@@ -182,11 +195,8 @@ async def test_a_higher_priority_client_preempts_and_the_gpu_is_reclaimed_after_
     runtime: Path,
 ) -> None:
     async with Machine() as actors:
-        low = await actors("kq-low", priority=-100, klass="low", grace=1.0)
-        await actors.connected(low)
-        await low.expect("admit")
+        low = await actors.admitted("kq-low", priority=-100, klass="low", grace=1.0)
         high = await actors("kq-high", priority=100, klass="high")
-        await actors.connected(high)
         preempt = await low.expect("preempt")
         assert preempt["by"] == "kq-high"
         assert preempt["message"] == (
@@ -194,20 +204,16 @@ async def test_a_higher_priority_client_preempts_and_the_gpu_is_reclaimed_after_
         )
         # The low client never answers: after its grace the GPU goes to the high one anyway, and
         # the low group is back in the queue.
-        assert (await high.expect("admit"))["devices"] == ["0"]
-        place = await low.expect("position")
-        assert (place["position"], place["length"]) == (1, 1)
+        await handed_over(high, low)
 
 
 async def test_a_sigkilled_client_frees_its_gpu_at_once_and_the_service_exits_after_the_last(
     runtime: Path,
 ) -> None:
     async with Machine() as actors:
-        holder = await actors("kq-holder")
-        service = await actors.connected(holder)
-        await holder.expect("admit")
+        holder = await actors.admitted("kq-holder")
+        service = holder.service
         waiter = await actors("kq-waiter")
-        await actors.connected(waiter)
         await waiter.expect("position")
         holder.process.kill()
         assert (await waiter.expect("admit"))["devices"] == ["0"]
@@ -221,7 +227,7 @@ async def test_a_sigkilled_client_frees_its_gpu_at_once_and_the_service_exits_af
 
 async def test_clients_starting_together_make_one_service(runtime: Path) -> None:
     async with Machine() as actors:
-        racers = [await actors(f"kq-racer{i}") for i in range(4)]
+        racers = [await actors(f"kq-racer{i}", connect=False) for i in range(4)]
         pids = {await actors.connected(racer) for racer in racers}
         assert len(pids) == 1
         assert sorted(p.name for p in (runtime / "kernel-queue").iterdir() if p.is_socket()) == [
@@ -240,7 +246,7 @@ async def test_a_client_of_another_protocol_gets_the_sentence_and_queues_nothing
 ) -> None:
     async with Machine() as actors:
         first = await actors("kq-first")
-        service = await actors.connected(first)
+        service = first.service
         reader, writer = await asyncio.open_unix_connection(str(client.socket_path()))
         hello = {"type": "hello", "protocol": 99, "version": "9.9", "pid": 1, "quota": {}}
         writer.write(json.dumps(hello).encode() + b"\n")
@@ -291,23 +297,21 @@ async def test_a_service_of_another_protocol_tells_this_client_how_to_fix_it(
 async def test_a_client_with_another_quota_is_told_the_difference(runtime: Path) -> None:
     async with Machine() as actors:
         first = await actors("kq-first")
-        service = await actors.connected(first)
         other = protocol.Quota(("0", "1"), 4000, 2**30, ("default",), {"low": -100, "high": 100})
         with pytest.raises(errors.ConfigError) as refused:
             await client.MachineClient.connect(other)
         assert str(refused.value) == (
             "this server's local-backend quota differs from the one the machine's kernel-queue "
-            f"service (pid {service}) enforces for every server of this user: gpus ['0', '1'] "
-            "here, "
-            "['0'] in force. Give every server the same c.LocalBackend settings, or stop the other "
-            "servers first."
+            f"service (pid {first.service}) enforces for every server of this user: gpus "
+            "['0', '1'] here, ['0'] in force. Give every server the same c.LocalBackend settings, "
+            "or stop the other servers first."
         )
 
 
 async def test_the_socket_is_private_and_a_stale_one_is_replaced(runtime: Path) -> None:
     async with Machine() as actors:
         first = await actors("kq-first")
-        service = await actors.connected(first)
+        service = first.service
         sock = client.socket_path()
         assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
         assert stat.S_IMODE(sock.stat().st_mode) == 0o600
@@ -328,7 +332,7 @@ async def test_the_socket_is_private_and_a_stale_one_is_replaced(runtime: Path) 
 
         await until(refuses, "the killed service's socket refusing connections")
         second = await actors("kq-second")
-        replacement = await actors.connected(second)
+        replacement = second.service
         assert replacement != service
         assert (await second.expect("admit"))["devices"] == ["0"]
         assert stat.S_IMODE(sock.stat().st_mode) == 0o600
@@ -338,28 +342,22 @@ async def test_a_preempted_holder_that_stops_and_requeues_hands_the_gpu_over_at_
     runtime: Path,
 ) -> None:
     async with Machine() as actors:
-        low = await actors("kq-low", priority=-100, klass="low", grace=600.0)
-        await actors.connected(low)
-        await low.expect("admit")
+        low = await actors.admitted("kq-low", priority=-100, klass="low", grace=600.0)
         high = await actors("kq-high", priority=100, klass="high")
-        await actors.connected(high)
         await low.expect("preempt")
         await high.say("list")
         listing = await high.expect("listing")
         states = {g["group"]: g["state"] for g in listing["groups"]}
         assert states == {"kq-low": "evicting", "kq-high": "queued"}
         await low.say("requeue")  # its kernel stopped: long before the 600 s grace
-        assert (await high.expect("admit"))["devices"] == ["0"]
-        place = await low.expect("position")
-        assert (place["position"], place["length"]) == (1, 1)
+        await handed_over(high, low)
 
 
 async def test_a_submit_the_machine_can_never_hold_is_refused_in_a_sentence(
     runtime: Path,
 ) -> None:
     async with Machine() as actors:
-        first = await actors("kq-first")
-        await actors.connected(first)
+        await actors("kq-first")
         machine = await client.MachineClient.connect(QUOTA)
         try:
             await machine.submit(protocol.Submit("kq-big", "big", "default", 0, {"gpu": 2}, 1))
@@ -376,9 +374,8 @@ async def test_a_submit_the_machine_can_never_hold_is_refused_in_a_sentence(
 
 async def test_a_client_whose_service_dies_is_told_the_connection_ended(runtime: Path) -> None:
     async with Machine() as actors:
-        holder = await actors("kq-holder")
-        service = await actors.connected(holder)
-        await holder.expect("admit")
+        holder = await actors.admitted("kq-holder")
+        service = holder.service
         os.kill(service, signal.SIGKILL)
         gone = await holder.expect("gone")
         assert gone["message"] == (
@@ -389,7 +386,7 @@ async def test_a_client_whose_service_dies_is_told_the_connection_ended(runtime:
 async def test_a_listing_shows_what_the_messages_before_it_decided(runtime: Path) -> None:
     async with Machine() as actors:
         first = await actors("kq-first")
-        service = await actors.connected(first)
+        service = first.service
         await first.say("release")
         await first.say("list")
         assert (await first.expect("listing"))["groups"] == []
@@ -418,15 +415,14 @@ async def test_a_restarted_service_holds_a_running_lease_for_its_client_to_take_
     client (still alive), so a newcomer waits; the client's `submit` with `holds` takes it
     back, and its release hands it on as ever."""
     async with Machine() as actors:
-        holder = await actors("kq-holder")
-        first = await actors.connected(holder)
-        await holder.expect("admit")
+        holder = await actors.admitted("kq-holder")
+        first = holder.service
         record = Path(str(client.socket_path()) + ".leases.json")
         assert stat.S_IMODE(os.stat(record).st_mode) == 0o600
         os.kill(first, signal.SIGKILL)
         await holder.expect("gone")
         newcomer = await actors("kq-newcomer")
-        second = await actors.connected(newcomer)
+        second = newcomer.service
         assert second != first
         assert (await newcomer.expect("position", "admit"))["type"] == "position"
         reader, writer = await asyncio.open_unix_connection(str(client.socket_path()))
@@ -450,11 +446,9 @@ async def test_a_holds_without_a_lease_on_record_jumps_no_queue(runtime: Path) -
     only where they are free and nobody waits; here another holds them: it is preempted and
     saves."""
     async with Machine() as actors:
-        holder = await actors("kq-holder")
-        service = await actors.connected(holder)
-        await holder.expect("admit")
+        holder = await actors.admitted("kq-holder")
+        service = holder.service
         waiter = await actors("kq-waiter")
-        await actors.connected(waiter)
         await waiter.expect("position")
         reader, writer = await asyncio.open_unix_connection(str(client.socket_path()))
         lines = [

@@ -82,12 +82,8 @@ async def test_listings_name_each_users_kernels_by_peer_credentials_and_hide_the
     machine: Machine,
 ) -> None:
     async with machine:
-        await machine.start()
-        root, nobody = await machine.actor(0), await machine.actor(NOBODY)
-        await root.say("submit", "kq-root", "-", "1")
-        await root.expect("admit")
-        await nobody.say("submit", "kq-nobody", "-", "1")
-        assert (await nobody.expect("position"))["position"] == 1
+        root, nobody, position = await machine.root_holds_nobody_waits()
+        assert position == 1
 
         seen_by_root = _by_user(await root.listing())
         assert seen_by_root["root"] | {"devices": None} == {
@@ -119,12 +115,7 @@ async def test_listings_name_each_users_kernels_by_peer_credentials_and_hide_the
 
 async def test_with_privacy_counts_other_users_kernels_are_only_counted(machine: Machine) -> None:
     async with machine:
-        await machine.start(privacy="counts")
-        root, nobody = await machine.actor(0), await machine.actor(NOBODY)
-        await root.say("submit", "kq-root", "-", "1")
-        await root.expect("admit")
-        await nobody.say("submit", "kq-nobody", "-", "1")
-        await nobody.expect("position")
+        root, nobody, _ = await machine.root_holds_nobody_waits(privacy="counts")
 
         await root.say("list")
         line = json.dumps(await root.expect("listing"))
@@ -377,12 +368,7 @@ async def test_status_machine_lists_every_users_kernels_and_the_capacity(
     machine: Machine,
 ) -> None:
     async with machine:
-        await machine.start()
-        root, nobody = await machine.actor(0), await machine.actor(NOBODY)
-        await root.say("submit", "kq-root", "-", "1")
-        await root.expect("admit")
-        await nobody.say("submit", "kq-nobody", "-", "1")
-        await nobody.expect("position")
+        root, _, _ = await machine.root_holds_nobody_waits()
         code, out, err = await jupyter(dict(os.environ), "kernel-queue", "status", "--machine")
         assert code == 0, err
         lines = [line.split() for line in out.splitlines()]
