@@ -24,9 +24,10 @@ from typing import Any
 
 from jupyter_core.paths import jupyter_runtime_dir
 
-from kernel_queue import admission, errors, ids, wait_estimate
+from kernel_queue import errors, ids, wait_estimate
 from kernel_queue.backends import feed, tasks
 from kernel_queue.backends.local import (
+    group_state,
     groups,
     launcher_process,
     machine_link,
@@ -46,6 +47,8 @@ from kernel_queue.model import (
     group_name,
     short_id,
 )
+
+Stage, Event, Action = group_state.Stage, group_state.Event, group_state.Action
 
 
 class LocalBackend(settings.LocalSettings):
@@ -141,16 +144,17 @@ class LocalBackend(settings.LocalSettings):
         group = self._find(ref)
         if group is None:
             return
-        if group.process is None:
-            if cause is not StopCause.RESTART:
-                group.stopping = cause  # admitted but not started yet: `_run` will not start it
-                if group.admitted is None:
-                    self._finish(group, 0, "removed from the queue")
-            return
         if cause is StopCause.RESTART:
-            group.signal(signal.SIGHUP)
+            group.signal(signal.SIGHUP)  # the launcher restarts its kernel; the group stays
             return
-        group.stopping = cause
+        waited = group.stage in (Stage.QUEUED, Stage.PARKED)
+        actions = group.step(Event.STOP)
+        if Action.END in actions:  # no launcher: `_run` will not start one
+            self._finish(
+                group, 0, "removed from the queue" if waited else "stopped before it started"
+            )
+        if Action.STOP not in actions or group.process is None:
+            return
         if cause is StopCause.KILL or grace <= 0:
             group.signal(signal.SIGKILL)
             return
@@ -163,9 +167,8 @@ class LocalBackend(settings.LocalSettings):
         """SIGTERM the launcher as a preemption does (the kernel saves, the launcher exits and
         is killed if it outlives `grace`); once it exited, its GPUs go to the next in line."""
         group = self._find(ref)
-        if group is None or group.process is None or group.leaving or group.stopping:
-            return
-        group.parking = True
+        if group is None or group.process is None or not group.step(Event.PARK):
+            return  # only a running launcher parks
         self.log.info("%s parking: saving its variables", group.who)
         feed.publish(group, group.status.evolve(phase=GroupPhase.PARKING, message=""))
         group.note_stop("parked: the next cell brings it back")
@@ -176,11 +179,7 @@ class LocalBackend(settings.LocalSettings):
     async def resume(self, ref: GroupRef) -> None:
         """Requeue a parked group at the back of its queue; while parking, once parked."""
         group = self._find(ref)
-        if group is None or group.stopping is not None:
-            return
-        if group.parking:
-            group.resume_asked = True
-        elif group.parked:
+        if group is not None and Action.WAKE in group.step(Event.RESUME):
             self.log.info("%s woken: back in %r", group.who, group.spec.queue)
             self._wake(group)
 
@@ -199,10 +198,10 @@ class LocalBackend(settings.LocalSettings):
             return  # never submitted here: nothing of ours is named after it
         group = self._find(ref)
         if group is not None:
-            group.stopping = StopCause.SHUTDOWN
+            ended = Action.END in group.step(Event.STOP)  # no launcher: it ends now
             if group.process is not None:
                 await group.terminate(group.spec.grace_seconds)
-            if self._groups.get(ref.kernel_id) is group:  # waiting, or admitted but not started
+            if ended or Action.END in group.step(Event.END):  # its launcher's exit not seen yet
                 self._finish(group, 0, "removed from the queue")
         elif ref.kernel_id in self._groups:
             return  # a newer group of the same kernel owns the files now
@@ -250,7 +249,7 @@ class LocalBackend(settings.LocalSettings):
         """What to tell a machine service that restarted: the admitted groups with their GPUs
         (it takes their leases back), then the waiting ones in their order (queued again);
         parked groups wait for nothing."""
-        admitted = [g for g in self._groups.values() if g.admitted is not None]
+        admitted = [g for g in self._groups.values() if g.holds_admission]
         waiting = [g for g in self._groups.values() if g.waiting]
         waiting.sort(key=lambda g: g.place.position if g.place is not None else 0)
         return [(g.submission(), tuple(g.status.devices)) for g in admitted] + [
@@ -265,10 +264,9 @@ class LocalBackend(settings.LocalSettings):
             return
         group.place = QueuePlace(place.queue, place.position, place.length)
         group.why = place.reason  # a system service's per-user limit holds it back
-        if group.admitted is not None:
-            if group.process is not None:
+        if group.holds_admission:
+            if Action.KILL in group.step(Event.RECLAIM):  # only a launcher outlives its grace
                 self.log.warning("%s: its GPUs were reclaimed after its grace; killed", group.who)
-                group.evicting = group.evicting or "its GPUs were reclaimed"
                 group.signal(signal.SIGKILL)
             return
         self._show_place(group)
@@ -282,14 +280,10 @@ class LocalBackend(settings.LocalSettings):
     def admitted(self, name: str, devices: tuple[str, ...]) -> None:
         """The service admitted the group on `devices`: start its launcher."""
         group = self._named(name)
-        if group is None or not group.waiting or self._closed:
+        if group is None or self._closed or Action.START not in group.step(Event.ADMIT):
             return
-        flavors = {resource: quota.FLAVOR for resource in group.request.resources}
-        group.admitted = admission.Admitted(group.request, flavors, time.monotonic())
         group.place = None
-        self._admissions.observe(
-            group.spec.queue, (group.spec.name, group.admitted.admitted_at), time.time()
-        )
+        self._admissions.observe(group.spec.queue, (group.spec.name, time.monotonic()), time.time())
         feed.publish(group, GroupStatus(GroupPhase.ADMITTED, flavor=quota.FLAVOR, devices=devices))
         self.log.info("kernel %s admitted with GPUs %s", short_id(group.spec.kernel_id), devices)
         group.task = self._tasks.spawn(self._run(group), f"run {group.spec.name}")
@@ -297,12 +291,14 @@ class LocalBackend(settings.LocalSettings):
     def preempted(self, name: str, message: str) -> None:
         """The service asks the group to give back its GPUs: SIGTERM (the kernel saves)."""
         group = self._named(name)
-        if group is None or group.admitted is None or group.leaving:
-            return  # a parking kernel is already saving and giving its GPUs back
-        group.evicting = message
+        if group is None:
+            return
+        actions = group.step(Event.PREEMPT)
+        if Action.SAY_EVICTED not in actions:
+            return  # not admitted, or already giving its GPUs back (parking), or ending
         self.log.info("%s %s", group.who, message)
         feed.publish(group, group.status.evolve(phase=GroupPhase.EVICTED, message=message))
-        if group.process is None:
+        if Action.REQUEUE in actions:
             self._requeue(group)  # admitted, not started yet
             return
         group.note_stop(message)
@@ -314,12 +310,12 @@ class LocalBackend(settings.LocalSettings):
         if group is None:
             return
         self.log.warning("%s: %s", group.who, message)  # its failure is logged where it ends
-        if group.process is None:
+        actions = group.step(Event.LEASE_LOST)
+        if Action.END in actions:  # no launcher
             self._finish(group, None, message, failed=True)
-            return
-        group.lost = message
-        group.stopping = group.stopping or StopCause.KILL
-        group.signal(signal.SIGKILL)
+        elif Action.KILL in actions:
+            group.lease_lost = message
+            group.signal(signal.SIGKILL)
 
     def _requeue(self, group: groups.Group) -> None:
         """The preempted group's launcher is gone: its GPUs back, at the end of its queue."""
@@ -333,21 +329,17 @@ class LocalBackend(settings.LocalSettings):
         """Start the group's launcher and settle the group when it exits."""
         spec = group.spec
         planted = await asyncio.to_thread(settings.planted_problem, self.checkpoint_dir(spec))
-        if group.stopping is not None or self._groups.get(spec.kernel_id) is not group:
-            # Stopped or released between its admission and this task's start.
-            if self._groups.get(spec.kernel_id) is group:
-                self._finish(group, 0, "stopped before it started")
-            return
-        if group.evicting:  # preempted before its launcher started
-            self._requeue(group)
-            return
+        if group.stage is not Stage.ADMITTED:
+            return  # stopped, released, lost or preempted (requeued) meanwhile
         if planted is not None:
             verb = "resume" if group.launches else "start"
+            group.step(Event.END)
             self._finish(group, None, f"{group.who} cannot {verb}: {planted}", failed=True)
             return
         # A resumed kernel's ports were free while it was down: it may have lost one.
         taken = group.ports.hold()
         if taken:
+            group.step(Event.END)
             self._finish(group, None, group.cannot_listen(taken), failed=True)
             return
         group.ports.lend()  # from here to the launcher's exit the kernel listens there
@@ -360,15 +352,18 @@ class LocalBackend(settings.LocalSettings):
         group.process = launcher_process.LauncherProcess(
             lambda event: group.on_launcher_event(event, started=started, log=self.log)
         )
+        group.step(Event.LAUNCH)
         try:
             code = await group.process.run(request)
         except OSError as exc:
             group.process = None
-            self._finish(group, None, f"could not start the kernel launcher: {exc}", failed=True)
+            if Action.END in group.step(Event.END):
+                message = f"could not start the kernel launcher: {exc}"
+                self._finish(group, None, message, failed=True)
             return
         group.process = None
         lost = group.launcher_lost(code)
-        if lost:
+        if lost and Action.BURY in group.step(Event.LAUNCHER_LOST):
             await self._interrupted(group, lost)
             return
         self._on_exit(group, code)
@@ -378,7 +373,10 @@ class LocalBackend(settings.LocalSettings):
         queue (its GPUs freed, its ports held) and comes back from its last checkpoint; one
         lost too often in a minute ends (`Group.lost_too_often`)."""
         await group.bury_kernel()
+        if group.stage is not Stage.INTERRUPTED:
+            return  # stopped, released or its lease lost meanwhile: it ended
         if group.lost_too_often(time.monotonic()):
+            group.step(Event.END)
             message = (
                 f"it stopped without warning {len(group.losses)} times within a minute, the "
                 f"last time because {why}; it is not brought back again: start it again, and "
@@ -393,37 +391,39 @@ class LocalBackend(settings.LocalSettings):
             group.who,
             why,
         )
+        group.step(Event.BURIED)
         group.interrupted(why)
         self._machine.requeue(group.spec.name)
         feed.publish(group, group.status)
         self._show_place(group)
 
     def _on_exit(self, group: groups.Group, code: int) -> None:
-        if group.lost:
-            self._finish(group, code, group.lost, failed=True)
-            return
-        if group.parking and group.stopping is None:
+        """Its launcher exited: parked, requeued, or the end, as its stage says."""
+        if group.stage is Stage.LOST:
+            message, failed = group.lease_lost, True
+        else:
+            message, failed = group.exit_message(code)  # read before the stage moves on
+        actions = group.step(Event.EXITED)
+        if Action.PARKED in actions:
             self.log.info("%s parked: %s", group.who, group.saved or "nothing saved")
             group.park()
             self._machine.release(group.spec.name)  # its GPUs go to the next in line
-            if group.resume_asked:
+            if Action.WAKE in actions:  # a resume came while it parked
                 self._wake(group)
-            return
-        if group.evicting and group.stopping is None:
+        elif Action.REQUEUE in actions:
             self.log.info("%s stopped after preemption; requeued", group.who)
             self._requeue(group)
-            return
-        message, failed = group.exit_message(code)
-        self._finish(group, code, message, failed=failed)
+        elif Action.END in actions:
+            self._finish(group, code, message, failed=failed)
 
     def _finish(
         self, group: groups.Group, code: int | None, message: str, *, failed: bool = False
     ) -> None:
-        """End the group: free its quota, tell watchers, forget it, admit the next."""
+        """End the group, now ENDED (its step said END): free its quota, tell watchers, forget
+        it, admit the next."""
         phase = GroupPhase.FAILED if failed else GroupPhase.FINISHED
         if self._groups.get(group.spec.kernel_id) is group:
             del self._groups[group.spec.kernel_id]
-        group.admitted = None
         group.ports.close()
         feed.publish(group, GroupStatus(phase, message=message, exit_code=code))
         self._machine.release(group.spec.name)  # its place or GPUs go to the next in line

@@ -22,7 +22,7 @@ from typing import Any
 
 from kernel_queue import admission
 from kernel_queue.backends import feed
-from kernel_queue.backends.local import launcher_process
+from kernel_queue.backends.local import group_state, launcher_process
 from kernel_queue.backends.local import ports as held_ports
 from kernel_queue.launcher import contract
 from kernel_queue.machine import protocol
@@ -32,7 +32,6 @@ from kernel_queue.model import (
     GroupSpec,
     GroupStatus,
     QueuePlace,
-    StopCause,
     Waiting,
     short_id,
 )
@@ -53,33 +52,44 @@ class Group:
     log_path: Path
     ports: held_ports.HeldPorts
     watchers: set[asyncio.Queue[GroupStatus]] = field(default_factory=set)
-    admitted: admission.Admitted | None = None
+    state: group_state.State = field(default_factory=group_state.State)  # moved by `step`
     process: launcher_process.LauncherProcess | None = None
     task: asyncio.Task[None] | None = None
-    evicting: str = ""  # the preemption message while the kernel is being stopped
     saved: str = ""  # what the last preemption's checkpoint saved, as the kernel reported it
-    stopping: StopCause | None = None
     launches: int = 0  # launchers started so far (a later one resumes the kernel)
-    parking: bool = False  # stopping to park: its launcher saves and exits
-    parked: bool = False  # parked: no launcher, no admission, not in the queue
-    resume_asked: bool = False  # a resume came while parking: requeue once parked
     place: QueuePlace | None = None  # its place in line, as the machine's queue last said
     why: str = ""  # why it waits though GPUs may be free, as the machine's queue said
-    lost: str = ""  # why the machine's queue ended its lease (its launcher is being killed)
+    lease_lost: str = ""  # LOST: why the machine's queue ended its lease (its end's message)
     kernel_pid: int | None = None  # the kernel process its launcher started last
     interruption: str = ""  # waiting again because its launcher was lost: why (`interrupted`)
     kernel_status: int | None = None  # the last kernel process's exit status, as its launcher said
     losses: list[float] = field(default_factory=list)  # when its launchers were lost (monotonic)
 
+    def step(self, event: group_state.Event) -> frozenset[group_state.Action]:
+        """Move the group's state (`group_state.step`); the actions are the caller's to do."""
+        moved = group_state.step(self.state, event)
+        self.state = moved.state
+        return moved.actions
+
+    @property
+    def stage(self) -> group_state.Stage:
+        return self.state.stage
+
     @property
     def leaving(self) -> bool:
-        """Its launcher is being stopped to free its admission (preempted or parking)."""
-        return bool(self.evicting) or self.parking
+        """Its launcher was asked to give back its admission (preempted or parking): its
+        kernel's start and exit are no news."""
+        return self.state.leaving
+
+    @property
+    def holds_admission(self) -> bool:
+        """Admitted: the machine's queue counts its GPUs as this group's."""
+        return self.state.stage in group_state.HOLDING
 
     @property
     def waiting(self) -> bool:
         """In the queue: not admitted, not parked, not ended."""
-        return self.admitted is None and not self.parked and self.status.phase not in feed.TERMINAL
+        return self.state.stage is group_state.Stage.QUEUED
 
     @property
     def who(self) -> str:
@@ -197,17 +207,13 @@ class Group:
         """Back in the queue after its preemption's launcher exited (or woken from parked): no
         admission, its ports held again while it waits (a port lost now is retried at
         admission); the machine's queue service puts it at the back of the line."""
-        self.evicting = self.interruption = ""
-        self.parked = self.resume_asked = False
-        self.admitted = None
+        self.interruption = ""
         self.ports.hold()
         self.status = GroupStatus(GroupPhase.QUEUED, message=self.saved)
 
     def park(self) -> None:
         """Its launcher exited after parking: no admission, out of the queue, its ports held
         (it comes back at the same address), what it saved reported."""
-        self.parking, self.parked = False, True
-        self.admitted = None
         self.ports.hold()
         feed.publish(self, GroupStatus(GroupPhase.PARKED, message=self.saved))
 
@@ -215,8 +221,8 @@ class Group:
         """Why the launcher is gone though nobody of ours stopped it (a signal killed it: the
         OOM killer's SIGKILL, a crash, someone's kill) after its kernel ran, in words; "" when
         its exit is the kernel's own end (a shutdown, a kernel that exited by itself)."""
-        if self.stopping is not None or self.leaving or self.lost or code < 128:
-            return ""
+        if self.state.stage is not group_state.Stage.RUNNING or code < 128:
+            return ""  # stopped, preempted, parking or lost: by us or by the machine's queue
         if self.status.generation == 0 and not self.status.kernel_alive and self.kernel_pid is None:
             return ""  # it never ran a kernel: an exit before the start, said as such
         try:
@@ -265,7 +271,7 @@ class Group:
     def interrupted(self, why: str) -> None:
         """The launcher is lost (`launcher_lost`): back in its queue, its ports held, to come
         back from its last checkpoint; watchers read why it stopped."""
-        self.admitted, self.kernel_pid, self.interruption = None, None, why
+        self.kernel_pid, self.interruption = None, why
         self.kernel_status = None
         self.ports.hold()
         self.status = GroupStatus(GroupPhase.QUEUED, interrupted=why)
@@ -273,7 +279,8 @@ class Group:
     def exit_message(self, code: int) -> tuple[str, bool]:
         """Why the kernel ends now that its launcher exited with `code`, and whether that is a
         failure: a port taken while it ran, an exit before the kernel started, or its end."""
-        if self.stopping is None:  # the kernel ended on its own: did someone take a port?
+        stopped = self.state.stage is not group_state.Stage.RUNNING  # ENDING: stopped by us
+        if not stopped:  # the kernel ended on its own: did someone take a port?
             taken = self.ports.hold()
             if taken:
                 ports, verb = self.ports.describe(taken), "is" if len(taken) == 1 else "are"
@@ -283,7 +290,7 @@ class Group:
                     "it gets new ports"
                 )
                 return message + launcher_process.log_tail(self.log_path), True
-        if self.stopping is None and self.status.phase is GroupPhase.ADMITTED:
+        if not stopped and self.status.phase is GroupPhase.ADMITTED:
             message = f"the kernel exited with code {code} before it started"
             return message + launcher_process.log_tail(self.log_path), True
         return f"the kernel exited with code {code}", False
