@@ -25,7 +25,7 @@ from typing import Any
 
 from kernel_queue import errors
 from kernel_queue.backends import feed, tasks
-from kernel_queue.backends.kubernetes import groups, settings
+from kernel_queue.backends.kubernetes import group_state, groups, settings
 from kernel_queue.kube import kueue, names
 from kernel_queue.kube.client import caches, explain
 from kernel_queue.kube.client.verbs import KubeApi
@@ -42,6 +42,7 @@ from kernel_queue.model import (
 )
 
 Obj = dict[str, Any]
+Action = group_state.Action
 
 
 class KubernetesBackend(settings.BackendSettings):
@@ -193,20 +194,19 @@ class KubernetesBackend(settings.BackendSettings):
         it reports PARKING, then PARKED. Kueue deletes its pods with their own grace (fixed when
         they were made: `grace` cannot shorten it). Does nothing unless the group runs."""
         group = self._groups.get(ref.name)
-        if group is None or group.ending or group.status.phase is not GroupPhase.RUNNING:
-            return
-        group.wake = False
-        await self._activate(group, False)
+        if group is not None and Action.DEACTIVATE in group.step(
+            group_state.Park(group.status.phase)
+        ):
+            await self._activate(group, False)
 
     async def resume(self, ref: GroupRef) -> None:
         """Put a parked group back in its queue (`spec.active` true); asked while it parks, once
         it is parked. Does nothing otherwise; raises a sentence when the API server refuses."""
         group = self._groups.get(ref.name)
-        if group is None or group.ending:
+        if group is None:
             return
-        if group.status.phase is GroupPhase.PARKING or groups.replacing(group):
-            group.wake = True  # woken once parked with its replacement listed
-        elif group.status.phase is GroupPhase.PARKED:
+        resume = group_state.Resume(group.status.phase, unlisted=groups.unlisted(group))
+        if Action.WAKE in group.step(resume):  # else woken once parked with its pods listed
             await self._statuses.wake(group)  # a refusal stays said in its parked status
 
     async def _activate(self, group: groups.Group, active: bool) -> None:
@@ -325,13 +325,13 @@ class KubernetesBackend(settings.BackendSettings):
     async def _end_group(self, group: groups.Group, *, grace: float | None = None) -> None:
         """Delete the group's Workload and pods, once: later callers wait for the same deletion,
         which runs to its end even if they are cancelled; then forget the group."""
-        if group.ended is None:
-            group.ending = True
+        if Action.DELETE in group.step(group_state.Done.END):
             seconds = None if grace is None else int(grace)
             group.ended = self._tasks.spawn(
                 self._delete_group(group, seconds), f"end {group.ref.name}"
             )
-        await asyncio.shield(group.ended)
+        if group.ended is not None:
+            await asyncio.shield(group.ended)
 
     async def _delete_group(self, group: groups.Group, grace: int | None) -> None:
         namespace, kernel = group.ref.namespace or self.namespace, group.ref.kernel_id
@@ -350,6 +350,7 @@ class KubernetesBackend(settings.BackendSettings):
         try:
             await self._delete_or_hand_over(namespace, kernel, "ending its pod group", delete)
         finally:
+            group.step(group_state.Done.DELETED)
             self._groups.pop(group.ref.name, None)
             final = GroupStatus(
                 GroupPhase.FINISHED, message="the pod group was deleted", exit_code=0
@@ -368,17 +369,20 @@ class KubernetesBackend(settings.BackendSettings):
     async def _adopt(self, ref: GroupRef) -> groups.Group:
         await self._client()  # resolves `namespace`
         namespace = ref.namespace or self.namespace
-        group = groups.Group(ref=ref, queue="", was_running=True, had_workload=True)
+        group = groups.Group(ref=ref, queue="")
+        group.step(group_state.Adopt(ran=True))  # until its pods say otherwise
         self._groups[ref.name] = group  # known to the reaper from now on
         self._kernels[ref.kernel_id] = namespace
         await self._watch_namespace(namespace)
         pods = self._caches.pods(namespace, ref.name)
         workload = self._caches.workload(namespace, ref.name)
+        ran = True  # no pods to tell
         if pods:
             labels = pods[0]["metadata"].get("labels", {})
             group.queue = labels.get(kueue.QUEUE_NAME_LABEL, "")
-            group.was_running = any(kueue.pod_ready(p) for p in pods)
+            ran = any(kueue.pod_ready(p) for p in pods)
         if workload is not None and not kueue.workload_active(workload):
-            group.was_running = True  # parked: it ran, and its pods are gated replacements
+            ran = True  # parked: it ran, and its pods are gated replacements
+        group.step(group_state.Adopt(ran=ran))
         self._statuses.refresh(ref.name)
         return group

@@ -21,7 +21,7 @@ from typing import Any
 
 from kernel_queue import errors
 from kernel_queue.backends import feed, tasks
-from kernel_queue.backends.kubernetes import waits
+from kernel_queue.backends.kubernetes import group_state, waits
 from kernel_queue.kube import kueue
 from kernel_queue.kube.client import caches, explain
 from kernel_queue.kube.client.verbs import KubeApi, Resource
@@ -33,6 +33,7 @@ from kernel_queue.model import GroupPhase, GroupRef, GroupSpec, GroupStatus, Que
 Obj = dict[str, Any]
 Create = Callable[[KubeApi, kueue.Kind, str, Obj, str], Awaitable[Obj]]
 """`create(api, kind, namespace, body, who)`: the backend's owner-checked create."""
+Action = group_state.Action
 UNLISTED_SECONDS = 30.0
 """How long a replacement pod made but never listed holds back the next round (one deleted
 before the informer saw it, across a relist, must not block replacements for ever)."""
@@ -55,19 +56,25 @@ class Group:
     status: GroupStatus = field(default_factory=lambda: GroupStatus(GroupPhase.PENDING))
     place: QueuePlace | None = None
     watchers: set[asyncio.Queue[GroupStatus]] = field(default_factory=set)
-    was_running: bool = False
-    had_workload: bool = False
-    replacing: bool = False
+    state: group_state.State = field(default_factory=group_state.State)  # moved by `step`
     unlisted: set[str] = field(default_factory=set)  # replacement pods made, not listed yet
     made_at: float = 0.0  # when the last replacement pod was made (time.monotonic())
     attempt: int = 0
-    ending: bool = False  # its deletion began: no more statuses, no replacement pods
     ended: asyncio.Task[None] | None = None  # the deletion, shared by every caller
-    failure_logged: bool = False
     saved: str = ""  # what the last stopped pod's checkpoint saved; kept after it is deleted
-    wake: bool = False  # resumed while it parked: wake it once it is parked
     refused_wake: str = ""  # why the API server refused its last wake: said while it is parked
     since: float = field(default_factory=time.monotonic)  # submitted (or adopted): Kueue's clock
+
+    def step(self, event: group_state.Event) -> frozenset[group_state.Action]:
+        """Move the group's state (`group_state.step`); the actions are the caller's to do."""
+        moved = group_state.step(self.state, event)
+        self.state = moved.state
+        return moved.actions
+
+    @property
+    def ending(self) -> bool:
+        """Its deletion began: no more statuses, no replacement pods."""
+        return self.state.ending
 
 
 class Statuses:
@@ -140,8 +147,8 @@ class Statuses:
             workload,
             pods,
             place=group.place,
-            was_running=group.was_running,
-            had_workload=group.had_workload,
+            was_running=group.state.ran,
+            had_workload=group.state.had_workload,
             pod_ip_address=pod_ip,
             saved=group.saved,
         )
@@ -160,27 +167,28 @@ class Statuses:
             status = self._launcher_check(group, name, namespace, pods, status)
         if status.phase is GroupPhase.PARKED and group.refused_wake:
             status = status.evolve(message=group.refused_wake)
-        group.had_workload = group.had_workload or workload is not None
         if status.phase is GroupPhase.RUNNING:
-            group.was_running, group.saved = True, ""
+            group.saved = ""
         group.unlisted -= {pod["metadata"]["name"] for pod in pods}
-        # Until the informer lists what the last round made, the group still reads as needing
-        # replacements: a round made then is an excess pod Kueue deletes.
-        if group_status.needs_replacement(workload, pods) and not replacing(group):
-            group.replacing = True
+        actions = group.step(
+            group_state.Observed(
+                status.phase,
+                workload=workload is not None,
+                needs_replacement=group_status.needs_replacement(workload, pods),
+                unlisted=unlisted(group),
+                never_fits=status.never_fits,
+            )
+        )
+        if Action.REPLACE in actions:
             self.tasks.spawn(self._replace(group, pods), f"replace {name}")
         if status.phase is GroupPhase.QUEUED:
             self.positions.follow(namespace, group.queue)
-        if status.phase is GroupPhase.PARKED and group.wake and not replacing(group):
-            group.wake = False
+        if Action.WAKE in actions:
             self.tasks.spawn(self._wake(group), f"wake {name}")
-        if status.phase is GroupPhase.FAILED and not status.never_fits:
-            # Published once, by the task that adds the pod's last log lines to the message.
-            if not group.failure_logged:
-                group.failure_logged = True
-                self.tasks.spawn(self._fail_with_logs(group, pods, status), f"fail {name}")
-            return
-        feed.publish(group, status)
+        if Action.SAY_FAILURE in actions:  # with the pod's last log lines, by the task
+            self.tasks.spawn(self._fail_with_logs(group, pods, status), f"fail {name}")
+        if Action.PUBLISH in actions:
+            feed.publish(group, status)
 
     def waiting(self, namespace: str, queue: str) -> list[str]:
         """The groups that wait in `queue` of `namespace` (their places are worth reading)."""
@@ -333,16 +341,19 @@ class Statuses:
             self.log.warning("%s", text)
             feed.publish(group, GroupStatus(GroupPhase.FAILED, message=_without(who, text)))
         finally:
-            group.replacing = False
-            if group.wake and not group.ending:
+            if Action.REFRESH in group.step(group_state.Done.REPLACED):
                 self.refresh(group.ref.name)  # a wake held back for this round goes on now
 
 
 def replacing(group: Group) -> bool:
     """Its replacement pods are being made or not listed yet: a wake now would have Kueue admit
     it with only the pod that stopped, read as the kernel ending ('the kernel ended')."""
-    listing = bool(group.unlisted) and time.monotonic() - group.made_at < UNLISTED_SECONDS
-    return group.replacing or listing
+    return group.state.replacing or unlisted(group)
+
+
+def unlisted(group: Group) -> bool:
+    """The last round's replacement pods are not all listed yet, and were made lately."""
+    return bool(group.unlisted) and time.monotonic() - group.made_at < UNLISTED_SECONDS
 
 
 def _without(who: str, text: str) -> str:
