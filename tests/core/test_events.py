@@ -5,7 +5,7 @@ and the $id old consumers filter on is unchanged."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import yaml
 from jupyter_events.schema import EventSchema
@@ -96,12 +96,6 @@ def test_a_failed_kernel_says_what_kind_of_failure_and_others_say_null() -> None
     assert events.failure_kind(errors.QueueNotFound("x")) == "queue_not_found"
 
 
-class Lacking(errors.NeverFits):
-    """A backend's never-fits error that says what its queue could ever give."""
-
-    has: ClassVar[dict[str, int]] = {"gpus": 2}
-
-
 def test_a_queued_kernel_says_what_it_needs_and_where_it_waits_as_fields() -> None:
     # As the session emits it: what the front end kept of the kernel (`Noted`), its place.
     noted = Noted.of(
@@ -122,7 +116,9 @@ def test_a_queued_kernel_says_what_it_needs_and_where_it_waits_as_fields() -> No
 
 def test_a_kernel_that_never_fits_says_what_it_needs_and_what_the_queue_has() -> None:
     spec = GroupSpec(**{**SPEC.__dict__, "gpus": 3, "priority_class": "urgent"})
-    error = Lacking("kernel 1 asks for 3 GPU(s) but this machine has 2 GPU(s) in all")
+    error = errors.NeverFits(
+        "kernel 1 asks for 3 GPU(s) but this machine has 2 GPU(s) in all", has={"gpus": 2}
+    )
     data = events.failed_payload(spec, "local", error)
     SCHEMA.validate(data)
     assert (data["state"], data["failure"]) == ("failed", "never_fits")
