@@ -5,11 +5,12 @@ kernels over the server's REST and websocket APIs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import tempfile
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ pytest_plugins = [
     "jupyter_server.pytest_plugin",
     "kernel_queue_fake_cluster.plugin",
     "tests.leftovers",
+    "tests.workers",
 ]
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,46 +45,6 @@ os.environ.setdefault(crd_files.ENVIRONMENT_VARIABLE, str(KUEUE_CRDS))
 os.environ["KERNEL_QUEUE_SYSTEM_SOCKET"] = str(
     Path(tempfile.gettempdir()) / f"kernel-queue-tests-{os.getpid()}" / "no-system-service.sock"
 )
-
-
-REAL_PLANE_GROUP = "real-control-plane"
-"""Under pytest-xdist (`scripts/test` runs the suite on workers) every test on the real control
-plane goes to one worker, which runs them one after another: one plane runs at a time (Kueue
-0.14's visibility server listens on a fixed port) and each is started once per worker. The
-scheduler hands out the largest unit first, so this longest tier starts at once."""
-
-
-def on_real_plane(nodeid: str) -> bool:
-    """Whether a test runs on the real control plane, by its id (what xdist's controller sees):
-    its `plane` is `real-<release>`, or its module is a `*_real_plane.py`."""
-    module, _, rest = nodeid.partition("::")
-    return rest.partition("[")[2].startswith("real-") or module.endswith("_real_plane.py")
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    from xdist.scheduler import LoadScopeScheduling
-
-    class RealPlaneTogether(LoadScopeScheduling):  # type: ignore[misc]
-        """Each test its own unit of work, but those on the real plane one unit."""
-
-        def _split_scope(self, nodeid: str) -> str:
-            return REAL_PLANE_GROUP if on_real_plane(nodeid) else nodeid
-
-    return RealPlaneTogether(config, log)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that starts a real plane must say so in its id (`on_real_plane`), or it would run
-    on any worker, beside another's plane."""
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        plane = callspec.params.get("plane") if callspec else None
-        real = "real_planes" in getattr(item, "fixturenames", ()) or (plane and plane[0] == "real")
-        if real and not on_real_plane(item.nodeid):
-            raise pytest.UsageError(
-                f"{item.nodeid} uses the real control plane but its id does not say so: name "
-                "its module *_real_plane.py or its `plane` parameter real-<release>"
-            )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -149,6 +111,12 @@ def kernelspec(jp_kernel_dir: Path) -> KernelspecFactory:
         return name
 
     return write
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """The local checkpoint store of a test's kernels (created by the first save)."""
+    return tmp_path / "checkpoints"
 
 
 class Server:
@@ -337,6 +305,16 @@ class Listener:
             if json.loads(raw).get("msg_type") == "kernel_info_reply":
                 return cls(ws)
         raise AssertionError("the websocket closed before the kernel answered")
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def held(cls, server: Server, kernel_id: str) -> AsyncIterator[Listener]:
+        """A listener open for the `async with` block, closed however the block ends."""
+        listener = await cls.open(server, kernel_id)
+        try:
+            yield listener
+        finally:
+            listener.close()
 
     async def _read(self) -> None:
         while (raw := await self.ws.read_message()) is not None:

@@ -13,11 +13,7 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from tests.conftest import KernelspecFactory, Listener, Server, launcher_pids
-
-
-def _saving(kernelspec: KernelspecFactory, store: Path) -> str:
-    checkpoint = {"enabled": True, "path": str(store), "grace_seconds": 60}
-    return kernelspec("saving", gpus=1, checkpoint=checkpoint)
+from tests.local_parking import in_store, running, saving
 
 
 async def _act(server: Server, kernel_id: str, action: str) -> int:
@@ -37,9 +33,9 @@ async def _devices(server: Server, kernel_id: str) -> str:
 
 
 async def test_four_kernels_on_two_gpus_parked_and_woken_at_once_never_share_a_gpu(
-    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, store: Path
 ) -> None:
-    name = _saving(kernelspec, tmp_path / "checkpoints")
+    name = saving(kernelspec, store)
     first = [await server.start(name), await server.start(name)]
     for i, kernel in enumerate(first):
         assert (await server.execute(kernel, f"mine = {i}"))["status"] == "ok"
@@ -70,14 +66,13 @@ async def test_four_kernels_on_two_gpus_parked_and_woken_at_once_never_share_a_g
     listed = json.loads((await server.fetch("api", "kernel-queue", "kernels")).body)
     assert listed == []
     assert not server.backend()._groups
-    assert not any((tmp_path / "checkpoints").glob("*-*"))
+    assert in_store(store, "*-*") == []
 
 
 async def test_a_park_and_a_resume_asked_together_leave_it_running_with_its_variables(
-    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, store: Path
 ) -> None:
-    kernel = await server.start(_saving(kernelspec, tmp_path / "checkpoints"))
-    assert (await server.execute(kernel, "x = 41"))["status"] == "ok"
+    kernel = await running(server, saving(kernelspec, store), "x = 41")
     codes = await asyncio.gather(_act(server, kernel, "park"), _act(server, kernel, "resume"))
     assert set(codes) <= {200, 202}, codes
     # Whatever order they took, the next cell runs with x, and the kernel is not left parked.
@@ -87,10 +82,9 @@ async def test_a_park_and_a_resume_asked_together_leave_it_running_with_its_vari
 
 
 async def test_two_notebooks_waking_it_at_once_each_run_once_and_print_once(
-    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, store: Path
 ) -> None:
-    kernel = await server.start(_saving(kernelspec, tmp_path / "checkpoints"))
-    assert (await server.execute(kernel, "runs = []"))["status"] == "ok"
+    kernel = await running(server, saving(kernelspec, store), "runs = []")
     assert await _act(server, kernel, "park") in (200, 202)
     await server.wait_reason(kernel, "GPU released")
     listener = await Listener.open(server, kernel)
@@ -130,10 +124,9 @@ async def _seen(listener: Listener, text: str) -> bool:
     ],
 )
 async def test_a_hostile_kernel_id_is_not_found_and_changes_nothing(
-    server: Server, kernelspec: KernelspecFactory, tmp_path: Path, hostile: str
+    server: Server, kernelspec: KernelspecFactory, store: Path, hostile: str
 ) -> None:
-    kernel = await server.start(_saving(kernelspec, tmp_path / "checkpoints"))
-    assert (await server.execute(kernel, "x = 1"))["status"] == "ok"
+    kernel = await running(server, saving(kernelspec, store), "x = 1")
     for action in ("park", "resume"):
         code = await _act(server, hostile, action)
         assert code in (400, 404, 414), (action, code)

@@ -12,16 +12,12 @@ import pytest
 
 from kernel_queue.server import kernels
 from tests.conftest import KernelspecFactory, Server
+from tests.local_parking import saving
 
 
 @pytest.fixture
 def local_backend_config() -> dict[str, Any]:
     return {"gpus": ["0", "1"]}
-
-
-def _saving(kernelspec: KernelspecFactory, store: Path) -> str:
-    checkpoint = {"enabled": True, "path": str(store), "grace_seconds": 60}
-    return kernelspec("saving", gpus=1, checkpoint=checkpoint)
 
 
 async def _park_both(server: Server, name: str) -> tuple[str, str]:
@@ -37,10 +33,9 @@ async def _park_both(server: Server, name: str) -> tuple[str, str]:
 
 
 async def test_another_kernels_checkpoints_moved_in_before_the_wake_are_refused_and_said(
-    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, tmp_path: Path, store: Path
 ) -> None:
-    store = tmp_path / "checkpoints"
-    mine, theirs = await _park_both(server, _saving(kernelspec, store))
+    mine, theirs = await _park_both(server, saving(kernelspec, store))
     shutil.move(store / mine, tmp_path / "aside")
     shutil.copytree(store / theirs, store / mine)
 
@@ -53,12 +48,11 @@ async def test_another_kernels_checkpoints_moved_in_before_the_wake_are_refused_
 
 
 async def test_a_symlink_planted_for_its_checkpoints_is_never_followed_and_is_said(
-    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, tmp_path: Path, store: Path
 ) -> None:
     """Followed, the wake renamed the other kernel's checkpoints aside as foreign (and would
     have written its own among them): the other kernel then woke with nothing."""
-    store = tmp_path / "checkpoints"
-    mine, theirs = await _park_both(server, _saving(kernelspec, store))
+    mine, theirs = await _park_both(server, saving(kernelspec, store))
     shutil.move(store / mine, tmp_path / "aside")
     (store / mine).symlink_to(store / theirs)
 

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from kernel_queue.server import kernels
-from kernel_queue.session import KernelSession
 from tests.conftest import KernelspecFactory, Server, launcher_pids
+from tests.local_parking import in_store, park, running, saving, session_of
 
 
 @pytest.fixture
@@ -20,35 +19,21 @@ def local_backend_config() -> dict[str, Any]:
     return {"gpus": ["0"]}
 
 
-def _saving(kernelspec: KernelspecFactory, store: Path, name: str = "saving") -> str:
-    checkpoint = {"enabled": True, "path": str(store), "grace_seconds": 60}
-    return kernelspec(name, gpus=1, checkpoint=checkpoint)
-
-
-def _session(server: Server, kernel_id: str) -> KernelSession:
-    session = kernels.session_of(server.app.kernel_manager.get_kernel(kernel_id))
-    assert session is not None, f"kernel {kernel_id} has no session"
-    return session
-
-
 async def _parked_behind_another(server: Server, name: str) -> tuple[str, str]:
     """A parked kernel woken while another holds the only GPU: it waits in its queue."""
-    kernel = await server.start(name)
-    assert (await server.execute(kernel, "x = 41; big = bytes(20_000_000)"))["status"] == "ok"
-    await _session(server, kernel).park()
-    await server.wait_reason(kernel, "GPU released")
+    kernel = await running(server, name, "x = 41; big = bytes(20_000_000)")
+    await park(server, kernel)
     other = await server.start(name)
     assert (await server.execute(other, "1"))["data"] == "1"
-    await _session(server, kernel).resume()
+    await session_of(server, kernel).resume()
     await server.wait_reason(kernel, "waking from parked: queued in 'gpu', position 1 of 1")
     return kernel, other
 
 
 async def test_a_kernel_shut_down_while_it_waits_to_wake_leaves_nothing(
-    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, store: Path
 ) -> None:
-    store = tmp_path / "checkpoints"
-    kernel, other = await _parked_behind_another(server, _saving(kernelspec, store))
+    kernel, other = await _parked_behind_another(server, saving(kernelspec, store))
     await server.shutdown_and_wait(kernel)
     assert not (store / kernel).exists()
     assert (await server.execute(other, "2"))["data"] == "2"
@@ -57,10 +42,9 @@ async def test_a_kernel_shut_down_while_it_waits_to_wake_leaves_nothing(
 
 
 async def test_a_kernel_shut_down_while_it_restores_leaves_nothing_and_frees_the_gpu(
-    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, store: Path
 ) -> None:
-    store = tmp_path / "checkpoints"
-    name = _saving(kernelspec, store)
+    name = saving(kernelspec, store)
     kernel, other = await _parked_behind_another(server, name)
     await server.shutdown_and_wait(other)  # it is admitted and starts restoring
     await server.wait_reason(kernel, "admitted", within=30)
@@ -73,10 +57,9 @@ async def test_a_kernel_shut_down_while_it_restores_leaves_nothing_and_frees_the
 
 
 async def test_a_kernel_interrupted_or_restarted_while_it_waits_to_wake_comes_back(
-    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, store: Path
 ) -> None:
-    store = tmp_path / "checkpoints"
-    kernel, other = await _parked_behind_another(server, _saving(kernelspec, store))
+    kernel, other = await _parked_behind_another(server, saving(kernelspec, store))
     interrupted = await server.fetch("api", "kernels", kernel, "interrupt", method="POST", body="")
     assert interrupted.code == 204
     await server.shutdown_and_wait(other)
@@ -87,23 +70,21 @@ async def test_a_kernel_interrupted_or_restarted_while_it_waits_to_wake_comes_ba
 
 
 async def test_the_servers_shutdown_with_kernels_parked_and_waking_leaves_nothing(
-    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, store: Path
 ) -> None:
-    store = tmp_path / "checkpoints"
-    name = _saving(kernelspec, store)
+    name = saving(kernelspec, store)
     waking, other = await _parked_behind_another(server, name)
     parked = await server.start(name)
     await server.wait_reason(parked, "position 2 of 2")
     await server.shutdown_and_wait(other)
     assert (await server.execute(waking, "x"))["data"] == "41"
-    await _session(server, waking).park()  # the third runs, then is parked too
+    await session_of(server, waking).park()  # the third runs, then is parked too
     assert (await server.execute(parked, "y = 1"))["status"] == "ok"
-    await _session(server, parked).park()
-    await server.wait_reason(parked, "GPU released")
-    await _session(server, waking).resume()
+    await park(server, parked)
+    await session_of(server, waking).resume()
 
     backend = server.backend()
     await server.app.kernel_manager.shutdown_all()  # as the server's own shutdown does
     assert await server.kernel_ids() == set()
     assert not backend._groups and launcher_pids() == set()
-    assert not store.exists() or not any(store.iterdir()), list(store.iterdir())
+    assert in_store(store) == []

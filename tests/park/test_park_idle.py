@@ -6,8 +6,6 @@ in the queue with its position, runs once and prints, with the variables all the
 from __future__ import annotations
 
 import asyncio
-import json
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 
 from kernel_queue.server import kernels
 from tests.conftest import EventLog, KernelspecFactory, Listener, Server
+from tests.local_parking import running, saving
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -34,42 +33,6 @@ def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
     return jp_server_config
 
 
-def parking_spec(kernelspec: KernelspecFactory, store: Path, name: str = "parks") -> str:
-    checkpoint = {"enabled": True, "path": str(store), "grace_seconds": 60}
-    return kernelspec(name, gpus=1, checkpoint=checkpoint, park_after=PARK_AFTER)
-
-
-async def send(listener: Listener, code: str) -> str:
-    """Send a cell through a held websocket, as JupyterLab does; its msg_id."""
-    msg_id = uuid.uuid4().hex
-    header = {"msg_id": msg_id, "msg_type": "execute_request", "version": "5.3"}
-    header |= {"session": uuid.uuid4().hex, "username": "test", "date": ""}
-    content = {"code": code, "silent": False, "store_history": False}
-    content |= {"user_expressions": {}, "allow_stdin": False, "stop_on_error": True}
-    request = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
-    await listener.ws.write_message(json.dumps({**request, "channel": "shell", "buffers": []}))
-    return msg_id
-
-
-def replies(listener: Listener, msg_id: str) -> list[dict[str, Any]]:
-    return [m for m in listener.messages if m.get("parent_header", {}).get("msg_id") == msg_id]
-
-
-async def finished(server: Server, listener: Listener, msg_id: str) -> list[dict[str, Any]]:
-    """The cell's messages once its reply and its idle status came (on two sockets, shell
-    and IOPub, so in either order)."""
-
-    def done() -> bool:
-        mine = replies(listener, msg_id)
-        idle = any(
-            m["msg_type"] == "status" and m["content"]["execution_state"] == "idle" for m in mine
-        )
-        return idle and any(m["msg_type"] == "execute_reply" for m in mine)
-
-    await server.wait_for(done, what=f"cell {msg_id[:8]} finished", within=120)
-    return replies(listener, msg_id)
-
-
 def streamed(messages: list[dict[str, Any]]) -> str:
     return "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream")
 
@@ -80,10 +43,13 @@ def state(server: Server, kernel_id: str) -> str:
 
 
 async def test_an_idle_kernel_parks_its_gpu_goes_to_the_next_and_its_next_cell_wakes_it(
-    server: Server, kernelspec: KernelspecFactory, event_log: EventLog, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, event_log: EventLog, store: Path
 ) -> None:
-    parks = await server.start(parking_spec(kernelspec, tmp_path / "checkpoints"))
-    assert (await server.execute(parks, "x = 41; words = ['a', 'b']"))["status"] == "ok"
+    parks = await running(
+        server,
+        saving(kernelspec, store, "parks", park_after=PARK_AFTER),
+        "x = 41; words = ['a', 'b']",
+    )
     waiting = await server.start(kernelspec("stays", gpus=1))
     await server.wait_reason(waiting, "position 1 of 1")
 
@@ -94,38 +60,34 @@ async def test_an_idle_kernel_parks_its_gpu_goes_to_the_next_and_its_next_cell_w
     assert gpu["data"] == "'0'"
 
     # A notebook opening the parked kernel connects at once and does not wake it.
-    listener = await Listener.open(server, parks)
-    try:
+    async with Listener.held(server, parks) as listener:
         assert state(server, parks) == "parked"
-        cell = await send(listener, "print('back', x + 1, words, flush=True)")
+        cell = await listener.send("print('back', x + 1, words, flush=True)")
         model = await server.wait_reason(parks, "waking from parked")
         assert (
             model["reason"] == "waking from parked: queued in 'gpu', position 1 of 1, needs 1 GPU"
         )
 
         await server.shutdown_and_wait(waiting)  # its GPU goes back to the woken kernel
-        messages = await finished(server, listener, cell)
+        messages = await listener.finished(server, cell)
         text = streamed(messages)
         # The restore's note, then the cell's own line, once, with the variables.
         assert text.startswith("restored 2 variables"), text
         assert text.endswith("\nback 42 ['a', 'b']\n") and text.count("back 42") == 1, text
         replies_ = [m for m in messages if m["msg_type"] == "execute_reply"]
         assert [m["content"]["status"] for m in replies_] == ["ok"]
-    finally:
-        listener.close()
     assert event_log.states(parks)[-4:] == ["parked", "requeued", "admitted", "resumed"]
     await server.shutdown_and_wait(parks)
 
 
 async def test_a_kernel_never_parks_while_a_cell_runs_or_its_output_streams(
-    server: Server, kernelspec: KernelspecFactory, event_log: EventLog, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, event_log: EventLog, store: Path
 ) -> None:
-    kernel = await server.start(parking_spec(kernelspec, tmp_path / "checkpoints"))
-    listener = await Listener.open(server, kernel)
-    try:
+    kernel = await server.start(saving(kernelspec, store, "parks", park_after=PARK_AFTER))
+    async with Listener.held(server, kernel) as listener:
         # A silent cell three times as long as park_after: the kernel is busy throughout.
-        silent = await send(listener, f"import time; time.sleep({3 * PARK_AFTER}); 'slept'")
-        await finished(server, listener, silent)
+        silent = await listener.send(f"import time; time.sleep({3 * PARK_AFTER}); 'slept'")
+        await listener.finished(server, silent)
         # Output streaming from a thread after its cell ended: the kernel reads idle, but its
         # IOPub is busy; the last line comes well after park_after.
         code = (
@@ -135,68 +97,60 @@ async def test_a_kernel_never_parks_while_a_cell_runs_or_its_output_streams(
             "        print(i, flush=True); time.sleep(0.5)\n"
             "threading.Thread(target=talk).start()"
         )
-        streaming = await send(listener, code)
+        streaming = await listener.send(code)
 
         def all_lines() -> bool:
-            return streamed(replies(listener, streaming)).count("\n") == 6 * PARK_AFTER
+            return streamed(listener.replies(streaming)).count("\n") == 6 * PARK_AFTER
 
         await server.wait_for(all_lines, within=60)
         assert "parked" not in event_log.states(kernel)
-        assert streamed(replies(listener, streaming)).split() == [
+        assert streamed(listener.replies(streaming)).split() == [
             str(i) for i in range(6 * PARK_AFTER)
         ]
         # Quiet now: it parks (the scan was running all along).
         await server.wait_reason(kernel, f"parked after {PARK_AFTER} s idle")
-    finally:
-        listener.close()
     await server.shutdown_and_wait(kernel)
 
 
 async def test_a_kernel_whose_client_executes_every_second_never_parks(
-    server: Server, kernelspec: KernelspecFactory, event_log: EventLog, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, event_log: EventLog, store: Path
 ) -> None:
-    kernel = await server.start(parking_spec(kernelspec, tmp_path / "checkpoints"))
-    listener = await Listener.open(server, kernel)
-    try:
+    kernel = await server.start(saving(kernelspec, store, "parks", park_after=PARK_AFTER))
+    async with Listener.held(server, kernel) as listener:
         for number in range(4 * PARK_AFTER):
-            cell = await send(listener, f"{number} * 2")
-            await finished(server, listener, cell)
+            cell = await listener.send(f"{number} * 2")
+            await listener.finished(server, cell)
             await asyncio.sleep(1)  # the client's pace, not a wait for something
         assert "parked" not in event_log.states(kernel)
         assert state(server, kernel) in {"running", "resumed"}
-    finally:
-        listener.close()
     await server.shutdown_and_wait(kernel)
 
 
 async def test_a_cell_sent_while_the_kernel_saves_to_park_runs_once_it_is_back(
-    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, store: Path
 ) -> None:
-    checkpoint = {"enabled": True, "path": str(tmp_path / "checkpoints"), "grace_seconds": 60}
+    checkpoint = {"enabled": True, "path": str(store), "grace_seconds": 60}
     kernel = await server.start(kernelspec("slow-save", gpus=1, checkpoint=checkpoint))
-    listener = await Listener.open(server, kernel)
-    try:
+    async with Listener.held(server, kernel) as listener:
         # Enough to save that the park answers while the kernel still saves (202).
-        setup = await send(listener, "big = bytearray(400 * 2**20); big[-1] = 7")
-        await finished(server, listener, setup)
+        setup = await listener.send("big = bytearray(400 * 2**20); big[-1] = 7")
+        await listener.finished(server, setup)
         response = await server.fetch(
             "api", "kernel-queue", "kernels", kernel, "park", method="POST", body=""
         )
         assert response.code == 202, response.body  # parking: the old process still runs
-        cell = await send(listener, "print('after the park', big[-1], flush=True)")
-        messages = await finished(server, listener, cell)
+        cell = await listener.send("print('after the park', big[-1], flush=True)")
+        messages = await listener.finished(server, cell)
         assert streamed(messages).count("after the park 7\n") == 1, streamed(messages)
         assert [m["content"]["status"] for m in messages if m["msg_type"] == "execute_reply"] == [
             "ok"
         ]
-    finally:
-        listener.close()
     await server.shutdown_and_wait(kernel)
 
 
 async def test_a_kernel_no_client_ever_spoke_to_parks_too(
-    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, store: Path
 ) -> None:
-    kernel = await server.start(parking_spec(kernelspec, tmp_path / "checkpoints"))
+    kernel = await server.start(saving(kernelspec, store, "parks", park_after=PARK_AFTER))
     await server.wait_reason(kernel, f"parked after {PARK_AFTER} s idle; GPU released")
     await server.shutdown_and_wait(kernel)

@@ -15,6 +15,7 @@ from jupyter_server.auth.authorizer import Authorizer
 from tornado.httpclient import HTTPClientError
 
 from tests.conftest import KernelspecFactory, Server
+from tests.local_parking import running, saving
 
 
 class ReadOnly(Authorizer):  # type: ignore[misc]
@@ -39,11 +40,6 @@ def jp_server_config(jp_server_config: dict[str, Any], authorizer_class: str | N
     return jp_server_config
 
 
-def saving(kernelspec: KernelspecFactory, store: Path) -> str:
-    checkpoint = {"enabled": True, "path": str(store), "grace_seconds": 60}
-    return kernelspec("saving", gpus=1, checkpoint=checkpoint)
-
-
 async def act(server: Server, kernel_id: str, action: str, **kwargs: Any) -> tuple[int, Any]:
     response = await server.fetch(
         "api", "kernel-queue", "kernels", kernel_id, action, method="POST", body="", **kwargs
@@ -60,10 +56,9 @@ async def refused(server: Server, kernel_id: str, action: str, **kwargs: Any) ->
 
 
 async def test_park_then_resume_over_rest_keeps_the_variables(
-    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, store: Path
 ) -> None:
-    kernel = await server.start(saving(kernelspec, tmp_path / "checkpoints"))
-    assert (await server.execute(kernel, "x = 41"))["status"] == "ok"
+    kernel = await running(server, saving(kernelspec, store), "x = 41")
 
     before = datetime.datetime.now(datetime.UTC)
     code, entry = await act(server, kernel, "park")
@@ -90,10 +85,9 @@ async def test_park_then_resume_over_rest_keeps_the_variables(
 
 
 async def test_an_interrupt_of_a_parked_kernel_does_nothing_and_is_not_kept_for_later(
-    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, store: Path
 ) -> None:
-    kernel = await server.start(saving(kernelspec, tmp_path / "checkpoints"))
-    assert (await server.execute(kernel, "x = 41"))["status"] == "ok"
+    kernel = await running(server, saving(kernelspec, store), "x = 41")
     await act(server, kernel, "park")
     await server.wait_reason(kernel, "GPU released")
     interrupted = await server.fetch("api", "kernels", kernel, "interrupt", method="POST", body="")
@@ -106,14 +100,14 @@ async def test_an_interrupt_of_a_parked_kernel_does_nothing_and_is_not_kept_for_
 
 
 async def test_what_cannot_be_parked_is_refused_with_the_reason(
-    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, store: Path
 ) -> None:
     fresh = await server.start(kernelspec("fresh", gpus=1))
     assert (await server.execute(fresh, "1"))["data"] == "1"
     code, body = await refused(server, fresh, "park")
     assert code == 409
     assert "saves no checkpoints, so parking would lose its variables" in body["message"]
-    queued = await server.start(saving(kernelspec, tmp_path / "checkpoints"))
+    queued = await server.start(saving(kernelspec, store))
     await server.wait_reason(queued, "position 1 of 1")
     code, body = await refused(server, queued, "park")
     assert code == 409
@@ -128,9 +122,9 @@ async def test_what_cannot_be_parked_is_refused_with_the_reason(
 
 
 async def test_park_and_resume_need_the_token(
-    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, store: Path
 ) -> None:
-    kernel = await server.start(saving(kernelspec, tmp_path / "checkpoints"))
+    kernel = await server.start(saving(kernelspec, store))
     assert (await server.execute(kernel, "1"))["data"] == "1"
     for action in ("park", "resume"):
         code, _ = await refused(server, kernel, action, headers={"Authorization": "token wrong"})
@@ -153,13 +147,13 @@ async def test_park_and_resume_need_write_access_to_kernels(server: Server) -> N
 
 
 async def test_a_kernel_running_a_cell_is_not_parked_and_its_cell_finishes(
-    server: Server, kernelspec: KernelspecFactory, tmp_path: Path
+    server: Server, kernelspec: KernelspecFactory, store: Path
 ) -> None:
     import asyncio
 
     from tests.conftest import Listener
 
-    kernel = await server.start(saving(kernelspec, tmp_path / "checkpoints"))
+    kernel = await server.start(saving(kernelspec, store))
     listener = await Listener.open(server, kernel)
     try:
         cell = asyncio.ensure_future(

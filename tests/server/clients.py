@@ -5,8 +5,6 @@ a websocket through the server held open across restarts and resumes (as Jupyter
 
 from __future__ import annotations
 
-import json
-import uuid
 from collections.abc import AsyncIterator
 from queue import Empty
 from typing import Any
@@ -84,16 +82,7 @@ class HeldSocket:
         self.listener = listener
 
     async def send(self, code: str) -> str:
-        msg_id = uuid.uuid4().hex
-        header = {"msg_id": msg_id, "msg_type": "execute_request", "version": "5.3"}
-        header |= {"session": uuid.uuid4().hex, "username": "test", "date": ""}
-        content = {"code": code, "silent": False, "store_history": False}
-        content |= {"user_expressions": {}, "allow_stdin": False, "stop_on_error": True}
-        request = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
-        await self.listener.ws.write_message(
-            json.dumps({**request, "channel": "shell", "buffers": []})
-        )
-        return msg_id
+        return await self.listener.send(code)
 
     async def outputs(self, server: Server, msg_id: str) -> tuple[str, str | None]:
         def mine() -> list[dict[str, Any]]:
