@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -282,23 +283,36 @@ class Manager(LoggingConfigurable):
     kernel_name = "fake"
 
 
-def provisioner(owner: Owner) -> tuple[QueuedKernelProvisioner, Manager]:
+@dataclass
+class Launching:
+    """A provisioner on a fake backend whose launch is under way, as a kernel manager starts
+    one: its manager, the backend, the session the server extension reads, the launch."""
+
+    prov: QueuedKernelProvisioner
+    manager: Manager
+    fake: FakeBackend
+    kernel: session.KernelSession
+    launch: asyncio.Future[Any]
+
+
+async def launching() -> Launching:
+    owner = Owner()
+    fake = FakeBackend().serve(owner)
     manager = Manager(parent=owner)
     spec = KernelSpec(argv=["python", "-f", "{connection_file}"], display_name="fake")
     prov = QueuedKernelProvisioner(
         kernel_id=KERNEL, kernel_spec=spec, parent=manager, backend="local", queue="gpu", gpus=1
     )
-    return prov, manager
-
-
-async def test_the_provisioner_queues_restarts_in_place_and_releases_through_its_session() -> None:
-    owner = Owner()
-    fake = FakeBackend().serve(owner)
-    prov, manager = provisioner(owner)
     kwargs = await prov.pre_launch()
     kernel = prov.kernel_session
     assert kernel is not None  # the server extension reads its state there
     launch = asyncio.ensure_future(prov.launch_kernel(kwargs.pop("cmd"), **kwargs))
+    return Launching(prov, manager, fake, kernel, launch)
+
+
+async def test_the_provisioner_queues_restarts_in_place_and_releases_through_its_session() -> None:
+    started = await launching()
+    prov, manager, fake, kernel = started.prov, started.manager, started.fake, started.kernel
     await polling.until(
         lambda: manager.reason, "a reason told to the kernel manager", within=5, every=0
     )
@@ -308,7 +322,7 @@ async def test_the_provisioner_queues_restarts_in_place_and_releases_through_its
     assert (kernel.queue_status() or {})["state"] == "queued"
     fake.admit(KERNEL)
     fake.run(KERNEL)
-    info = await launch
+    info = await started.launch
     assert isinstance(info["key"], bytes) and info["ip"] == "127.0.0.1"
     assert manager.reason == ""
 
@@ -331,19 +345,14 @@ async def test_the_provisioner_queues_restarts_in_place_and_releases_through_its
 
 
 async def test_the_provisioner_cancels_a_queued_launch() -> None:
-    owner = Owner()
-    fake = FakeBackend().serve(owner)
-    prov, manager = provisioner(owner)
-    kwargs = await prov.pre_launch()
-    kernel = prov.kernel_session
-    assert kernel is not None
-    launch = asyncio.ensure_future(prov.launch_kernel(kwargs.pop("cmd"), **kwargs))
+    started = await launching()
+    prov, manager, fake, kernel = started.prov, started.manager, started.fake, started.kernel
     await polling.until(
         lambda: kernel.waiting, "the launch waiting in the queue", within=5, every=0
     )
     await prov.cancel_launch()
     with pytest.raises(errors.LaunchCancelled):
-        await launch
+        await started.launch
     assert not prov.has_process and len(fake.released) == 1
     assert manager.reason == "cancelled while waiting in 'gpu'"
 
