@@ -41,20 +41,34 @@ async def test_kueue_not_installed_says_so(
     await nothing_left(server, cluster, kernel)
 
 
-async def test_a_missing_local_queue_lists_the_ones_that_exist(
-    server: Server, kernelspec: KernelspecFactory, plane: Plane
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        pytest.param(
+            {"queue": "gpu-queue"},
+            [
+                "LocalQueue 'gpu-queue' does not exist in namespace 'default'",
+                "LocalQueues there: user-queue",
+            ],
+            id="local-queue",
+        ),
+        pytest.param(
+            {"priority_class": "urgent"},
+            ["WorkloadPriorityClass 'urgent' does not exist"],
+            id="priority-class",
+        ),
+    ],
+)
+async def test_a_missing_queue_or_priority_class_is_refused_before_anything_is_created(
+    server: Server,
+    kernelspec: KernelspecFactory,
+    plane: Plane,
+    config: dict[str, str],
+    expected: list[str],
 ) -> None:
-    kernel, reason = await failure(server, kube_spec(kernelspec, queue="gpu-queue"))
-    assert "LocalQueue 'gpu-queue' does not exist in namespace 'default'" in reason
-    assert "LocalQueues there: user-queue" in reason
-    await nothing_left(server, plane, kernel)
-
-
-async def test_a_missing_priority_class_is_refused_before_anything_is_created(
-    server: Server, kernelspec: KernelspecFactory, plane: Plane
-) -> None:
-    kernel, reason = await failure(server, kube_spec(kernelspec, priority_class="urgent"))
-    assert "WorkloadPriorityClass 'urgent' does not exist" in reason
+    kernel, reason = await failure(server, kube_spec(kernelspec, **config))
+    for sentence in expected:
+        assert sentence in reason
     assert plane.objects("", "pods", "default") == []
     await nothing_left(server, plane, kernel)
 
