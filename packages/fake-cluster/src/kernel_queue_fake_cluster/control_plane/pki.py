@@ -10,6 +10,7 @@ keys: quick to make, and accepted by every part.
 from __future__ import annotations
 
 import datetime
+import fcntl
 import ipaddress
 import os
 from dataclasses import dataclass
@@ -199,13 +200,21 @@ def make(folder: Path, *, service_ip: str) -> Pki:
 
 def self_signed(folder: Path, common: str) -> Pair:
     """A self-signed serving certificate for 127.0.0.1 in `folder` as `tls.crt`/`tls.key`,
-    made once: for the paths every Kueue reads whatever its plane (metrics, visibility)."""
+    made once: for the paths every Kueue reads whatever its plane (metrics, visibility). Planes
+    that start at once (one per test worker) make it under a lock, so none reads a certificate
+    with another's key."""
     pair = Pair(folder / "tls.crt", folder / "tls.key")
     if pair.cert.exists() and pair.key.exists():
         return pair
     folder.mkdir(parents=True, exist_ok=True)
-    authority = _Authority(common)
-    cert, key = authority.issue(common, server=("127.0.0.1", "localhost"))
-    pair.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    _private(pair.key, key)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if pair.cert.exists() and pair.key.exists():  # made while this one waited
+            return pair
+        authority = _Authority(common)
+        cert, key = authority.issue(common, server=("127.0.0.1", "localhost"))
+        _private(pair.key, key)
+        partial = pair.cert.with_suffix(".partial")  # the certificate appears whole, key first
+        partial.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        partial.replace(pair.cert)
     return pair

@@ -1,0 +1,112 @@
+"""How the suite shares its workers (pytest-xdist, `scripts/test`), and where their time went.
+
+Each test is its own unit of work, except those on the real control plane: a worker runs those
+of one unit one after another on one plane it starts once (`tests.kube.planes.RealPlanes`). The
+units are one per Kueue release (`real-control-plane-0.14`, `-0.19`), so two workers may each
+run a plane at once: Kueue 0.14's visibility server listens on a fixed port, so every test on
+0.14 is in one unit; a later release takes free ports. A `*_real_plane.py` module runs on the
+newest release and is a unit of its own. The scheduler hands out the largest unit first, so
+these long units start at once.
+
+At the end of a parallel run the controller prints, for each worker, how many tests it ran,
+how long they took (on the real plane too) and when its last one ended: the line to read when
+the suite's time is the question.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+REAL_PLANE_UNIT = "real-control-plane"
+_RELEASE = re.compile(r"(?:^|-)real-(\d+\.\d+)")
+
+
+def on_real_plane(nodeid: str) -> bool:
+    """Whether a test runs on the real control plane, by its id (what xdist's controller sees):
+    its `plane` is `real-<release>`, or its module is a `*_real_plane.py`."""
+    return real_plane_unit(nodeid) is not None
+
+
+def real_plane_unit(nodeid: str) -> str | None:
+    """The unit of work of a test on the real plane (one per release, one per `*_real_plane.py`
+    module); None for a test that is not on it."""
+    module, _, rest = nodeid.partition("::")
+    if module.endswith("_real_plane.py"):
+        return f"{REAL_PLANE_UNIT}-{module}"
+    found = _RELEASE.search(rest.partition("[")[2])
+    return f"{REAL_PLANE_UNIT}-{found.group(1)}" if found else None
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class RealPlanesTogether(LoadScopeScheduling):  # type: ignore[misc]
+        """Each test its own unit of work, but those on one real plane one unit."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return real_plane_unit(nodeid) or nodeid
+
+    return RealPlanesTogether(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that starts a real plane must say so in its id (`on_real_plane`), or it would run
+    on any worker, beside another's plane."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        plane = callspec.params.get("plane") if callspec else None
+        real = "real_planes" in getattr(item, "fixturenames", ()) or (plane and plane[0] == "real")
+        if real and not on_real_plane(item.nodeid):
+            raise pytest.UsageError(
+                f"{item.nodeid} uses the real control plane but its id does not say so: name "
+                "its module *_real_plane.py or its `plane` parameter real-<release>"
+            )
+
+
+@dataclass
+class _Worker:
+    tests: int = 0
+    seconds: float = 0.0
+    real_plane: float = 0.0
+    last: float = 0.0
+
+
+class WorkerTimes:
+    """Per worker: tests run, their seconds (set-up, call and teardown), those on the real
+    plane, and when its last report came (seconds since the session started)."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.workers: dict[str, _Worker] = defaultdict(_Worker)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        gateway = getattr(getattr(report, "node", None), "gateway", None)
+        worker = self.workers[getattr(gateway, "id", "main")]
+        worker.seconds += report.duration
+        if on_real_plane(report.nodeid):
+            worker.real_plane += report.duration
+        if report.when == "teardown":
+            worker.tests += 1
+        worker.last = time.monotonic() - self.started
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.workers:
+            return
+        terminalreporter.section("time per worker")
+        for name, worker in sorted(self.workers.items()):
+            terminalreporter.write_line(
+                f"{name}: {worker.tests} tests in {worker.seconds:.0f} s "
+                f"({worker.real_plane:.0f} s on the real plane), its last ended at "
+                f"{worker.last:.0f} s"
+            )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller, or a run without workers
+        config.pluginmanager.register(WorkerTimes(), "kernel-queue-worker-times")
