@@ -17,6 +17,10 @@ async def test_third_gpu_kernel_waits_then_runs_when_a_gpu_frees(
     visible = "import os; os.environ['CUDA_VISIBLE_DEVICES']"
     gpus = {(await server.execute(k, visible))["data"] for k in (first, second)}
     assert gpus == {"'0'", "'1'"}  # each kernel sees only the GPU it was given
+    # ... numbered as the driver (NVML, nvidia-smi) numbers them: by PCI bus, not CUDA's
+    # fastest-first, so on a box of mixed GPUs index 1 is the card NVML calls 1
+    order = "import os; os.environ.get('CUDA_DEVICE_ORDER')"
+    assert (await server.execute(first, order))["data"] == "'PCI_BUS_ID'"
 
     third = await server.start(name)
     model = await server.wait_reason(third, "position 1 of 1")

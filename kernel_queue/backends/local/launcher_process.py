@@ -112,6 +112,10 @@ class LauncherProcess:
 async def _spawn(request: LaunchRequest, status_fd: int) -> asyncio.subprocess.Process:
     launch = replace(request.launch, status_fd=status_fd)
     env = {
+        # The devices are numbered as NVML and nvidia-smi number them (by PCI bus); CUDA's own
+        # default is fastest first, which on a box of mixed GPUs is another card for an index.
+        # A kernelspec's env may choose otherwise.
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         **contract.kernel_env(request.env),
         **contract.render(launch),  # the key too: the launcher strips it before the kernel
         "CUDA_VISIBLE_DEVICES": ",".join(request.devices),
