@@ -2,7 +2,8 @@
 
 The session pickler's `persistent_id` (`OutOfBand`) writes each such object once, to its own
 `.npy` or `.pt` file, and leaves a reference in the pickle; `read` reads a file back with its
-digest checked (an array straight into its own memory), `build` makes the object. Arrays are
+digest checked (an array, or a tensor's storage, straight into its own memory: no second copy),
+`build` makes the object. Arrays are
 written in chunks (the store hashes each as the file holds it, so a thread changing the array
 meanwhile cannot make the digest wrong), and a deadline stops even a huge one; torch is imported
 only if the user imported it.
@@ -11,11 +12,15 @@ only if the user imported it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
 import io
 import os
+import re
+import struct
 import sys
 import time
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
@@ -163,7 +168,8 @@ def digest_of(array: np.ndarray[Any, Any]) -> tuple[int, str] | None:
 def read(directory: Path, entry: Mapping[str, Any], record: Mapping[str, Any]) -> Any:
     """The payload file `entry` of the manifest's `payload` list, read with its digest checked
     (`record`: the store's bytes and digest; digests.Mismatch if they do not hold): an array,
-    a `packs.Unpacker`, or a tensor file's bytes for `build`."""
+    a `packs.Unpacker`, or a `TensorFile` (or, of another layout, a tensor file's bytes) for
+    `build`."""
     path, size, expected = (
         directory / str(entry["file"]),
         int(record["bytes"]),
@@ -172,12 +178,7 @@ def read(directory: Path, entry: Mapping[str, Any], record: Mapping[str, Any]) -
     if entry.get("kind") == packs.KIND:
         return packs.Unpacker(digests.read(path, size, expected))
     if entry.get("kind") != "ndarray":
-        stream = io.BytesIO()
-        stream.write(bytes(size))
-        with stream.getbuffer() as buffer:
-            digests.read_into(path, [buffer], size, expected)
-        stream.seek(0)
-        return stream
+        return _read_tensor(path, size, expected)
     with open(path, "rb") as file:  # the header, checked with the rest below
         version = npy.read_magic(file)
         if version not in _HEADERS:
@@ -276,13 +277,137 @@ def _write_tensor(file: IO[bytes], tensor: Any) -> None:
     torch.save(data, file)
 
 
-def _load_tensor(file: IO[bytes], device: str, parameter: bool, requires_grad: bool) -> Any:
+class TensorFile:
+    """A tensor file as `read` read it, digest checked: its one storage's bytes in `storage` (a
+    uint8 CPU tensor, the memory the restored tensor will use) and the zip records around it in
+    `head` and `tail`, so the file is in memory once."""
+
+    def __init__(self, head: bytearray, storage: Any, memory: Any, tail: bytearray) -> None:
+        self.head, self.storage, self.memory, self.tail = head, storage, memory, tail
+
+    def image(self) -> IO[bytes]:
+        """The whole file, read from these parts (the storage's bytes are not copied)."""
+        return io.BufferedReader(_Image([self.head, self.memory, self.tail]))
+
+
+class _Image(io.RawIOBase):
+    """A read-only, seekable file over `parts` (bytes-likes) in order."""
+
+    def __init__(self, parts: list[Any]) -> None:
+        self._parts = [memoryview(part).cast("B") for part in parts]
+        self._size = sum(len(part) for part in self._parts)
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self._position = base + offset
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        target = memoryview(buffer).cast("B")
+        done, start = 0, 0
+        for part in self._parts:
+            end = start + len(part)
+            if self._position + done < end and done < len(target):
+                low = self._position + done - start
+                count = min(len(part) - low, len(target) - done)
+                target[done : done + count] = part[low : low + count]
+                done += count
+            start = end
+        self._position += done
+        return done
+
+
+_STORAGE = re.compile(r"[^/]+/data/[0-9]+")
+"""The name of a storage's record in a `torch.save` zip ("<archive>/data/<key>")."""
+_LOCAL_HEADER = struct.Struct("<4s22xHH")
+"""A zip local file header: its signature, then (past 22 bytes) its name's and extra's lengths."""
+
+
+def _storage_span(file: IO[bytes]) -> tuple[int, int] | None:
+    """(offset, bytes) of the one storage record of the `torch.save` zip `file`, stored as is and
+    in this machine's byte order; None for any other file (several storages, none, compressed,
+    not a zip): `read` then reads it whole and `torch.load` copies the storages out."""
+    try:
+        with zipfile.ZipFile(file) as archive:
+            records = [info for info in archive.infolist() if _STORAGE.fullmatch(info.filename)]
+            if len(records) != 1:
+                return None
+            (record,) = records
+            order = [info for info in archive.infolist() if info.filename.endswith("/byteorder")]
+            if len(order) > 1 or (order and archive.read(order[0]).decode() != sys.byteorder):
+                return None
+        if record.compress_type != zipfile.ZIP_STORED or record.compress_size != record.file_size:
+            return None
+        file.seek(record.header_offset)
+        signature, name, extra = _LOCAL_HEADER.unpack(file.read(_LOCAL_HEADER.size))
+    except (zipfile.BadZipFile, struct.error, OSError, ValueError, UnicodeDecodeError):
+        return None
+    if signature != b"PK\x03\x04" or record.file_size <= 0:
+        return None
+    return record.header_offset + _LOCAL_HEADER.size + name + extra, record.file_size
+
+
+def _read_tensor(path: Path, size: int, expected: str) -> TensorFile | bytearray:
+    """A tensor file read once, its digest checked: its storage's bytes straight into a tensor's
+    memory (`TensorFile`); a file of another layout, or without torch, as its bytes."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        try:
+            torch = importlib.import_module("torch")
+        except ImportError:  # `build` says so, as it unpickles
+            return digests.read(path, size, expected)
+    with open(path, "rb") as file:  # the layout, checked with the rest below
+        span = _storage_span(file)
+    if span is None or span[0] + span[1] > size:
+        return digests.read(path, size, expected)
+    offset, length = span
+    storage = torch.empty(length, dtype=torch.uint8)
+    memory = (ctypes.c_char * length).from_address(storage.data_ptr())
+    parts = TensorFile(bytearray(offset), storage, memory, bytearray(size - offset - length))
+    digests.read_into(path, [parts.head, memory, parts.tail], size, expected)
+    if _storage_span(parts.image()) != span:  # the layout used is the layout checked
+        raise digests.Mismatch(f"its file {path.name} changed while it was read")
+    return parts
+
+
+def _load_tensor(
+    file: TensorFile | bytearray, device: str, parameter: bool, requires_grad: bool
+) -> Any:
     torch = importlib.import_module("torch")
     target = device if device == "cpu" or _device_available(torch, device) else "cpu"
-    data = torch.load(file, map_location=target, weights_only=True)
+    if isinstance(file, TensorFile):
+        data = _on_storage(torch, file)
+        if target != "cpu":
+            data = data.to(target)
+    else:
+        data = torch.load(io.BytesIO(file), map_location=target, weights_only=True)
     if parameter:
         return torch.nn.Parameter(data, requires_grad=requires_grad)
     return data.requires_grad_(requires_grad) if requires_grad else data
+
+
+def _on_storage(torch: Any, file: TensorFile) -> Any:
+    """The CPU tensor of `file`, on the memory its bytes were read into: `torch.load` reads only
+    its metadata (the storage's place on the "meta" device), then the tensor takes the storage."""
+    shape = torch.load(file.image(), map_location="meta", weights_only=True)
+    if type(shape) is not torch.Tensor or shape.untyped_storage().nbytes() != len(file.memory):
+        return torch.load(file.image(), map_location="cpu", weights_only=True)  # never written
+    data = torch.empty(0, dtype=shape.dtype)
+    return data.set_(
+        file.storage.untyped_storage(), shape.storage_offset(), shape.size(), shape.stride()
+    )
 
 
 def _device_available(torch: Any, device: str) -> bool:

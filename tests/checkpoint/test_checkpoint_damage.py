@@ -176,6 +176,35 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_older_one_restored_and
     assert (older.path / "restored").exists()
 
 
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        pytest.param(flip("tensor-0001.pt", 0.5), DIGEST, id="storage-flipped"),
+        pytest.param(flip("tensor-0001.pt", 0.00005), DIGEST, id="pickle-in-zip-flipped"),
+        pytest.param(flip("tensor-0001.pt", 0.99999), DIGEST, id="zip-directory-flipped"),
+        pytest.param(cut("tensor-0001.pt"), "is {half} bytes, the manifest says {size}", id="cut"),
+    ],
+)
+def test_a_damaged_tensor_file_is_refused_and_nothing_is_restored(
+    tmp_path: Path, damage: Damage, reason: str
+) -> None:
+    torch = pytest.importorskip("torch")
+    store = kc.DirectoryStore(tmp_path / "kernel", secret=SECRET)
+    checkpoint = save_state(store, x=1, weights=torch.arange(2**19, dtype=torch.float32))
+    size = checkpoint.manifest["files"]["tensor-0001.pt"]["bytes"]
+    damage(checkpoint.path)
+    fresh = types.ModuleType("__main__")
+
+    with pytest.raises(kc.CheckpointDamaged) as refused:
+        kc.restore(fresh, checkpoint)
+
+    assert str(refused.value) == (
+        f"checkpoint {checkpoint.id} is damaged: its file tensor-0001.pt "
+        + reason.format(half=size // 2, size=size)
+    )
+    assert user_names(fresh) == []
+
+
 def test_when_every_checkpoint_is_damaged_the_kernel_is_told_it_starts_empty(
     tmp_path: Path,
 ) -> None:

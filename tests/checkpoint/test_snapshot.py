@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import kernel_queue.checkpoint as kc
-from kernel_queue.checkpoint import payloads
+from kernel_queue.checkpoint import digests, payloads
 from tests.checkpoint_stores import DelegatingStore
 
 KERNEL_BEFORE = """
@@ -116,6 +116,22 @@ def make_module(source: str, name: str = "kernelns") -> types.ModuleType:
     module = types.ModuleType(name)
     exec(textwrap.dedent(source), module.__dict__)
     return module
+
+
+def restore_fresh(checkpoint: kc.Checkpoint | None) -> types.ModuleType:
+    """A new, empty kernel namespace with `checkpoint` restored into it."""
+    assert checkpoint is not None
+    fresh = types.ModuleType("kernelns")
+    kc.restore(fresh, checkpoint)
+    return fresh
+
+
+def importable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str) -> Path:
+    """Module `name` written in `tmp_path`, which is on sys.path for this test; its file."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return path
 
 
 def test_a_kernel_namespace_is_restored_in_a_fresh_process(tmp_path: Path) -> None:
@@ -233,8 +249,7 @@ def test_arrays_of_every_layout_round_trip(tmp_path: Path) -> None:
     assert kinds == {"namespace.pkl", "array", "small"}
     del memmap, module.memmap
 
-    fresh = types.ModuleType("kernelns")
-    kc.restore(fresh, report.checkpoint)
+    fresh = restore_fresh(report.checkpoint)
 
     for name, value in expected.items():
         restored = getattr(fresh, name)
@@ -259,8 +274,7 @@ def test_hidden_private_and_module_names_are_not_saved_as_variables(tmp_path: Pa
     assert report.saved == (("x", 5),)
     assert report.skipped == ()
 
-    fresh = types.ModuleType("kernelns")
-    kc.restore(fresh, report.checkpoint)  # type: ignore[arg-type]
+    fresh = restore_fresh(report.checkpoint)
     assert sorted(k for k in vars(fresh) if not k.startswith("__")) == ["json", "np", "x"]
     assert fresh.np is np
 
@@ -268,8 +282,9 @@ def test_hidden_private_and_module_names_are_not_saved_as_variables(tmp_path: Pa
 def test_a_name_imported_from_a_module_that_is_gone_is_reported_not_fatal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "kq_gone_mod.py").write_text("LIMIT = 7\ndef helper():\n    return 1\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    gone = importable(
+        tmp_path, monkeypatch, "kq_gone_mod", "LIMIT = 7\ndef helper():\n    return 1\n"
+    )
     module = make_module("""
         import kq_gone_mod
         from kq_gone_mod import LIMIT, helper
@@ -278,7 +293,7 @@ def test_a_name_imported_from_a_module_that_is_gone_is_reported_not_fatal(
     report = kc.save(module, kc.DirectoryStore(tmp_path / "store"))
     assert [name for name, _ in report.saved] == ["LIMIT", "helper", "kept"]
     monkeypatch.delitem(sys.modules, "kq_gone_mod")
-    (tmp_path / "kq_gone_mod.py").unlink()
+    gone.unlink()
 
     fresh = types.ModuleType("kernelns")
     restored = kc.restore(fresh, report.checkpoint)  # type: ignore[arg-type]
@@ -339,12 +354,27 @@ def test_functions_keep_their_globals_in_a_module_of_another_name(tmp_path: Path
     assert second.times(2) == 20
 
 
+def saved_once(
+    directory: Path, source: str
+) -> tuple[kc.DirectoryStore, types.ModuleType, kc.Checkpoint | None]:
+    """A store in `directory` holding one checkpoint of the namespace `source` makes: the store,
+    the namespace and the checkpoint."""
+    store = kc.DirectoryStore(directory)
+    module = make_module(source)
+    return store, module, kc.save(module, store).checkpoint
+
+
+def assert_only(directory: Path, first: kc.Checkpoint | None) -> None:
+    """The store in `directory` holds `first` and nothing else, nothing half-written beside it."""
+    assert first is not None
+    assert kc.DirectoryStore(directory).latest() == first
+    assert [p.name for p in directory.iterdir()] == [first.id]
+
+
 def test_a_deadline_already_past_commits_nothing_and_keeps_the_previous_checkpoint(
     tmp_path: Path,
 ) -> None:
-    store = kc.DirectoryStore(tmp_path)
-    module = make_module("x = 1")
-    first = kc.save(module, store).checkpoint
+    store, module, first = saved_once(tmp_path, "x = 1")
     module.x = 2
 
     report = kc.save(module, store, deadline=time.monotonic() - 1)
@@ -353,8 +383,7 @@ def test_a_deadline_already_past_commits_nothing_and_keeps_the_previous_checkpoi
     assert re.sub(r"after \d+\.\d s", "after N s", kc.summary(report)) == (
         "checkpoint not saved after N s (the deadline passed); any earlier one is kept"
     )
-    assert store.latest() == first
-    assert [p.name for p in tmp_path.iterdir()] == [first.id]  # type: ignore[union-attr]
+    assert_only(tmp_path, first)
 
 
 class SlowStore(DelegatingStore):
@@ -372,17 +401,14 @@ class SlowStore(DelegatingStore):
 def test_a_deadline_passing_while_arrays_are_written_aborts_the_checkpoint(
     tmp_path: Path,
 ) -> None:
-    store = kc.DirectoryStore(tmp_path)
-    module = make_module("import numpy as np\nx = 1")
-    first = kc.save(module, store).checkpoint
+    store, module, first = saved_once(tmp_path, "import numpy as np\nx = 1")
     module.a, module.b = np.ones(2**18), np.zeros(2**18)  # 2 MiB each
 
     # namespace.pkl opens at +0.2 s, a's file at +0.4 s: its first chunk is past the deadline
     report = kc.save(module, SlowStore(store, 0.2), deadline=time.monotonic() + 0.3)
 
     assert (report.checkpoint, report.error) == (None, "deadline")
-    assert store.latest() == first
-    assert [p.name for p in tmp_path.iterdir()] == [first.id]  # type: ignore[union-attr]
+    assert_only(tmp_path, first)
 
 
 def test_an_error_while_saving_is_reported_not_raised(tmp_path: Path) -> None:
@@ -467,22 +493,53 @@ def test_torch_tensors_go_out_of_band_and_keep_aliasing(tmp_path: Path) -> None:
         param = torch.nn.Parameter(torch.ones(1024, 512))            # 2 MiB
         view = torch.arange(2**21, dtype=torch.float32)[: 2**18]     # 1 MiB of an 8 MiB storage
         small = torch.ones(3)
+        turned = torch.arange(2**20, dtype=torch.int64).reshape(2048, 512).T  # 8 MiB, strided
+        half = torch.linspace(0, 1, 2**20, dtype=torch.bfloat16)     # 2 MiB
     """)
     report = kc.save(module, kc.DirectoryStore(tmp_path))
     assert report.checkpoint is not None, report.error
     tensors = [e for e in report.checkpoint.manifest["payload"] if e["kind"] == "tensor"]
     assert [(e["shape"], e["device"]) for e in tensors] == [
-        ([2**19], "cpu"), ([1024, 512], "cpu"), ([2**18], "cpu")
+        ([2**19], "cpu"), ([1024, 512], "cpu"), ([2**18], "cpu"), ([512, 2048], "cpu"),
+        ([2**20], "cpu"),
     ]  # fmt: skip
     assert tensors[2]["bytes"] < 2 * 2**20  # the view's elements, not its whole storage
 
-    fresh = types.ModuleType("kernelns")
-    kc.restore(fresh, report.checkpoint)
+    fresh = restore_fresh(report.checkpoint)
     assert fresh.same is fresh.weights
     assert torch.equal(fresh.weights, torch.arange(2**19, dtype=torch.float32))
     assert isinstance(fresh.param, torch.nn.Parameter) and fresh.param.requires_grad
     assert torch.equal(fresh.view, torch.arange(2**18, dtype=torch.float32))
     assert torch.equal(fresh.small, torch.ones(3))
+    assert torch.equal(fresh.turned, module.turned) and fresh.turned.stride() == (1, 512)
+    assert torch.equal(fresh.half, module.half) and fresh.half.dtype == torch.bfloat16
+    # each tensor has memory of its own, as torch.load gives: writable, growable, not shared
+    pointers = {t.untyped_storage().data_ptr() for t in (fresh.weights, fresh.turned, fresh.half)}
+    assert len(pointers) == 3
+    fresh.weights.resize_(2**20).fill_(7)
+    assert fresh.weights.sum().item() == 7 * 2**20 and fresh.same is fresh.weights
+
+
+@pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy"])
+def test_a_tensor_file_of_any_torch_save_layout_is_read_checked_and_built(
+    tmp_path: Path, zip_format: bool
+) -> None:
+    """Files this code writes hold one storage in a zip and are read into the tensor's own
+    memory; any other layout (here torch's legacy format) is read whole and `torch.load`ed."""
+    torch = pytest.importorskip("torch")
+    tensor = torch.arange(2**19, dtype=torch.float32).reshape(512, 1024)
+    torch.save(tensor, tmp_path / "tensor-0001.pt", _use_new_zipfile_serialization=zip_format)
+    data = (tmp_path / "tensor-0001.pt").read_bytes()
+    record = {"bytes": len(data), "digest": digests.of_bytes(data)}
+    entry = {"file": "tensor-0001.pt", "kind": "tensor"}
+
+    read = payloads.read(tmp_path, entry, record)
+    assert isinstance(read, payloads.TensorFile) == zip_format
+    built = payloads.build(read, ("tensor", "tensor-0001.pt", "cpu", True, True))
+    assert isinstance(built, torch.nn.Parameter) and built.requires_grad
+    assert torch.equal(built.detach(), tensor)
+    with pytest.raises(digests.Mismatch, match="does not match its digest"):
+        payloads.read(tmp_path, entry, {**record, "digest": digests.of_bytes(b"other")})
 
 
 def test_a_tensor_saved_on_a_device_this_machine_lacks_is_restored_on_the_cpu(
@@ -511,8 +568,7 @@ def test_a_tensor_saved_on_a_device_this_machine_lacks_is_restored_on_the_cpu(
         return False  # whatever accelerators the test machine has
 
     monkeypatch.setattr(payloads, "_device_available", no_such_device)
-    fresh = types.ModuleType("kernelns")
-    kc.restore(fresh, report.checkpoint)
+    fresh = restore_fresh(report.checkpoint)
 
     assert asked == ["cuda:7", "cuda:7"]
     assert fresh.weights.device.type == fresh.param.device.type == "cpu"
@@ -535,8 +591,7 @@ def test_a_view_of_a_saved_array_comes_back_a_view_and_a_view_of_anything_else_a
     assert report.checkpoint is not None, report.error
     assert report.bytes < 9 * 2**20  # base once; not every_other again, nor head's 32 MiB
 
-    fresh = types.ModuleType("kernelns")
-    kc.restore(fresh, report.checkpoint)
+    fresh = restore_fresh(report.checkpoint)
 
     fresh.base[0] = -1.0
     assert fresh.every_other[0] == -1.0 and np.shares_memory(fresh.reversed_tail, fresh.base)
@@ -561,8 +616,7 @@ def test_small_arrays_are_packed_and_come_back_each_its_own_with_aliasing_kept(
     [packed] = [e for e in report.checkpoint.manifest["payload"] if e["kind"] == "small-arrays"]
     assert packed["count"] == 2000 + 5
 
-    fresh = types.ModuleType("kernelns")
-    kc.restore(fresh, report.checkpoint)
+    fresh = restore_fresh(report.checkpoint)
 
     for key, value in module.many.items():
         restored = fresh.many[key]
@@ -577,8 +631,7 @@ def test_small_arrays_are_packed_and_come_back_each_its_own_with_aliasing_kept(
 def test_a_module_held_inside_a_value_comes_back_as_the_live_module_not_an_old_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "kq_live_mod.py").write_text("counter = 1\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    importable(tmp_path, monkeypatch, "kq_live_mod", "counter = 1\n")
     module = make_module("""
         import kq_live_mod
         holder = {"mod": kq_live_mod}
@@ -588,8 +641,7 @@ def test_a_module_held_inside_a_value_comes_back_as_the_live_module_not_an_old_c
     live = sys.modules["kq_live_mod"]
     live.counter = 5  # the library moved on after the save
 
-    fresh = types.ModuleType("kernelns")
-    kc.restore(fresh, report.checkpoint)
+    fresh = restore_fresh(report.checkpoint)
 
     assert fresh.holder["mod"] is live
     assert live.counter == 5  # dill's by-value copy of the module used to set it back to 1
@@ -651,7 +703,6 @@ def test_plain_values_with_cycles_and_sharing_are_saved_and_keep_their_shape(
     assert report.checkpoint is not None and report.skipped == ()
     assert [name for name, _ in report.saved] == ["history", "loop", "shared", "twice"]
 
-    fresh = types.ModuleType("kernelns")
-    kc.restore(fresh, report.checkpoint)
+    fresh = restore_fresh(report.checkpoint)
     assert fresh.history == module.history and fresh.loop[0] is fresh.loop
     assert fresh.twice[0] is fresh.twice[1] is fresh.shared
