@@ -140,26 +140,33 @@ def private(store: Path) -> list[str]:
     return bad
 
 
-def preempt_idle(start_kernel: StartKernel, store: Path, code: str, **env: str) -> Kernel:
-    """A kernel that runs ``code``, then is preempted while idle; returns it after its exit."""
+def with_client(
+    start_kernel: StartKernel, store: Path, code: str = "", **env: str
+) -> tuple[Kernel, BlockingKernelClient]:
+    """A kernel and a client of it, once ``code`` (if any) ran without an error."""
     kernel = start_kernel(store, **env)
     client = kernel.client()
-    assert run(client, code).reply["status"] == "ok"
+    if code:
+        assert run(client, code).reply["status"] == "ok"
+    return kernel, client
+
+
+def preempt_idle(
+    start_kernel: StartKernel, store: Path, code: str, **env: str
+) -> tuple[Kernel, BlockingKernelClient]:
+    """A kernel that runs ``code``, then is preempted while idle; it (after its exit) and its
+    client."""
+    kernel, client = with_client(start_kernel, store, code, **env)
     assert kernel.sigterm()[0] == launcher.PREEMPTED_EXIT_CODE
-    return kernel
+    return kernel, client
 
 
 def test_an_idle_kernel_saves_on_sigterm_and_a_new_launcher_restores_before_any_request(
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    first = start_kernel(store)
-    client = first.client()
-    assert run(client, STATE).reply["status"] == "ok"
+    first, client = preempt_idle(start_kernel, store, STATE)
 
-    status, _ = first.sigterm()
-
-    assert status == launcher.PREEMPTED_EXIT_CODE
     notice, result = unparented_streams(client, 2)
     assert is_notice(notice)
     assert "; not saved: sock (socket: cannot pickle 'socket' object)" in result
@@ -176,8 +183,7 @@ def test_an_idle_kernel_saves_on_sigterm_and_a_new_launcher_restores_before_any_
     assert event["summary"] == result.strip() == first.termination_log.read_text()
     assert private(store) == []
 
-    second = start_kernel(store)
-    client = second.client()
+    _, client = with_client(start_kernel, store)
     cell = run(
         client,
         "print(x, config['layers'], big.shape, big.sum(), square(7), p.norm2(), "
@@ -210,8 +216,7 @@ def test_a_running_python_loop_is_interrupted_and_saved_at_the_cell_boundary(
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    kernel = start_kernel(store)
-    client = kernel.client()
+    kernel, client = with_client(start_kernel, store)
     code = (
         "total = 0\n"
         "for i in range(10**12):\n"
@@ -243,8 +248,7 @@ def test_a_running_python_loop_is_interrupted_and_saved_at_the_cell_boundary(
 def test_a_cell_in_time_sleep_is_interrupted_at_once(
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
-    kernel = start_kernel(tmp_path / "store")
-    client = kernel.client()
+    kernel, client = with_client(start_kernel, tmp_path / "store")
     msg_id = client.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(600)")
     wait_for_stream(client, msg_id, "sleeping")
 
@@ -261,9 +265,10 @@ def test_a_cell_stuck_in_c_is_saved_concurrently_after_the_fallback_delay(
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    kernel = start_kernel(store, **{contract.ENV_CHECKPOINT_DEADLINE: "20"})
-    client = kernel.client()
-    assert run(client, BLOCK_IN_C + "\nrows = [list(range(10))] * 3").reply["status"] == "ok"
+    code = BLOCK_IN_C + "\nrows = [list(range(10))] * 3"
+    kernel, client = with_client(
+        start_kernel, store, code, **{contract.ENV_CHECKPOINT_DEADLINE: "20"}
+    )
     msg_id = client.execute("block_in_c(60)")
     wait_in_c(client, msg_id)
 
@@ -293,12 +298,12 @@ def test_a_kernel_killed_before_it_reports_leaves_a_checkpoint_event_saying_so(
     # A 20 s save deadline puts the concurrent save 2 s after SIGTERM, long after the SIGKILL at
     # 0.5 s (with the deadline derived from 0.5 s it started at once and, on a quiet machine,
     # finished first).
-    kernel = start_kernel(
+    kernel, client = with_client(
+        start_kernel,
         tmp_path / "store",
+        BLOCK_IN_C,
         **{contract.ENV_STOP_TIMEOUT: "0.5", contract.ENV_CHECKPOINT_DEADLINE: "20"},
     )
-    client = kernel.client()
-    assert run(client, BLOCK_IN_C).reply["status"] == "ok"
     msg_id = client.execute("block_in_c(60)")
     wait_in_c(client, msg_id)
 
@@ -315,14 +320,20 @@ def test_a_kernel_killed_before_it_reports_leaves_a_checkpoint_event_saying_so(
     )
 
 
+def one_checkpoint(start_kernel: StartKernel, store: Path, code: str) -> checkpoint.Checkpoint:
+    """The one checkpoint a kernel (SIGTERM only) that ran ``code`` saved, preempted idle."""
+    preempt_idle(start_kernel, store, code, **SIGTERM_ONLY)
+    [saved] = checkpoint.DirectoryStore(store).committed()
+    return saved
+
+
 def test_a_save_past_its_deadline_is_aborted_and_the_previous_checkpoint_stays(
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    preempt_idle(start_kernel, store, "small = 7", **SIGTERM_ONLY)
-    [previous] = checkpoint.DirectoryStore(store).committed()
-    kernel = start_kernel(store, **{contract.ENV_CHECKPOINT_DEADLINE: "0.02"}, **SIGTERM_ONLY)
-    client = kernel.client()
+    previous = one_checkpoint(start_kernel, store, "small = 7")
+    deadline = {contract.ENV_CHECKPOINT_DEADLINE: "0.02"}
+    kernel, client = with_client(start_kernel, store, **deadline, **SIGTERM_ONLY)
     assert value_of(client, "small") == "7"
     assert run(client, "import numpy as np\nhuge = np.ones(2**25)").reply["status"] == "ok"
 
@@ -342,10 +353,8 @@ def test_a_restart_neither_saves_nor_restores_and_a_final_shutdown_deletes_the_s
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    preempt_idle(start_kernel, store, "x = 1", **SIGTERM_ONLY)
-    [saved] = checkpoint.DirectoryStore(store).committed()
-    kernel = start_kernel(store, **SIGTERM_ONLY)
-    client = kernel.client()
+    saved = one_checkpoint(start_kernel, store, "x = 1")
+    kernel, client = with_client(start_kernel, store, **SIGTERM_ONLY)
     assert value_of(client, "x") == "1"  # generation 0 restores
     # Unmark it, so that only the generation guard keeps the restarts below from restoring it.
     (saved.path / RESTORED).unlink()
@@ -381,8 +390,8 @@ def test_a_final_shutdown_keeps_the_store_with_keep_1(
 ) -> None:
     store = tmp_path / "store"
     preempt_idle(start_kernel, store, "x = 1", **SIGTERM_ONLY)
-    kernel = start_kernel(store, **{contract.ENV_CHECKPOINT_KEEP: "1"}, **SIGTERM_ONLY)
-    client = kernel.client()
+    keep = {contract.ENV_CHECKPOINT_KEEP: "1"}
+    kernel, client = with_client(start_kernel, store, **keep, **SIGTERM_ONLY)
 
     client.shutdown(restart=False)
 
@@ -415,21 +424,15 @@ def test_restored_names_are_the_users_names_and_a_second_preemption_saves_them_a
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    first = start_kernel(store)
-    client = first.client()
-    assert run(client, "x = 1\nkept = [1, 2]\ngone = 'bye'").reply["status"] == "ok"
-    assert first.sigterm()[0] == launcher.PREEMPTED_EXIT_CODE
+    preempt_idle(start_kernel, store, "x = 1\nkept = [1, 2]\ngone = 'bye'")
 
-    second = start_kernel(store)
-    client = second.client()
-    assert run(client, "y = 2\ndel gone").reply["status"] == "ok"
+    second, client = with_client(start_kernel, store, "y = 2\ndel gone")
     who = run(client, "%who")
     assert who.streams()[-1].split() == ["kept", "x", "y"]  # not "Interactive namespace is empty"
     assert second.sigterm()[0] == launcher.PREEMPTED_EXIT_CODE
     assert {s["name"] for s in second.checkpoint_event()["saved"]} == {"x", "kept", "y"}
 
-    third = start_kernel(store)
-    client = third.client()
+    _, client = with_client(start_kernel, store)
     cell = run(client, "print(x, kept, y)")
     summary, printed = cell.streams()
     assert summary.startswith("restored 3 variables"), summary
@@ -451,17 +454,13 @@ def test_no_diagnostics_reach_the_notebook_during_a_save_and_a_restore(
     start_kernel: StartKernel, tmp_path: Path
 ) -> None:
     store = tmp_path / "store"
-    first = start_kernel(store)
-    client = first.client()
-    assert run(client, "x = 1\nprint('cell output')").reply["status"] == "ok"
-    assert first.sigterm()[0] == launcher.PREEMPTED_EXIT_CODE
+    _, client = preempt_idle(start_kernel, store, "x = 1\nprint('cell output')")
     texts = streams(drain(client))
     assert len(texts) == 2, texts  # the notice and the result: nothing else, each one line
     assert is_notice(texts[0]) and texts[1].startswith("saved 1 variable (")
     assert all(text.endswith("\n") and text.count("\n") == 1 for text in texts), texts
 
-    second = start_kernel(store)
-    client = second.client()
+    _, client = with_client(start_kernel, store)
     cell = run(client, "print(x)")
     assert cell.streams()[0].startswith("restored 1 variable")
     assert cell.streams()[1:] == ["1\n"]
