@@ -105,50 +105,37 @@ async def launch_restart_in_place_and_kill() -> None:
     assert fake.closed, "the last kernel let go of EG's backends"
 
 
-async def a_bad_kernelspec_is_an_http_error_naming_the_fix() -> None:
+async def refused(config: dict[str, Any], status: int, **env: str) -> tuple[FakeBackend, str]:
+    """Launch with this kernelspec config and env, which must fail with HTTP `status`; the fake
+    backend and the error's message."""
     owner = Owner()
     fake = FakeBackend().serve(owner)
-    proxy = KueueProcessProxy(Manager(owner, gpu=1), {})
+    proxy = KueueProcessProxy(Manager(owner, **config), {})
     try:
-        await launched(proxy)
+        await launched(proxy, **env)
     except web.HTTPError as exc:
-        assert exc.status_code == 500
-        assert "unknown config key `gpu` (did you mean `gpus`?)" in str(exc.log_message)
-    else:
-        raise AssertionError("the launch did not fail")
+        assert exc.status_code == status, exc
+        return fake, str(exc.log_message)
+    raise AssertionError("the launch did not fail")
+
+
+async def a_bad_kernelspec_is_an_http_error_naming_the_fix() -> None:
+    fake, said = await refused({"gpu": 1}, 500)
+    assert "unknown config key `gpu` (did you mean `gpus`?)" in said
     assert fake.submitted == []
 
 
 async def park_after_is_refused_naming_the_key_and_the_way_out() -> None:
-    owner = Owner()
-    fake = FakeBackend().serve(owner)
     checkpoint = {"enabled": True, "path": "/tmp/kernel-queue-eg-checkpoints"}
-    proxy = KueueProcessProxy(Manager(owner, park_after=600, checkpoint=checkpoint), {})
-    try:
-        await launched(proxy)
-    except web.HTTPError as exc:
-        assert exc.status_code == 500
-        said = str(exc.log_message)
-        assert (
-            "kernelspec 'fake': `park_after` is 600, but Enterprise Gateway 3.x cannot park" in said
-        )
-        assert "set `park_after` to 0" in said
-    else:
-        raise AssertionError("the launch did not fail")
+    fake, said = await refused({"park_after": 600, "checkpoint": checkpoint}, 500)
+    assert "kernelspec 'fake': `park_after` is 600, but Enterprise Gateway 3.x cannot park" in said
+    assert "set `park_after` to 0" in said
     assert fake.submitted == []
 
 
 async def a_client_that_stops_waiting_gets_503_and_nothing_stays_queued() -> None:
-    owner = Owner()
-    fake = FakeBackend().serve(owner)
-    proxy = KueueProcessProxy(Manager(owner), {})
-    try:
-        await launched(proxy, KERNEL_LAUNCH_TIMEOUT="0.2")
-    except web.HTTPError as exc:
-        assert exc.status_code == 503
-        assert "as long as the gateway client waits" in str(exc.log_message)
-    else:
-        raise AssertionError("the launch did not fail")
+    fake, said = await refused({}, 503, KERNEL_LAUNCH_TIMEOUT="0.2")
+    assert "as long as the gateway client waits" in said
     assert len(fake.released) == 1 and fake.closed
 
 
