@@ -17,19 +17,14 @@ import pytest
 
 from kernel_queue.backends.local import gpus as gpu_detection
 from kernel_queue.cli.lab import inventory_message
+from tests.commands import ran
 
 REPO = Path(__file__).resolve().parents[2]
 JUPYTER = str(Path(sys.executable).parent / "jupyter")
 
 
 def lab(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [JUPYTER, "kernel-queue", "lab", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return ran([JUPYTER, "kernel-queue", "lab", *args], env=os.environ)
 
 
 def test_lab_help_documents_every_flag_the_banner_mentions() -> None:
@@ -81,14 +76,7 @@ def fake_venv() -> Iterator[str]:
 
 def scripts_lab(venv: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "VENV": venv, "PYTHON": sys.executable}
-    return subprocess.run(
-        [str(REPO / "scripts" / "lab"), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return ran([str(REPO / "scripts" / "lab"), *args], env=env)
 
 
 def test_scripts_lab_says_what_it_installs_shows_pip_and_keeps_notebooks_ignored(

@@ -19,6 +19,7 @@ from jupyter_client.blocking import BlockingKernelClient
 
 from kernel_queue.kube.objects import launcher_archive, manifests
 from kernel_queue.launcher import settings
+from tests.commands import ran
 from tests.kube import images
 from tests.kube_pieces.specs import GROUP, SPEC
 
@@ -132,15 +133,7 @@ def run_archive(python: str, tmp_path: Path, *args: str) -> subprocess.Completed
     message = tmp_path / "termination-log"
     message.touch()
     env = {"KERNEL_QUEUE_LAUNCH_TERMINATION_LOG": str(message), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(
-        [python, "-I", str(path), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-        check=False,
-    )
+    return ran([python, "-I", str(path), *args], env=env, cwd=tmp_path)
 
 
 def test_an_interpreter_without_ipykernel_is_told_in_one_line_and_the_termination_message(

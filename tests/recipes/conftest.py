@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 from kernel_queue import model
 from kernel_queue.kube.objects import manifests
 from kernel_queue.model import ConnectionInfo, GroupSpec
+from tests.commands import ran
 from tests.conftest import KUEUE_CRDS, Server, skip_unless_ci
 from tests.kube.support import GPU_QUOTA, QUEUES
 from tests.recipes import rendering, tls
@@ -103,15 +103,7 @@ def kubectl_apply(cluster: FakeCluster, manifests: str, *extra: str) -> list[str
     home = kubeconfig.parent / "kubectl-home"
     home.mkdir(exist_ok=True)
     env = {**os.environ, "HOME": str(home), "KUBECONFIG": str(kubeconfig)}
-    done = subprocess.run(
-        [rendering.kubectl(), "apply", *extra, "-f", "-"],
-        input=manifests,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    done = ran([rendering.kubectl(), "apply", *extra, "-f", "-"], env=env, stdin=manifests)
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
 
@@ -127,6 +119,39 @@ async def shut_down_leaving_nothing(
     cluster) is empty."""
     await server.shutdown(kernel)
     await server.wait_for(lambda: not made(), what="nothing of the kernel left", detail=made)
+
+
+def served_with(
+    jp_server_config: dict[str, Any], kubeconfig: Path, owner_id: str, /, **settings: Any
+) -> dict[str, Any]:
+    """The server's config with a KubernetesBackend whose only credentials are `kubeconfig`'s,
+    as owner `owner_id`, with queue positions every 0.2 s and `settings` beside."""
+    jp_server_config["KubernetesBackend"] = {
+        **settings,
+        "kubeconfig": str(kubeconfig),
+        "owner_id": owner_id,
+        "position_interval": 0.2,
+    }
+    return jp_server_config
+
+
+async def failed_for_want_of_creating_services(
+    server: Server,
+    kernel: str,
+    reason: str,
+    account: str,
+    made: Callable[[], dict[str, list[str]]],
+) -> None:
+    """`reason` (of the dead kernel) names what the server's service account `account`
+    ("namespace/name") lacks and how to grant it, and nothing of the kernel stays: `made()` (what
+    of it is in the cluster) comes to be empty."""
+    namespace = account.split("/")[0]
+    assert reason.startswith(
+        f"kernel {kernel[:8]}: the server's service account '{account}' may "
+        f"not create services in namespace '{namespace}'; grant it a Role in '{namespace}' "
+        "with verb 'create' on 'services' bound to it"
+    ), reason
+    await server.wait_for(lambda: not made(), what="nothing of the failed kernel left", detail=made)
 
 
 def labelled_in(cluster: FakeCluster, namespace: str, kernel: str) -> dict[str, list[str]]:

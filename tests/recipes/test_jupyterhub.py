@@ -25,6 +25,7 @@ from tests.recipes.conftest import (
     labelled_in,
     namespace,
     recipe_cluster,
+    served_with,
     shut_down_leaving_nothing,
 )
 
@@ -140,13 +141,7 @@ def jp_server_config(
     config_file = root / "etc/jupyter/jupyter_server_config.d/kernel-queue-backend.json"
     backend = json.loads(config_file.read_text())["KubernetesBackend"]
     kubeconfig = cluster.kubeconfig_for(ACCOUNT_TOKEN, namespace=NAMESPACE, name="user")
-    jp_server_config["KubernetesBackend"] = {
-        **backend,
-        "kubeconfig": str(kubeconfig),
-        "owner_id": "jupyter-alice",
-        "position_interval": 0.2,
-    }
-    return jp_server_config
+    return served_with(jp_server_config, kubeconfig, "jupyter-alice", **backend)
 
 
 async def test_a_user_server_runs_a_queued_kernel_with_the_account_s_token(

@@ -19,11 +19,13 @@ from tests.conftest import Server
 from tests.recipes import network, rendering
 from tests.recipes.conftest import (
     FIXTURES,
+    failed_for_want_of_creating_services,
     kubectl_apply,
     labelled_in,
     lay_out_config_maps,
     namespace,
     recipe_cluster,
+    served_with,
     shut_down_leaving_nothing,
     under,
 )
@@ -114,12 +116,7 @@ def jp_server_config(
     monkeypatch.setenv("JUPYTER_PATH", str(under(root, env["JUPYTER_PATH"])))
     monkeypatch.setenv("KERNEL_QUEUE_NAMESPACE", NAMESPACE)
     kubeconfig = cluster.kubeconfig_for(EDITOR_TOKEN, namespace=NAMESPACE, name="editor")
-    jp_server_config["KubernetesBackend"] = {
-        "kubeconfig": str(kubeconfig),
-        "owner_id": "lab-0",
-        "position_interval": 0.2,
-    }
-    return jp_server_config
+    return served_with(jp_server_config, kubeconfig, "lab-0")
 
 
 async def test_a_queued_kernel_runs_with_only_default_editor_s_token(
@@ -180,13 +177,10 @@ async def test_a_role_short_of_one_verb_fails_the_kernel_naming_the_verb_and_res
         reason = (await server.model(kernel))["reason"]
     finally:
         kubectl_apply(cluster, rendering.as_yaml([role]))
-    assert reason.startswith(
-        f"kernel {kernel[:8]}: the server's service account '{NAMESPACE}/default-editor' may "
-        f"not create services in namespace '{NAMESPACE}'; grant it a Role in '{NAMESPACE}' "
-        "with verb 'create' on 'services' bound to it"
-    ), reason
-    await server.wait_for(
-        lambda: not labelled_in(cluster, NAMESPACE, kernel),
-        what="nothing of the failed kernel left",
-        detail=lambda: labelled_in(cluster, NAMESPACE, kernel),
+    await failed_for_want_of_creating_services(
+        server,
+        kernel,
+        reason,
+        f"{NAMESPACE}/default-editor",
+        lambda: labelled_in(cluster, NAMESPACE, kernel),
     )

@@ -25,7 +25,14 @@ from kernel_queue_fake_cluster.control_plane.fault_proxy import FaultProxy
 from tests.conftest import KernelspecFactory, Server, real_plane_ready
 from tests.kube.planes import RealPlane, RealPlanes
 from tests.recipes import rendering
-from tests.recipes.conftest import ALL_OF_A_KERNEL, FIXTURES, namespace, shut_down_leaving_nothing
+from tests.recipes.conftest import (
+    ALL_OF_A_KERNEL,
+    FIXTURES,
+    failed_for_want_of_creating_services,
+    namespace,
+    served_with,
+    shut_down_leaving_nothing,
+)
 
 RELEASE = "0.19"
 
@@ -119,13 +126,7 @@ def jp_server_config(
 ) -> dict[str, Any]:
     """The server with the recipe's token and nothing else, in the recipe's namespace."""
     kubeconfig = plane.server_kubeconfig(tmp_path)
-    jp_server_config["KubernetesBackend"] = {
-        "kubeconfig": str(kubeconfig),
-        "namespace": recipe.namespace,
-        "owner_id": "recipe-server",
-        "position_interval": 0.2,
-    }
-    return jp_server_config
+    return served_with(jp_server_config, kubeconfig, "recipe-server", namespace=recipe.namespace)
 
 
 def _made(plane: RealPlane, ns: str, kernel: str) -> dict[str, list[str]]:
@@ -187,13 +188,6 @@ async def test_a_role_short_of_one_verb_fails_the_kernel_naming_the_verb(
     await server.wait_for(dead)
     reason = (await server.model(kernel))["reason"]
     ns = recipe.namespace
-    assert reason.startswith(
-        f"kernel {kernel[:8]}: the server's service account '{ns}/{recipe.account}' may "
-        f"not create services in namespace '{ns}'; grant it a Role in '{ns}' "
-        "with verb 'create' on 'services' bound to it"
-    ), reason
-    await server.wait_for(
-        lambda: not _made(plane, ns, kernel),
-        what="nothing of the failed kernel left",
-        detail=lambda: _made(plane, ns, kernel),
+    await failed_for_want_of_creating_services(
+        server, kernel, reason, f"{ns}/{recipe.account}", lambda: _made(plane, ns, kernel)
     )
