@@ -204,7 +204,8 @@ def test_one_checkpoint_layout_on_disk(tmp_path: Path) -> None:
     assert manifest["module"] == "kernelns"
     assert manifest["consistency"] == "consistent"
     assert manifest["pickle_protocol"] == 5
-    assert sorted(manifest["versions"]) == ["dill", "numpy", "python"]
+    torch = ["torch"] if "torch" in sys.modules else []  # imported by a torch test before
+    assert sorted(manifest["versions"]) == ["dill", "numpy", "python", *torch]
     assert [(e["name"], e["type"]) for e in manifest["saved"]] == [
         ("big", "ndarray"), ("same", "ndarray"), ("small", "ndarray"), ("text", "str")
     ]  # fmt: skip
@@ -518,6 +519,44 @@ def test_torch_tensors_go_out_of_band_and_keep_aliasing(tmp_path: Path) -> None:
     assert len(pointers) == 3
     fresh.weights.resize_(2**20).fill_(7)
     assert fresh.weights.sum().item() == 7 * 2**20 and fresh.same is fresh.weights
+
+
+def test_the_split_of_imported_names_is_dills_own(tmp_path: Path) -> None:
+    """`snapshot._stash_modules` (on a module map of only what it looks up) splits a namespace
+    into values and references exactly as `dill.session._stash_modules` (which maps every
+    imported module) does."""
+    import dill.session  # type: ignore[import-untyped]
+
+    from kernel_queue.checkpoint import snapshot
+
+    module = make_module("""
+        import json, os.path, sys, collections.abc
+        import numpy as np
+        import numpy as numpy_again
+        from numpy import array as make_array, float64
+        from json import dumps
+        from os.path import join as joined
+        from collections import OrderedDict
+        def helper(): return 1
+        class Local: pass
+        numbers, text, nothing, flag = [1, 2], "x", None, True
+        maximum = sys.maxsize
+        namespace = globals()
+    """)
+    ours, dills = snapshot._stash_modules(module), dill.session._stash_modules(module)
+    assert ours is not module and list(vars(ours)) == list(vars(dills))
+    for name, value in vars(dills).items():
+        if name.startswith("__dill_"):
+            assert vars(ours)[name] == value, name
+        elif name == "namespace":
+            assert vars(ours)[name] is vars(ours) and value is vars(dills)
+        else:
+            assert vars(ours)[name] is value, name
+    assert {"make_array", "joined"} <= {name for *_, name in vars(ours)["__dill_imported_as"]}
+    assert ("json", "dumps") in vars(ours)["__dill_imported"]
+    plain = types.ModuleType("kernelns")
+    plain.numbers = [1, 2]
+    assert snapshot._stash_modules(plain) is plain is dill.session._stash_modules(plain)
 
 
 @pytest.mark.parametrize("zip_format", [True, False], ids=["zip", "legacy"])
