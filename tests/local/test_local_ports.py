@@ -4,9 +4,11 @@ named: real jupyter_server, real launchers and kernels, a second socket playing 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,15 +51,26 @@ def try_to_steal(ports: tuple[int, ...]) -> list[socket.socket]:
     return [t for p in ports for r in (False, True) if (t := steal(p, reuse=r)) is not None]
 
 
+@contextlib.contextmanager
+def nobody_else_can_take(ports: tuple[int, ...]) -> Iterator[None]:
+    """Try to take each port (with and without SO_REUSEADDR): none may be taken; what was
+    taken anyway is given back when the block ends."""
+    stolen = try_to_steal(ports)
+    try:
+        assert [t.getsockname() for t in stolen] == []
+        yield
+    finally:
+        for thief in stolen:
+            thief.close()
+
+
 async def test_the_ports_of_a_queued_kernel_cannot_be_taken_and_it_runs_there_once_admitted(
     server: Server, kernelspec: KernelspecFactory
 ) -> None:
     name = kernelspec(gpus=1)
     holder, queued = await server.hold_and_queue(name)
     ports = ports_of(server, queued)
-    stolen = try_to_steal(ports)
-    try:
-        assert [t.getsockname() for t in stolen] == []
+    with nobody_else_can_take(ports):
         await server.shutdown(holder)
         result = await server.execute(queued, "print('hello'); 6 * 7")
         assert (result["stream"], result["data"]) == ("hello\n", "42")
@@ -65,9 +78,6 @@ async def test_the_ports_of_a_queued_kernel_cannot_be_taken_and_it_runs_there_on
         assert tuple(info[f"{n}_port"] for n in ("shell", "iopub", "stdin", "control", "hb")) == (
             ports
         )
-    finally:
-        for thief in stolen:
-            thief.close()
     await server.shutdown_and_wait(queued)
 
 
@@ -79,16 +89,11 @@ async def test_the_ports_of_a_preempted_kernel_cannot_be_taken_and_it_resumes_th
     high = await server.start(kernelspec("high", gpus=1, priority_class="high"))
     assert (await server.execute(high, "2"))["data"] == "2"
     await server.wait_reason(low, "requeued")
-    stolen = try_to_steal(ports)
-    try:
-        assert [t.getsockname() for t in stolen] == []
+    with nobody_else_can_take(ports):
         await server.shutdown_and_wait(high)
         result = await server.execute(low, "print('back'); 6 * 7")
         assert (result["stream"], result["data"]) == ("back\n", "42")
         assert ports_of(server, low) == ports
-    finally:
-        for thief in stolen:
-            thief.close()
     await server.shutdown_and_wait(low)
 
 
