@@ -59,7 +59,7 @@ async def _until(check: Callable[[], bool], within: float = 300.0) -> float:
 
 
 def _state(km: Any) -> str:
-    session = km.provisioner._session
+    session = km.provisioner.kernel_session
     tracker = session.tracker if session is not None else None
     return "" if tracker is None else str(tracker.lifecycle.state)
 
@@ -125,7 +125,7 @@ async def _round(mib: int, store: Path, results: dict[str, list[float]]) -> None
 
     group.on_launcher_event = stamped
     parked = time.perf_counter()
-    await a.provisioner.park_kernel()
+    await a.provisioner.kernel_session.park()
     await _until(lambda: bool(reports))
     flushed = reports[0]
     free = await _until(lambda: _state(b) not in ("queued", ""))
@@ -134,7 +134,7 @@ async def _round(mib: int, store: Path, results: dict[str, list[float]]) -> None
 
     await b_start
     await b.shutdown_kernel(now=False)
-    await a.provisioner.resume_kernel()
+    await a.provisioner.kernel_session.resume()
     admitted = await _until(lambda: _state(a) in ("admitted", "resumed", "running"))
     done = await _output(client, "label, len(arrays)")
     results["admission -> output"].append(done - admitted)

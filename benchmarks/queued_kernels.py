@@ -70,18 +70,6 @@ async def serve_cluster(root: str) -> None:
         await cluster.stop()
 
 
-class Cluster(ClusterProcess):
-    """The server's end of the cluster process."""
-
-    def __init__(self) -> None:
-        super().__init__(__file__)
-
-    async def stats(self) -> dict[str, Any]:
-        answer: dict[str, Any] = json.loads(await self.ask("stats"))
-        answer["requests"] = collections.Counter({(v, r): n for v, r, n in answer["requests"]})
-        return answer
-
-
 # -- the server process ----------------------------------------------------------------------
 
 
@@ -100,10 +88,16 @@ class _NoCancelled(logging.Filter):
         return not (record.exc_info and isinstance(record.exc_info[1], LaunchCancelled))
 
 
+def position(km: Any) -> int | None:
+    """The kernel's place in its queue, as its session says (0: only the queue's length)."""
+    session = km.provisioner.kernel_session if km.provisioner is not None else None
+    status = session.queue_status() if session is not None else None
+    return None if status is None else status["position"]
+
+
 def queued(km: Any) -> bool:
     """Whether the kernel waits with a known queue position."""
-    status = km.provisioner.queue_status() if km.provisioner is not None else None
-    return status is not None and bool(status["position"])  # 0: only the queue's length
+    return bool(position(km))
 
 
 async def start_queued(n: int, config: Any, log: logging.Logger, within: float) -> tuple:
@@ -175,7 +169,7 @@ async def main(n: int, window: float, root: Path) -> dict[str, Any]:
     log = logging.getLogger("queued_kernels")
     log.addFilter(_NoCancelled())
     rss_imports = rss_kib()
-    cluster = Cluster()
+    cluster = ClusterProcess(__file__)
     config = Config({"KubernetesBackend": {"kubeconfig": await cluster.start(root / "cluster")}})
     interval = KubernetesBackend(config=config).position_interval
     kms: list[Any] = []
@@ -189,7 +183,9 @@ async def main(n: int, window: float, root: Path) -> dict[str, Any]:
         kms, tasks = await start_queued(n, config, log, within=max(120.0, n * 0.3))
         positioned = time.perf_counter()
         waiting = sum(queued(km) for km in kms)
-        places = sorted(km.provisioner.queue_status()["position"] for km in kms if queued(km))
+        places = sorted(
+            km.provisioner.kernel_session.queue_status()["position"] for km in kms if queued(km)
+        )
         rss_queued = rss_kib()
 
         lags: list[float] = []
