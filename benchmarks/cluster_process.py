@@ -8,8 +8,11 @@ script's convention) and stops at the end of its input. Here: start it, ask it, 
 from __future__ import annotations
 
 import asyncio
+import collections
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 STOP_WITHIN = 30.0
 """Seconds the child has to stop after its input ends, before it is killed."""
@@ -42,6 +45,13 @@ class ClusterProcess:
         assert self.proc is not None and self.proc.stdin is not None
         self.proc.stdin.write(line.encode() + b"\n")
         return (await self._stdout().readline()).decode()
+
+    async def stats(self) -> dict[str, Any]:
+        """The child's JSON answer to `stats`, its `requests` ([verb, resource, count] triples)
+        as a Counter by (verb, resource)."""
+        answer: dict[str, Any] = json.loads(await self.ask("stats"))
+        answer["requests"] = collections.Counter({(v, r): n for v, r, n in answer["requests"]})
+        return answer
 
     async def stop(self) -> None:
         """End of input stops the cluster; kill it if it has not ended within STOP_WITHIN."""

@@ -184,18 +184,6 @@ async def serve_cluster(root: str) -> None:
         await cluster.stop()
 
 
-class Cluster(ClusterProcess):
-    """The fleet's end of the cluster process."""
-
-    def __init__(self) -> None:
-        super().__init__(__file__)
-
-    async def stats(self) -> dict[str, Any]:
-        answer: dict[str, Any] = json.loads(await self.ask("stats"))
-        answer["requests"] = collections.Counter({(v, r): n for v, r, n in answer["requests"]})
-        return answer
-
-
 # -- a worker process: some of the fleet's servers, driven by JSON lines on stdin ---------------
 
 
@@ -351,7 +339,7 @@ class Worker:
 # -- the fleet -------------------------------------------------------------------------------
 
 
-async def wait_for(cluster: Cluster, done: Any) -> tuple[dict[str, Any], bool]:
+async def wait_for(cluster: ClusterProcess, done: Any) -> tuple[dict[str, Any], bool]:
     """Poll the cluster until `done(stats)`, WAIT_LIMIT at most; (the last stats, reached)."""
     deadline = time.monotonic() + WAIT_LIMIT
     while True:
@@ -361,7 +349,7 @@ async def wait_for(cluster: Cluster, done: Any) -> tuple[dict[str, Any], bool]:
         await asyncio.sleep(0.5)
 
 
-async def settle(cluster: Cluster, workers: list[Worker]) -> dict[str, Any]:
+async def settle(cluster: ClusterProcess, workers: list[Worker]) -> dict[str, Any]:
     """Wait until the watch streams have delivered every event and the servers have applied
     them (the counts of both stand still for a second; WAIT_LIMIT at most): the fake writes each
     stream's events one by one, so they trail the changes by seconds in a large fleet."""
@@ -393,7 +381,7 @@ async def fleet_figures(workers: list[Worker]) -> tuple[list[dict[str, Any]], li
 
 
 async def cycle(
-    cluster: Cluster, workers: list[Worker], n: int, k: int, idle: float
+    cluster: ClusterProcess, workers: list[Worker], n: int, k: int, idle: float
 ) -> dict[str, Any]:
     """One round: start every kernel, idle, end every kernel; its figures."""
     total = n * k
@@ -464,7 +452,7 @@ async def cycle(
 async def run(n: int, k: int, processes: int, repeat: int, idle: float) -> None:
     processes = max(1, min(processes, n))
     with tempfile.TemporaryDirectory() as root:
-        cluster = Cluster()
+        cluster = ClusterProcess(__file__)
         kubeconfig = await cluster.start(Path(root) / "cluster")
         workers = [Worker() for _ in range(processes)]
         rounds: list[dict[str, Any]] = []
