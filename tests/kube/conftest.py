@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_server.serverapp import ServerApp
 from kernel_queue_fake_cluster.apiserver import rbac
 from kernel_queue_fake_cluster.cluster import FakeCluster
 from kernel_queue_fake_cluster.control_plane.fault_proxy import FaultProxy
@@ -29,7 +28,7 @@ from kernel_queue_fake_cluster.control_plane.fault_proxy import FaultProxy
 from tests.conftest import KUEUE_CRDS, KUEUE_DATA, real_plane_ready, skip_unless_ci
 from tests.contract import Contract
 from tests.kube import images, parking
-from tests.kube.planes import FakePlane, Plane, RealPlane, RealPlanes
+from tests.kube.planes import FakePlane, Plane, RealPlane, RealPlanes, stop_kernels
 from tests.kube.support import ADMIN_TOKEN, GPU_QUOTA, OWNER, PVC, QUEUES, RBAC, SERVER_TOKEN
 
 SUBSET_RELEASES: tuple[str, ...] = ("0.14", "0.19", "0.20")
@@ -124,16 +123,8 @@ def cluster(
     its release's version (`cluster_options["kueue"]`: a release, with its `RELEASE_CRDS`)."""
     fake = _fake_cluster(tmp_path, jp_asyncio_loop, cluster_options)
     yield fake
-    _stop_kernels(jp_asyncio_loop)
+    stop_kernels(jp_asyncio_loop)
     jp_asyncio_loop.run_until_complete(fake.stop())
-
-
-def _stop_kernels(loop: asyncio.AbstractEventLoop) -> None:
-    """The server's own clean-up runs after the cluster fixture's: stop its kernels while the
-    cluster still answers, so nothing is left half-deleted and no client retries a closed
-    port."""
-    if ServerApp.initialized():
-        loop.run_until_complete(ServerApp.instance().kernel_manager.shutdown_all())
 
 
 @pytest.fixture
@@ -151,7 +142,7 @@ def plane(
         options = {**cluster_options, "kueue": release}
         fake = _fake_cluster(tmp_path, jp_asyncio_loop, options)
         yield FakePlane(fake, SERVER_TOKEN)
-        _stop_kernels(jp_asyncio_loop)
+        stop_kernels(jp_asyncio_loop)
         jp_asyncio_loop.run_until_complete(fake.stop())
         return
     real_plane_ready()
@@ -159,11 +150,13 @@ def plane(
     control = planes.plane(release)
     token = planes.server_token(release)
     proxy = jp_asyncio_loop.run_until_complete(FaultProxy(control.url, control.pki.ca.cert).start())
-    real = RealPlane(control, proxy, token)
-    real.reset()
-    yield real
-    _stop_kernels(jp_asyncio_loop)
-    jp_asyncio_loop.run_until_complete(proxy.stop())
+    try:  # a reset or a kernel's stop that fails still closes the proxy's connections
+        real = RealPlane(control, proxy, token)
+        real.reset()
+        yield real
+        stop_kernels(jp_asyncio_loop)
+    finally:
+        jp_asyncio_loop.run_until_complete(proxy.stop())
 
 
 def _fake_cluster(

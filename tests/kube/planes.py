@@ -18,15 +18,18 @@ queues, quota and RBAC are applied again.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import copy
+import itertools
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+from jupyter_server.serverapp import ServerApp
 from kernel_queue_fake_cluster.apiserver import pod_rules
 from kernel_queue_fake_cluster.apiserver.faults import PLANTED_LABEL
 from kernel_queue_fake_cluster.cluster import FakeCluster
@@ -336,16 +339,24 @@ class RealPlane(Plane):
         self.admin.request("POST", path, _eviction(namespace, name))
 
     def set_quota(self, cluster_queue: str, flavor: str, quota: Mapping[str, str | int]) -> None:
+        """Kueue's controller writes the ClusterQueue's status while it runs, so a write
+        from a read it has since overtaken is refused (409): read again and retry."""
         path = self.admin.resource(KUEUE, self.version(KUEUE), "clusterqueues", None, cluster_queue)
-        queue = self.admin.request("GET", path)
-        for group in queue["spec"]["resourceGroups"]:
-            for entry in group["flavors"]:
-                if entry["name"] != flavor:
-                    continue
-                for resource in entry["resources"]:
-                    if resource["name"] in quota:
-                        resource["nominalQuota"] = quota[resource["name"]]
-        self.admin.request("PUT", path, queue)
+        for attempt in itertools.count():
+            queue = self.admin.request("GET", path)
+            for group in queue["spec"]["resourceGroups"]:
+                for entry in group["flavors"]:
+                    if entry["name"] != flavor:
+                        continue
+                    for resource in entry["resources"]:
+                        if resource["name"] in quota:
+                            resource["nominalQuota"] = quota[resource["name"]]
+            try:
+                self.admin.request("PUT", path, queue)
+                return
+            except ApiError as exc:
+                if exc.code != 409 or attempt == 9:
+                    raise
 
     def server_kubeconfig(self, root: Path) -> Path:
         config = {
@@ -659,3 +670,11 @@ def _eviction(namespace: str, name: str) -> Obj:
         "kind": "Eviction",
         "metadata": {"name": name, "namespace": namespace},
     }
+
+
+def stop_kernels(loop: asyncio.AbstractEventLoop) -> None:
+    """The server's own clean-up runs after the cluster fixture's: stop its kernels while the
+    cluster still answers, so nothing is left half-deleted and no client retries a closed
+    port."""
+    if ServerApp.initialized():
+        loop.run_until_complete(ServerApp.instance().kernel_manager.shutdown_all())

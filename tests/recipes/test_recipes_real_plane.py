@@ -23,7 +23,7 @@ import yaml
 from kernel_queue_fake_cluster.control_plane.fault_proxy import FaultProxy
 
 from tests.conftest import KernelspecFactory, Server, real_plane_ready
-from tests.kube.planes import RealPlane, RealPlanes
+from tests.kube.planes import RealPlane, RealPlanes, stop_kernels
 from tests.recipes import rendering
 from tests.recipes.conftest import (
     ALL_OF_A_KERNEL,
@@ -94,30 +94,30 @@ def plane(
     control = real_planes.plane(RELEASE)
     token = real_planes.server_token(RELEASE)
     proxy = jp_asyncio_loop.run_until_complete(FaultProxy(control.url, control.pki.ca.cert).start())
-    real = RealPlane(control, proxy, token)
-    real.reset()
-    made = [
-        *(yaml.safe_load((FIXTURES / name).read_text()) for name in recipe.crds),
-        *recipe.made_first,
-    ]
-    if made:
-        control.admin.apply(made)
     objects = rendering.rendered(recipe.name)
-    applied = control.kubectl(
-        "apply", "--validate=strict", "-f", "-", input=rendering.as_yaml(objects)
-    )
-    real.applied = applied.stdout.splitlines()  # type: ignore[attr-defined]
-    real.server_token = control.service_account_token(recipe.namespace, recipe.account)
-    yield real
-    from tests.kube.conftest import _stop_kernels
-
-    _stop_kernels(jp_asyncio_loop)
-    jp_asyncio_loop.run_until_complete(proxy.stop())
-    for obj in objects:  # what the recipe made outside its namespace
-        if "namespace" not in obj["metadata"] and obj["kind"].startswith("Cluster"):
-            control.kubectl(
-                "delete", obj["kind"].lower(), obj["metadata"]["name"], "--ignore-not-found"
-            )
+    try:  # a reset or an apply that fails still closes the proxy's connections
+        real = RealPlane(control, proxy, token)
+        real.reset()
+        made = [
+            *(yaml.safe_load((FIXTURES / name).read_text()) for name in recipe.crds),
+            *recipe.made_first,
+        ]
+        if made:
+            control.admin.apply(made)
+        applied = control.kubectl(
+            "apply", "--validate=strict", "-f", "-", input=rendering.as_yaml(objects)
+        )
+        real.applied = applied.stdout.splitlines()  # type: ignore[attr-defined]
+        real.server_token = control.service_account_token(recipe.namespace, recipe.account)
+        yield real
+        stop_kernels(jp_asyncio_loop)
+    finally:
+        jp_asyncio_loop.run_until_complete(proxy.stop())
+        for obj in objects:  # what the recipe made outside its namespace
+            if "namespace" not in obj["metadata"] and obj["kind"].startswith("Cluster"):
+                control.kubectl(
+                    "delete", obj["kind"].lower(), obj["metadata"]["name"], "--ignore-not-found"
+                )
 
 
 @pytest.fixture
