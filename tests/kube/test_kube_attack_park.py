@@ -5,6 +5,8 @@ deleted by an admin while it is parked."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from kernel_queue import errors
@@ -18,6 +20,7 @@ from tests.kube.parking import (
     execute,
     nothing_left,
     parked,
+    running,
     shut_down,
     workload,
 )
@@ -48,6 +51,26 @@ async def test_a_parked_kernel_released_through_faults_leaves_nothing(
     await kube.backend.stop(ref, grace=30, cause=StopCause.SHUTDOWN)
     await kube.backend.release(ref)
     await followed.until(lambda f: f.ended)
+    await nothing_left(plane, ref, parked=True)
+
+
+async def test_a_kernel_ended_while_its_parked_replacement_is_being_made_makes_no_pod_after(
+    kube: Contract, plane: Plane
+) -> None:
+    """The park's replacement pod is refused (500) again and again while the kernel is shut
+    down: the retries stop with the release. A pod made after the Workload was deleted has
+    Kueue (up to 0.19) make a Workload for it again, and both were left behind (CI, under
+    load)."""
+    ref, followed = await running(kube)
+    plane.fail_next("create", "pods", 500, count=4)  # each retry of the round meets one
+    await kube.backend.park(ref, grace=30)
+    await followed.until(lambda f: f.phase is P.PARKED)
+    await kube.backend.stop(ref, grace=30, cause=StopCause.SHUTDOWN)
+    await kube.backend.release(ref)
+    creates = plane.requests[("create", "pods")]
+    await followed.until(lambda f: f.ended)
+    await asyncio.sleep(3)  # longer than the round's retries (0.2 + 0.5 + 0.4 + 1.0 s)
+    assert plane.requests[("create", "pods")] == creates
     await nothing_left(plane, ref, parked=True)
 
 

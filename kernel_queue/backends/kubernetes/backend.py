@@ -335,6 +335,7 @@ class KubernetesBackend(settings.BackendSettings):
 
     async def _delete_group(self, group: groups.Group, grace: int | None) -> None:
         namespace, kernel = group.ref.namespace or self.namespace, group.ref.kernel_id
+        await groups.stop_replacing(group)
         # No kernel deletes a parked group's checkpoints: the janitor, once its pods are killed.
         parked = group.status.phase in (GroupPhase.PARKED, GroupPhase.PARKING)
         pods, grace = (self._caches.pods(namespace, group.ref.name), 0) if parked else ([], grace)

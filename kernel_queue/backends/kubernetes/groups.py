@@ -61,6 +61,7 @@ class Group:
     made_at: float = 0.0  # when the last replacement pod was made (time.monotonic())
     attempt: int = 0
     ended: asyncio.Task[None] | None = None  # the deletion, shared by every caller
+    replacement: asyncio.Task[None] | None = None  # the round of replacement pods being made
     saved: str = ""  # what the last stopped pod's checkpoint saved; kept after it is deleted
     refused_wake: str = ""  # why the API server refused its last wake: said while it is parked
     since: float = field(default_factory=time.monotonic)  # submitted (or adopted): Kueue's clock
@@ -180,7 +181,7 @@ class Statuses:
             )
         )
         if Action.REPLACE in actions:
-            self.tasks.spawn(self._replace(group, pods), f"replace {name}")
+            group.replacement = self.tasks.spawn(self._replace(group, pods), f"replace {name}")
         if status.phase is GroupPhase.QUEUED:
             self.positions.follow(namespace, group.queue)
         if Action.WAKE in actions:
@@ -287,7 +288,8 @@ class Statuses:
 
     async def _replace(self, group: Group, pods: list[Obj]) -> None:
         """Replacement pods after an eviction: the same shape, so Kueue keeps the Workload.
-        Transient create failures are retried; a lasting one fails the kernel with a sentence."""
+        Transient create failures are retried; a lasting one fails the kernel with a sentence.
+        The group's deletion cancels the round and waits for it (`stop_replacing`)."""
         who = f"kernel {short_id(group.ref.kernel_id)}"
         namespace = self.namespace_of(group)
         try:
@@ -323,11 +325,6 @@ class Statuses:
                 asyncio.get_running_loop().call_later(
                     UNLISTED_SECONDS, self.refresh, group.ref.name
                 )
-                if group.ending:  # released while this one was created: it may not be listed
-                    await api.delete(
-                        kueue.PODS, namespace, pod["metadata"]["name"], grace_seconds=0
-                    )
-                    return
             self.log.info(
                 "%s: replacement pods created for group %s (round %d)",
                 who,
@@ -343,6 +340,16 @@ class Statuses:
         finally:
             if Action.REFRESH in group.step(group_state.Done.REPLACED):
                 self.refresh(group.ref.name)  # a wake held back for this round goes on now
+
+
+async def stop_replacing(group: Group) -> None:
+    """Cancel the group's round of replacement pods and wait for it to end: a deletion that
+    lists the group's pods after this finds every pod the round made, and no create of it
+    (a retry after a refusal) lands once its Workload is deleted, where Kueue would make a
+    Workload for that pod again."""
+    if group.replacement is not None and not group.replacement.done():
+        group.replacement.cancel()
+        await asyncio.wait({group.replacement})
 
 
 def replacing(group: Group) -> bool:
