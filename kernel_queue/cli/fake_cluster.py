@@ -85,6 +85,8 @@ class FakeClusterApp(JupyterApp):
             self.exit(2)
         import yaml  # a dependency of the fake cluster
 
+        from kernel_queue.kube import kueue
+
         crds = self.crds or None  # unset: the fake reads $KERNEL_QUEUE_FAKE_CLUSTER_CRDS
         try:
             crd_files.load(crds)  # read once here (cached), so a missing source stops us first
@@ -94,6 +96,7 @@ class FakeClusterApp(JupyterApp):
                 crds=crds,
                 port=self.port,
                 kueue=self.kueue or True,
+                label_keys_to_copy=(kueue.OWNER_LABEL,),  # as the README asks of Kueue
             )
         except (crd_files.CrdsNotFound, ValueError) as exc:
             print(f"jupyter kernel-queue fake-cluster: {exc}", file=sys.stderr)

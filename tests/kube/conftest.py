@@ -29,7 +29,16 @@ from tests.conftest import KUEUE_CRDS, KUEUE_DATA, real_plane_ready, skip_unless
 from tests.contract import Contract
 from tests.kube import images, parking
 from tests.kube.planes import FakePlane, Plane, RealPlane, RealPlanes, stop_kernels
-from tests.kube.support import ADMIN_TOKEN, GPU_QUOTA, OWNER, PVC, QUEUES, RBAC, SERVER_TOKEN
+from tests.kube.support import (
+    ADMIN_TOKEN,
+    COPIED_LABELS,
+    GPU_QUOTA,
+    OWNER,
+    PVC,
+    QUEUES,
+    RBAC,
+    SERVER_TOKEN,
+)
 
 SUBSET_RELEASES: tuple[str, ...] = ("0.14", "0.19", "0.20")
 """The switch: the Kueue releases the `SUBSET` runs on, each test once per release (its id
@@ -174,6 +183,7 @@ def _fake_cluster(
     }
     policy = [doc for doc in RBAC if doc["apiVersion"].startswith("rbac.")]
     options = {"tokens": tokens, "rbac_objects": policy, **cluster_options}
+    options = {"label_keys_to_copy": COPIED_LABELS, **options}
     fake = FakeCluster(root_dir=tmp_path / "cluster", **options)
     loop.run_until_complete(fake.start())
     if fake.kubelet is not None:  # as every real plane's node: a registry without them

@@ -40,7 +40,7 @@ from kernel_queue_fake_cluster.kueue import conversion
 from kernel_queue_fake_cluster.node import volumes
 
 from tests.kube import images
-from tests.kube.support import GPU_QUOTA, OURS, QUEUES, RBAC
+from tests.kube.support import COPIED_LABELS, GPU_QUOTA, OURS, QUEUES, RBAC
 
 Obj = dict[str, Any]
 KUEUE = "kueue.x-k8s.io"
@@ -642,7 +642,10 @@ class RealPlanes:
                 image_paths=images.paths(self.images), missing_images=(images.MISSING_IMAGE,)
             )
             control = ControlPlane(
-                kueue=release, root=self.root / f"kueue-{release}-{int(started)}", node=node
+                kueue=release,
+                root=self.root / f"kueue-{release}-{int(started)}",
+                node=node,
+                label_keys_to_copy=COPIED_LABELS,
             )
             self._planes[release] = control.start()
         return self._planes[release]

@@ -39,6 +39,9 @@ CHECKPOINT = {"enabled": True, "claim": CLAIM, "grace_seconds": 30}
 
 OURS = "app.kubernetes.io/managed-by=kernel-queue"
 OWNER = "test-server"
+COPIED_LABELS = ("kernel-queue.dev/owner",)
+"""What both planes' Kueue copies from pods onto Workloads (`labelKeysToCopy`), as the README
+asks of an admin: each server then watches only its own Workloads."""
 """The test server's `c.KubernetesBackend.owner_id`."""
 
 

@@ -20,7 +20,7 @@ from kernel_queue.kube.objects import manifests
 from kernel_queue.model import ConnectionInfo, GroupSpec
 from tests.commands import ran
 from tests.conftest import KUEUE_CRDS, Server, skip_unless_ci
-from tests.kube.support import GPU_QUOTA, QUEUES
+from tests.kube.support import COPIED_LABELS, GPU_QUOTA, QUEUES
 from tests.recipes import rendering, tls
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -48,6 +48,7 @@ def start_cluster(root: Path, accounts: Mapping[str, str], **options: Any) -> Fa
     (`image_paths`). Stop it with `stop_cluster`."""
     tokens = {ADMIN_TOKEN: rbac.User("admin", ("system:masters",)), **accounts}
     crds = crds_dir(root / "crds")
+    options = {"label_keys_to_copy": COPIED_LABELS, **options}
     fake = FakeCluster(root_dir=root / "cluster", crds=crds, tokens=tokens, **options)
     fake.start_in_thread()
     _FRONTS[fake] = tls.front(fake, ADMIN_TOKEN)

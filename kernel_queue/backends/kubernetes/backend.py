@@ -62,7 +62,7 @@ class KubernetesBackend(settings.BackendSettings):
         self._tasks = tasks.Tasks(self.log)
         self._discovery = preflight.Discovery(self.retry)  # Kueue's versions, read once
         self._delivery = delivery.LauncherDelivery()  # the launcher's ConfigMap per namespace
-        self._caches = caches.Caches(lambda name: self._statuses.refresh(name))
+        self._caches = caches.Caches(lambda name: self._statuses.refresh(name), owner=self.owner_id)
         self._statuses = groups.Statuses(
             self._groups,
             caches=self._caches,
@@ -163,7 +163,35 @@ class KubernetesBackend(settings.BackendSettings):
             spec.needs(),
         )
         self._statuses.refresh(name)
+        self._check_copied(api, namespace, name)
         return ref
+
+    def _check_copied(self, api: KubeApi, namespace: str, group: str) -> None:
+        """Find out whether Kueue gives the group's Workload our owner label (once per
+        namespace; `caches.Caches.check_copied`)."""
+
+        async def check() -> None:
+            workloads = (await self._discovery.versions(api)).workloads
+            await self._caches.check_copied(
+                api, namespace, group, workloads=workloads, warn=self._uncopied
+            )
+
+        self._tasks.spawn(check(), f"owner label of {group}")
+
+    def _uncopied(self, namespace: str) -> None:
+        self.log.warning(
+            "Kueue does not copy the label %s onto the Workloads of namespace %r: this server "
+            "now watches every Workload there, and with many servers in one namespace each is "
+            "sent every kernel's changes. Add %s to integrations.labelKeysToCopy in Kueue's "
+            "Configuration (the kueue-manager-config ConfigMap) and restart Kueue's controller",
+            kueue.OWNER_LABEL,
+            namespace,
+            kueue.OWNER_LABEL,
+        )
+
+    def cached(self, namespace: str) -> dict[str, list[str]]:
+        """The pods and Workloads of `namespace` this server holds (`caches.Caches.cached`)."""
+        return self._caches.cached(namespace)
 
     async def watch(self, ref: GroupRef) -> AsyncIterator[GroupStatus]:
         """Yield the current status, then each change, until the group ends.
@@ -386,4 +414,5 @@ class KubernetesBackend(settings.BackendSettings):
             ran = True  # parked: it ran, and its pods are gated replacements
         group.step(group_state.Adopt(ran=ran))
         self._statuses.refresh(ref.name)
+        self._check_copied(await self._client(), namespace, ref.name)
         return group

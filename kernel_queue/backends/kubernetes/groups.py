@@ -111,6 +111,7 @@ class Statuses:
             interval=position_interval,
             log=log,
             discovery=discovery,
+            left=self._left_queue,
         )
 
         versions = discovery or preflight.Discovery()
@@ -127,6 +128,10 @@ class Statuses:
             queue_read=self._queue_read,
             log=log,
         )
+
+    def _left_queue(self, namespace: str, queue: str, names: set[str]) -> None:
+        """Other servers' Workloads left the LocalQueue (ours are observed off their own)."""
+        self.waits.observe_left(namespace, queue, names - self.groups.keys())
 
     def namespace_of(self, group: Group) -> str:
         """The group's namespace (the backend's default when its ref names none)."""

@@ -4,8 +4,10 @@
 waits (`kube.queueing.reasons`, from its Workload and its LocalQueue, which
 `kube.queueing.local_queues` reads) and estimates the wait from the admissions seen in its
 LocalQueue (`wait_estimate`), or into a failure when the queue could never admit what the kernel
-asks for. `observe` notes the admission of every Workload the informers report, ours or not: no
-request of its own. One timer per waiting group, set at its first status, refreshes it when Kueue
+asks for. `observe` notes the admission of every Workload the informers report (this server's,
+or every one of the namespace where Kueue does not copy the owner label), `observe_left` those
+of other servers' Workloads that left the queue while ours waited (`positions`): no request of
+its own. One timer per waiting group, set at its first status, refreshes it when Kueue
 has had `within()` seconds to answer, so a silent Kueue is named without polling.
 """
 
@@ -79,6 +81,12 @@ class Waits:
         stamp, at = admitted_at(workload)
         key = (meta.get("name", ""), stamp or meta.get("uid", ""))
         self.admissions.observe((namespace, queue), key, self._wall() if at is None else at)
+
+    def observe_left(self, namespace: str, queue: str, names: set[str]) -> None:
+        """Note `names` (not ours) leaving the LocalQueue `queue` now as admissions."""
+        now = self._wall()
+        for name in sorted(names):
+            self.admissions.observe((namespace, queue), (name, "left", int(now)), now)
 
     def explain(
         self,

@@ -296,6 +296,11 @@ class Informers:
     def __len__(self) -> int:
         return len(self._informers)
 
+    async def drop(self, informer: Informer) -> None:
+        """Close `informer` and forget it (a later `get` of its key makes a new one)."""
+        self._informers = {k: i for k, i in self._informers.items() if i is not informer}
+        await informer.aclose()
+
     async def aclose(self) -> None:
         """Close every informer."""
         informers, self._informers = list(self._informers.values()), {}

@@ -8,7 +8,10 @@ LocalQueue's pending count for every kernel, and says so in the log once until i
 (`Warned`). `Readers` runs one reading task per LocalQueue, only while kernels wait there, in
 tasks the backend owns; after a read of N pages it waits N reading intervals, so one LocalQueue
 costs at most one request per interval on average, however long it is. Only a group whose place
-changed is told (a status refresh each), in batches between which the event loop runs.
+changed is told (a status refresh each), in batches between which the event loop runs. The
+Workloads that were pending at one whole read and are not at the next have left the queue
+(admitted, mostly): `left(namespace, queue, names)` is told, so the wait estimate counts the
+admissions of every server's kernels without watching their Workloads.
 """
 
 from __future__ import annotations
@@ -146,8 +149,9 @@ class Readers:
         discovery: preflight.Discovery | None = None,
         page: int = PAGE,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        left: Callable[[str, str, set[str]], None] = lambda namespace, queue, names: None,
     ) -> None:
-        self._connect, self._tasks, self._log = connect, tasks, log
+        self._connect, self._tasks, self._log, self._left = connect, tasks, log, left
         self._waiting, self._place, self._interval = waiting, place, interval
         self._discovery = discovery or preflight.Discovery()
         self.page, self._sleep = page, sleep
@@ -171,6 +175,7 @@ class Readers:
         """Read the LocalQueue's pending Workloads while any of our kernels waits there."""
         api = await self._connect()
         told: dict[str, QueuePlace | None] = {}  # the place each waiting group was last given
+        pending: set[str] | None = None  # the queue's Workloads at the last whole read
         while True:
             waiting = self._waiting(namespace, queue)
             if not waiting:
@@ -195,6 +200,10 @@ class Readers:
                 # A Workload missing from a read of several pages may have moved across a page
                 # boundary while they were read: it keeps its last place until the next read.
                 whole = places.pages == 1 or places.everyone is not None
+                if places.everyone is None and whole:
+                    if pending is not None and pending - places.found.keys():
+                        self._left(namespace, queue, pending - places.found.keys())
+                    pending = set(places.found)
                 changed = [
                     (name, place)
                     for name in waiting

@@ -66,6 +66,7 @@ class FakeCluster:
     `tokens`: bearer token → user name, which turns RBAC on with `rbac_objects` as policy.
     `image_paths`: image (fnmatch pattern) → directory put first on a container's PATH, so
     pods of that image run another virtualenv's `python` (see `NodeAgent`).
+    `label_keys_to_copy`: Kueue's `integrations.labelKeysToCopy`, pod labels its Workloads get.
     """
 
     def __init__(
@@ -82,6 +83,7 @@ class FakeCluster:
         history: int = 1000,
         port: int = 0,
         image_paths: Mapping[str, str] | None = None,
+        label_keys_to_copy: Sequence[str] = (),
     ) -> None:
         if crds is False and kueue is not False:
             raise ValueError("the fake Kueue needs Kueue's CRDs: with crds=False pass kueue=False")
@@ -110,7 +112,12 @@ class FakeCluster:
             system_agents=(node_client.USER_AGENT.split("/")[0],),
         )
         self.kueue = (
-            FakeKueue(self.store, manual=manual_admission, release=self.release)
+            FakeKueue(
+                self.store,
+                manual=manual_admission,
+                release=self.release,
+                label_keys_to_copy=label_keys_to_copy,
+            )
             if self.release is not None
             else None
         )

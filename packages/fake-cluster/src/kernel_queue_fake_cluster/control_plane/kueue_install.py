@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +121,10 @@ def configuration(
     cert_dir: Path,
     health_port: int,
     visibility_port: int,
+    label_keys_to_copy: Sequence[str] = (),
 ) -> Obj:
-    """Kueue's Configuration for a manager run on this machine."""
+    """Kueue's Configuration for a manager run on this machine; `label_keys_to_copy`: the pod
+    labels its Workloads get (`integrations.labelKeysToCopy`)."""
     config: Obj = {
         "apiVersion": release.config_api,
         "kind": "Configuration",
@@ -135,6 +137,8 @@ def configuration(
         "manageJobsWithoutQueueName": False,
         "integrations": {"frameworks": ["pod"]},
     }
+    if label_keys_to_copy:
+        config["integrations"]["labelKeysToCopy"] = list(label_keys_to_copy)
     if release.visibility_port is None:
         config["visibilityServer"] = {"bindAddress": "127.0.0.1", "bindPort": visibility_port}
     return config

@@ -114,7 +114,8 @@ class _Part:
 
 
 class ControlPlane:
-    """A real control plane on this machine, with Kueue release `kueue` ("0.14", "0.19")."""
+    """A real control plane on this machine, with Kueue release `kueue` ("0.14", "0.19"), whose
+    Configuration copies the pod labels `label_keys_to_copy` onto Workloads."""
 
     def __init__(
         self,
@@ -126,8 +127,10 @@ class ControlPlane:
         keep: bool = False,
         agent: bool = True,
         say: Callable[[str], None] = lambda line: None,
+        label_keys_to_copy: Sequence[str] = (),
     ) -> None:
         self.release = releases.kueue(kueue)
+        self.label_keys_to_copy = tuple(label_keys_to_copy)
         found = binaries or build.built()
         if found is None:
             raise PlaneError(
@@ -423,6 +426,7 @@ class ControlPlane:
             cert_dir=certs,
             health_port=self.ports["kueue-health"],
             visibility_port=self.ports["kueue-visibility"],
+            label_keys_to_copy=self.label_keys_to_copy,
         )
         config_file = self.root / "kueue-config.yaml"
         config_file.write_text(yaml.safe_dump(config))

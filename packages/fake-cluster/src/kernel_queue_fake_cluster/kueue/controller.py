@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kernel_queue_fake_cluster.apiserver.kinds import Obj
@@ -41,12 +41,15 @@ class FakeKueue:
         manual: bool = False,
         topology: bool = True,
         release: releases.Release | None = None,
+        label_keys_to_copy: Sequence[str] = (),
     ) -> None:
         """`namespace`: Kueue's own (never managed). `managed_jobs_namespace_selector`: a
         LabelSelector, `{}` for every namespace, None for Kueue's default (all but kube-system
         and `namespace`). `manual`: admit nothing until `admit()`. `topology`: add the
         `kueue.x-k8s.io/topology` gate, as with TopologyAwareScheduling on (Kueue's default).
-        `release`: the Kueue release whose reasons and defaults it has (default 0.19)."""
+        `release`: the Kueue release whose reasons and defaults it has (default 0.19).
+        `label_keys_to_copy`: its Configuration's `integrations.labelKeysToCopy`, the pod
+        labels a new Workload gets (none by default, as Kueue's)."""
         self.store = store
         self.release = release or releases.RELEASES[releases.DEFAULT]
         self.client = KueueClient(store)
@@ -61,7 +64,11 @@ class FakeKueue:
             priority_class_defaulting=self.release.priority_class_defaulting,
         )
         self.groups = GroupReconciler(
-            self.client, topology=topology, touch=self._touch, release=self.release
+            self.client,
+            topology=topology,
+            touch=self._touch,
+            release=self.release,
+            label_keys_to_copy=label_keys_to_copy,
         )
         self.scheduler = Scheduler(self.client, manual=manual, release=self.release)
         self.errors: list[Exception] = []  # reconcile failures, for tests to assert on

@@ -13,7 +13,7 @@ import asyncio
 import datetime
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from kernel_queue_fake_cluster.apiserver.errors import ApiError
 from kernel_queue_fake_cluster.apiserver.kinds import Obj, now_rfc3339
@@ -36,10 +36,13 @@ class GroupReconciler:
         topology: bool,
         touch: Callable[[Key], None],
         release: releases.Release,
+        label_keys_to_copy: Sequence[str] = (),
     ):
         """`touch(key)` asks for `key` to be reconciled again (after a grace period ends);
-        `release`: whether Workloads carry PodsReady, the reason after an eviction."""
+        `release`: whether Workloads carry PodsReady, the reason after an eviction;
+        `label_keys_to_copy`: the pod labels a new Workload gets (`labelKeysToCopy`)."""
         self.client, self.topology, self._touch = client, topology, touch
+        self.label_keys_to_copy = tuple(label_keys_to_copy)
         self.release = release
         self.blocked: set[Key] = set()  # groups waiting for their WorkloadPriorityClass
         self._members: dict[Key, set[str]] = {}
@@ -207,10 +210,15 @@ class GroupReconciler:
                 self.blocked.add(group)
                 return None
             priority = int(found.get("value", 0))
+        try:
+            labels = kw.copied(members, self.label_keys_to_copy)
+        except ValueError as exc:
+            self.client.event(first, "Warning", "ErrWorkloadCompose", str(exc))
+            return None
         self.blocked.discard(group)
         return kw.new_workload(
             group[1], members, priority=priority, priority_class=priority_class,
-            topology=self.topology,
+            topology=self.topology, labels=labels,
         )  # fmt: skip
 
     def _match(self, wl: Obj, members: list[Obj]) -> tuple[list[Obj], int]:

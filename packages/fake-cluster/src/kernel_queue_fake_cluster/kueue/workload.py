@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kernel_queue_fake_cluster.apiserver.kinds import now_rfc3339
@@ -25,8 +26,10 @@ def new_workload(
     priority: int,
     priority_class: str | None,
     topology: bool,
+    labels: Mapping[str, str] | None = None,
 ) -> Obj:
-    """A group's Workload (or a single pod's): `NewGroupWorkload` / `ConstructWorkload`."""
+    """A group's Workload (or a single pod's): `NewGroupWorkload` / `ConstructWorkload`.
+    `labels`: those the Configuration's `integrations.labelKeysToCopy` copies (`copied`)."""
     first = members[0]
     group = bool(pods.group_name(first))
     meta: Obj = {
@@ -35,12 +38,14 @@ def new_workload(
         "finalizers": [k.RESOURCE_IN_USE_FINALIZER],
         "ownerReferences": [owner_reference(pod, controller=not group) for pod in members],
     }
+    if labels:
+        meta["labels"] = dict(labels)
     if group:
         meta["annotations"] = {k.IS_GROUP_WORKLOAD_ANNOTATION: "true"}
         if gated_by := pods.annotations_of(first).get(k.ADMISSION_GATED_BY_ANNOTATION):
             meta["annotations"][k.ADMISSION_GATED_BY_ANNOTATION] = gated_by
     else:
-        meta["labels"] = {k.JOB_UID_LABEL: first["metadata"]["uid"]}
+        meta["labels"] = {**(labels or {}), k.JOB_UID_LABEL: first["metadata"]["uid"]}
     spec: Obj = {
         "active": True,
         "queueName": pods.labels_of(first).get(k.QUEUE_LABEL, ""),
@@ -55,6 +60,20 @@ def new_workload(
         }
     return {"apiVersion": f"{k.KUEUE_GROUP}/{k.KUEUE_VERSION}", "kind": "Workload",
             "metadata": meta, "spec": spec}  # fmt: skip
+
+
+def copied(members: list[Obj], keys: Iterable[str]) -> dict[str, str]:
+    """The labels of `keys` the members carry, for their Workload (`labelKeysToCopy`); a key
+    whose value differs between members raises ValueError with Kueue's sentence (the Workload
+    is then not created)."""
+    found: dict[str, str] = {}
+    for key in keys:
+        values = {pods.labels_of(pod)[key] for pod in members if key in pods.labels_of(pod)}
+        if len(values) > 1:
+            raise ValueError(f"label {key!r} has different values in the pods of the group")
+        if values:
+            found[key] = values.pop()
+    return found
 
 
 def owner_reference(pod: Obj, *, controller: bool) -> Obj:
