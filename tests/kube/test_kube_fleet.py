@@ -117,3 +117,20 @@ async def test_where_kueue_copies_no_owner_label_the_server_says_so_and_watches_
     finally:
         await first.aclose()
         await second.aclose()
+
+
+@pytest.mark.parametrize("backend_settings", [{"reap_interval": 0.3}])
+async def test_an_idle_servers_reaper_reads_its_pods_from_the_informers_cache(
+    kube: Contract, plane: Plane
+) -> None:
+    """Its sweeps list Services, Secrets and launcher ConfigMaps, never the pods it watches:
+    an idle server's cost to the API server is two lists a minute fewer per namespace."""
+    ref, _ = await parking.running(kube)
+    reaper = kube.backend.reaper
+    before, sweeps = plane.requests, reaper.sweeps
+    await until(lambda: reaper.sweeps >= sweeps + 4, "three sweeps done", within=30)
+    after = plane.requests
+    assert after[("list", "services")] - before[("list", "services")] >= 3
+    assert after[("list", "pods")] == before[("list", "pods")]
+    await parking.shut_down(kube, ref)
+    await parking.nothing_left(plane, ref)

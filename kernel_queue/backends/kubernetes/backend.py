@@ -84,6 +84,7 @@ class KubernetesBackend(settings.BackendSettings):
             log=self.log,
             discovery=self._discovery,
             current=lambda: self._delivery.name,
+            cached_pods=self._caches.owned_pods,
         )
         self._handover = reaper.HandOver(
             self.reaper, self._client, lambda: self.reap_interval, self.log

@@ -182,6 +182,12 @@ class Caches:
             "workloads": sorted(w["metadata"]["name"] for w in found.items()) if found else [],
         }
 
+    def owned_pods(self, namespace: str) -> list[Obj] | None:
+        """This server's pods of `namespace` as last seen; None where it is not watched, or
+        where the pods are not selected by owner (no owner given)."""
+        informers = self._watched.get(namespace)
+        return informers[0].items() if informers and self.owned else None
+
     def workload(self, namespace: str, name: str) -> Obj | None:
         """The group's Workload as last seen, or None (not created yet, or gone)."""
         informers = self._watched.get(namespace)

@@ -1,14 +1,16 @@
 """The reaper: deletes what this server made and no kernel of it still owns, never another's.
 
 Every object we create carries this server's owner id (`kueue.OWNER_LABEL`). A sweep lists pods,
-Services and Secrets by that one label in each namespace the server uses (three cheap lists,
-never a request per kernel); a kernel id that no kernel of this server knows, at two sweeps in a
-row, has its objects deleted with their Workloads, one INFO line each. Releases that failed are
-handed over (`hand_over`) and retried at each sweep until done. Objects of another owner are
-never listed, so never touched. Workloads are deleted at the version the connection speaks
-(`preflight.Discovery`). Launcher ConfigMaps (one per namespace and archive, shared by every
-server of that version) are deleted when no pod of kernel-queue's, whoever's, mounts them at
-two sweeps in a row, except the one this server delivers (`current`).
+Services and Secrets by that one label in each namespace the server uses (cheap lists, never a
+request per kernel; the pods come from the informer's cache where it watches the namespace,
+`cached_pods`, so an idle server's sweep costs two lists and the launcher ConfigMaps'); a kernel
+id that no kernel of this server knows, at two sweeps in a row, has its objects deleted with
+their Workloads, one INFO line each. Releases that failed are handed over (`hand_over`) and
+retried at each sweep until done. Objects of another owner are never listed, so never touched.
+Workloads are deleted at the version the connection speaks (`preflight.Discovery`). Launcher
+ConfigMaps (one per namespace and archive, shared by every server of that version) are deleted
+when no pod of kernel-queue's, whoever's, mounts them at two sweeps in a row, except the one
+this server delivers (`current`).
 
 `HandOver.run` runs one piece of deletion work (a release, a group's end, the undo of a failed
 submit). When the API keeps failing (a `ClusterApiError` after its retries) the work goes to
@@ -37,6 +39,7 @@ Work = Callable[["KubeApi"], Awaitable[list[str]]]
 OURS = f"{kueue.MANAGED_BY_LABEL}={kueue.MANAGED_BY}"
 LAUNCHERS = f"{kueue.COMPONENT_LABEL}={kueue.LAUNCHER_COMPONENT}"
 Key = tuple[str, str]  # (namespace, kernel id label value)
+Obj = dict[str, Any]
 
 
 @dataclass
@@ -66,8 +69,10 @@ class Reaper:
         log: logging.Logger | logging.LoggerAdapter[Any],
         discovery: preflight.Discovery | None = None,
         current: Callable[[], str | None] = lambda: None,
+        cached_pods: Callable[[str], list[Obj] | None] = lambda namespace: None,
     ) -> None:
         self.owner = names.label_value(owner)
+        self._cached_pods = cached_pods  # this owner's pods of a watched namespace, else None
         self._current = current  # the launcher ConfigMap this server delivers: never reaped
         self._stale: set[Key] = set()  # (namespace, launcher ConfigMap) unused at the last sweep
         self._known = known
@@ -108,8 +113,10 @@ class Reaper:
         mounted: set[Key] = set()  # launcher ConfigMaps our own pods mount
         for namespace in sorted(set(namespaces)):
             for kind in (kueue.PODS, kueue.SERVICES, kueue.SECRETS):
-                items, _ = await api.list(kind, namespace, label_selector=self.selector)
-                for obj in items:
+                cached = self._cached_pods(namespace) if kind is kueue.PODS else None
+                if cached is None:
+                    cached, _ = await api.list(kind, namespace, label_selector=self.selector)
+                for obj in cached:
                     meta = obj.get("metadata") or {}
                     labels = meta.get("labels") or {}
                     kernel = labels.get(kueue.KERNEL_ID_LABEL)
