@@ -1,9 +1,15 @@
 """Start-to-ready of a queued kernel vs jupyter_client's local provisioner, side by side.
 
-Kinds run alternately in one process; the medians and their ratio to the plain kernel are
-printed beside the project's "launch overhead" target (queued <= 1.05 x plain). "queued" is the
-local backend with a pretend GPU; "kubernetes" is the kubernetes backend on the fake cluster with
-instant admission (the pod's kernel runs on this machine, reached through its Service).
+Kinds run alternately in one process; each kind's min/median/max and its ratio of medians to the
+plain kernel are printed beside the project's "launch overhead" targets (local backend <= 1.05 x
+plain, kubernetes on the fake cluster <= 1.10 x plain). "queued" is the local backend with a
+pretend GPU; "kubernetes" is the kubernetes backend on the fake cluster with instant admission
+(the pod's kernel runs on this machine, reached through its Service, from the launcher archive;
+the fake reads Kueue's CRDs from $KERNEL_QUEUE_FAKE_CLUSTER_CRDS, which scripts/env sets).
+kernel_queue's bytecode is written first, as pip writes it at install: under
+PYTHONDONTWRITEBYTECODE the local backend's launcher and kernel would otherwise compile an edited
+checkout's modules from source at every launch, which the plain kernel's installed ipykernel never
+does (the fake cluster's pods run the launcher archive, which holds no bytecode either way).
 Usage: python benchmarks/launch_overhead.py [--runs 7] [--no-kubernetes]
 """
 
@@ -11,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import compileall
 import json
 import os
 import statistics
@@ -19,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import kernel_queue
 from kernel_queue.cli.install import kernel_json
 
 PLAIN = {
@@ -84,19 +92,29 @@ async def main(runs: int, kubernetes: bool) -> None:
         await backends.aclose_all(asyncio.get_running_loop())
         if kubernetes:
             await cluster.stop()
+    report(times)
+
+
+LABELS = {
+    "plain": "plain (LocalProvisioner)",
+    "queued": "queued (local backend)",
+    "kubernetes": "kubernetes (fake cluster)",
+}
+TARGETS = {"queued": 1.05, "kubernetes": 1.10}
+"""The most a kind's median start-to-ready may be, as a multiple of the plain kernel's."""
+
+
+def report(times: dict[str, list[float]]) -> None:
+    """Each kind's min/median/max start-to-ready, and its ratio of medians to plain."""
     plain = statistics.median(times["plain"])
-    labels = {
-        "plain": "plain (LocalProvisioner)",
-        "queued": "queued (local backend)",
-        "kubernetes": "kubernetes (fake cluster)",
-    }
-    print(f"runs per kind: {runs}")
+    print(f"start-to-ready, {len(times['plain'])} runs per kind (min / median / max)")
     for name, samples in times.items():
         median = statistics.median(samples)
-        ratio = (
-            "" if name == "plain" else f"   ratio to plain {median / plain:.2f} (target <= 1.05)"
-        )
-        print(f"{labels[name]:27} median start-to-ready {median * 1000:6.0f} ms{ratio}")
+        spread = "/".join(f"{value * 1000:.0f}" for value in (min(samples), median, max(samples)))
+        line = f"{LABELS[name]:27} {spread:>16} ms"
+        if name in TARGETS:
+            line += f"   ratio to plain {median / plain:.2f} (target <= {TARGETS[name]:.2f})"
+        print(line)
 
 
 if __name__ == "__main__":
@@ -104,6 +122,7 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--no-kubernetes", action="store_true", help="skip the fake cluster")
     args = parser.parse_args()
+    compileall.compile_dir(Path(kernel_queue.__file__).parent, quiet=1)
     with tempfile.TemporaryDirectory() as data:
         for spec in (PLAIN, QUEUED, KUBE):
             folder = Path(data) / "kernels" / str(spec["display_name"])
