@@ -3,30 +3,34 @@
 ``parse_settings`` turns argv and the environment (names and parsers from ``contract``) into a
 frozen ``LaunchSettings`` or raises ``contract.SettingsError`` with one sentence naming the option
 and the variable to fix. It only reads: it creates no files and starts no processes (stdlib
-only). ``--worker`` needs no ports or key.
+only). ``--worker`` needs no ports or key. It runs before the kernel starts, so what only some
+launches need is imported only by them: ``argparse`` where options come before ``--`` (the
+backends pass none), ``hashlib`` for a signature scheme other than the default.
 """
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, NamedTuple
 
 from kernel_queue.launcher import contract, origin
+
+if TYPE_CHECKING:
+    import argparse
 
 CONNECTION_FILE_PLACEHOLDER = "{connection_file}"
 PORT_NAMES = ("shell", "iopub", "stdin", "control", "hb")
 TRANSPORTS = ("tcp", "ipc")
 MODES = ("kernel", "worker")
+DEFAULT_SIGNATURE_SCHEME = "hmac-sha256"
 NO_PORTS = (0, 0, 0, 0, 0)
 """The ports of worker-mode settings, which open none."""
 
 
-@dataclass(frozen=True)
-class LaunchSettings:
+class LaunchSettings(NamedTuple):
     """Everything the supervisor needs, validated."""
 
     ip: str
@@ -83,7 +87,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSet
     if "--" in argv:
         split = argv.index("--")
         argv, kernel_argv = argv[:split], tuple(argv[split + 1 :])
-    args = _parser().parse_args(argv)
+    args: argparse.Namespace | SimpleNamespace = _parser().parse_args(argv) if argv else NO_OPTIONS
 
     def pick(value: str | None, env: str, default: str | None = None) -> str | None:
         return value if value is not None else environ.get(env, default)
@@ -100,7 +104,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSet
             ports=NO_PORTS,
             key="",
             transport="tcp",
-            signature_scheme="hmac-sha256",
+            signature_scheme=DEFAULT_SIGNATURE_SCHEME,
             kernel_argv=kernel_argv,
             status_fd=status_fd,
             parent_death=parent_death,
@@ -112,7 +116,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSet
         key=_read_key(pick(args.key_file, contract.ENV_KEY_FILE), environ.get(contract.ENV_KEY)),
         transport=_parse_transport(pick(args.transport, contract.ENV_TRANSPORT, "tcp")),
         signature_scheme=_parse_signature_scheme(
-            pick(args.signature_scheme, contract.ENV_SIGNATURE_SCHEME, "hmac-sha256")
+            pick(args.signature_scheme, contract.ENV_SIGNATURE_SCHEME, DEFAULT_SIGNATURE_SCHEME)
         ),
         kernel_argv=from_archive(kernel_argv or default_kernel_argv(), origin.path()),
         status_fd=status_fd,
@@ -131,6 +135,8 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSet
 
 
 def _parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="python -m kernel_queue.launcher",
         description="Own one Jupyter kernel: connection file, signals, in-place restarts.",
@@ -175,6 +181,21 @@ def _parser() -> argparse.ArgumentParser:
         f"(${contract.ENV_MODE}=worker)",
     )
     return parser
+
+
+NO_OPTIONS = SimpleNamespace(
+    ip=None,
+    ports=None,
+    key_file=None,
+    transport=None,
+    signature_scheme=None,
+    status_fd=None,
+    parent_death_signal=False,
+    stop_timeout=None,
+    termination_log=None,
+    worker=False,
+)
+"""What ``_parser()`` makes of no options, without importing argparse."""
 
 
 def _parse_mode(raw: str) -> str:
@@ -240,12 +261,18 @@ def _parse_transport(raw: str | None) -> str:
 def _parse_signature_scheme(raw: str | None) -> str:
     raw = raw or ""
     algorithm = raw.removeprefix("hmac-")
-    if algorithm == raw or algorithm not in hashlib.algorithms_available:
+    if algorithm == raw or (raw != DEFAULT_SIGNATURE_SCHEME and not _hash_available(algorithm)):
         raise contract.SettingsError(
             f"invalid signature scheme {raw!r}: set --signature-scheme or "
             f"{contract.ENV_SIGNATURE_SCHEME} to hmac-<hash>, e.g. hmac-sha256"
         )
     return raw
+
+
+def _hash_available(algorithm: str) -> bool:
+    import hashlib  # loads OpenSSL: only for a scheme other than the default (sha256, always there)
+
+    return algorithm in hashlib.algorithms_available
 
 
 def _parse_status_fd(raw: str | None) -> int | None:

@@ -388,6 +388,39 @@ def test_the_launcher_imports_nothing_server_side(tmp_path: Path) -> None:
     assert proc.stdout.strip() == "[]"
 
 
+SLOW_TO_IMPORT = ("argparse", "dataclasses", "hashlib", "inspect", "pathlib")
+"""Modules a backend's launch has no use for before its kernel runs: each costs the kernel's
+start milliseconds (``dataclasses`` with ``inspect`` ~15)."""
+
+
+def test_the_launcher_spawns_the_kernel_before_importing_what_it_need_not(tmp_path: Path) -> None:
+    """What a backend's launch (no options, inputs in env) has imported when it calls Popen."""
+    code = textwrap.dedent(
+        f"""
+        import subprocess, sys
+        from kernel_queue.launcher import __main__ as main
+
+        def spawn(*args, **kwargs):
+            print(sorted(name for name in {SLOW_TO_IMPORT!r} if name in sys.modules))
+            raise OSError("not started")
+
+        subprocess.Popen = spawn
+        sys.exit(main.main(["--", "kernel"]))
+        """
+    )
+    env = launcher_env(
+        tmp_path,
+        KERNEL_QUEUE_LAUNCH_PORTS=",".join(map(str, free_ports())),
+        KERNEL_QUEUE_LAUNCH_KEY=KEY,
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=WAIT
+    )
+
+    assert proc.returncode == 127, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
 def test_the_kernel_started_without_the_launcher_refuses_to_skip_the_queue(tmp_path: Path) -> None:
     """What jupyter_client 6 (Enterprise Gateway 3) does with a provisioner kernelspec: run its
     argv directly. The kernel must not start unqueued on the GPUs."""
@@ -562,6 +595,31 @@ def test_worker_mode_needs_no_key_or_ports() -> None:
         settings.parse_settings(
             [], {"KERNEL_QUEUE_LAUNCH_MODE": "kernel", contract.ENV_PORTS: "1,2,3,4,5"}
         )
+
+
+def test_no_options_read_as_the_parsers_defaults() -> None:
+    """A launch without options (the backends') skips argparse for these same values."""
+    from kernel_queue.launcher import settings
+
+    assert vars(settings.NO_OPTIONS) == vars(settings._parser().parse_args([]))
+
+
+@pytest.mark.parametrize("scheme", ["hmac-sha256", "hmac-sha512", "hmac-sha3_256"])
+def test_any_hmac_of_an_available_hash_signs(scheme: str) -> None:
+    from kernel_queue.launcher import settings
+
+    environ = {contract.ENV_PORTS: "1,2,3,4,5", contract.ENV_KEY: KEY}
+    config = settings.parse_settings([], {**environ, contract.ENV_SIGNATURE_SCHEME: scheme})
+    assert config.signature_scheme == scheme
+
+
+@pytest.mark.parametrize("scheme", ["sha256", "hmac-", "hmac-nosuchhash", "hmac-SHA256x"])
+def test_a_signature_scheme_that_is_no_hmac_of_an_available_hash_is_refused(scheme: str) -> None:
+    from kernel_queue.launcher import settings
+
+    environ = {contract.ENV_PORTS: "1,2,3,4,5", contract.ENV_KEY: KEY}
+    with pytest.raises(contract.SettingsError, match="invalid signature scheme"):
+        settings.parse_settings([], {**environ, contract.ENV_SIGNATURE_SCHEME: scheme})
 
 
 def test_a_worker_as_pid_1_stops_on_sigterm(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +110,7 @@ class LauncherProcess:
 
 
 async def _spawn(request: LaunchRequest, status_fd: int) -> asyncio.subprocess.Process:
-    launch = replace(request.launch, status_fd=status_fd)
+    launch = request.launch._replace(status_fd=status_fd)
     env = {
         # The devices are numbered as NVML and nvidia-smi number them (by PCI bus); CUDA's own
         # default is fastest first, which on a box of mixed GPUs is another card for an index.
