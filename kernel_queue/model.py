@@ -212,6 +212,8 @@ class GroupStatus:
     address: str = ""  # where to reach the kernel when it differs from the ref's (pod IPs)
     waiting: Waiting | None = None  # while queued: why, and the estimate of the wait
     never_fits: bool = False  # FAILED because the queue could never admit what it asks for
+    # never_fits: what the queue could ever give of what does not fit ({"gpus": 2})
+    has: dict[str, int | str] | None = field(default=None, hash=False)
     interrupted: str = ""  # QUEUED again because the kernel stopped without warning (its
     # launcher or its pod lost, not a preemption): why, in words ("its launcher was killed …")
 

@@ -242,7 +242,7 @@ class KernelTracker:
                 "see the kernel's log, or raise `startup_timeout` in the kernelspec."
             )
         if self.status.never_fits:  # the backend's queue could never admit what it asks for
-            return errors.NeverFits(f"{who} {self.status.message}")
+            return errors.NeverFits(f"{who} {self.status.message}", has=self.status.has)
         return errors.LaunchFailed(f"{who} failed: {self.status.message or 'the kernel ended'}")
 
     async def aclose(self) -> None:

@@ -142,7 +142,7 @@ async def test_a_request_the_queue_can_never_admit_fails_at_once_as_never_fits()
     )
     backend = ScriptedBackend(
         GroupStatus(GroupPhase.QUEUED),
-        GroupStatus(GroupPhase.FAILED, message=never, never_fits=True),
+        GroupStatus(GroupPhase.FAILED, message=never, never_fits=True, has={"gpus": 2}),
     )
     tracker = tracked(backend, [])
     try:
@@ -151,5 +151,6 @@ async def test_a_request_the_queue_can_never_admit_fails_at_once_as_never_fits()
     finally:
         await tracker.aclose()
     assert str(failed.value) == f"kernel kernel1 {never}"
+    assert failed.value.has == {"gpus": 2}  # the status event's `has`
     assert tracker.describe(needs="3 GPUs", restored=False) == f"kernel kernel1 {never}"
     assert backend.released == 1

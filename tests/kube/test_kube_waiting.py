@@ -18,7 +18,7 @@ G = "kueue.x-k8s.io"
 
 
 async def test_a_kernel_asking_for_more_than_the_cluster_queue_has_fails_at_once(
-    server: Server, kernelspec: KernelspecFactory, plane: Plane
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, event_log: Any
 ) -> None:
     kernel = await server.start(kube_spec(kernelspec, gpus=3))
 
@@ -31,6 +31,9 @@ async def test_a_kernel_asking_for_more_than_the_cluster_queue_has_fails_at_once
         "never give more than 1, so it could never start. Ask for fewer `gpus` in the "
         "kernelspec, or use a `queue` whose ClusterQueue has more."
     )
+    # what JupyterLab's label reads ("needs 3 GPUs, 1 exists"), as the local backend says it
+    said = [e for e in event_log.events if e["kernel_id"] == kernel and e["state"] == "failed"]
+    assert (said[-1]["needs"], said[-1]["has"]) == ("3 GPUs", {"gpus": 1})
     await wait_clean(server, plane, kernel)
     assert labelled(plane, kernel) == {}
 

@@ -30,6 +30,8 @@ NEVER = (
     "could never start. Ask for fewer `gpus` in the kernelspec, or use a `queue` whose "
     "ClusterQueue has more."
 )
+NEVER_FITS = Reason(never=NEVER, has={"gpus": 2})
+"""Failed at once, with what the queue could ever give (the status event's `has`)."""
 WAITING_ONE_GPU = "waiting for 1 more nvidia.com/gpu to free up in ClusterQueue 'gpu-cq'"
 PODS_READY = (
     "Kueue admits nothing until the pods of the workloads it admitted are ready (waitForPodsReady)"
@@ -110,13 +112,9 @@ def workload(
             ),
             id="0.20-waiting-for-preempted-workloads",
         ),
-        pytest.param(
-            workload("ExceedsMaxQuota", MAX_NOW), Reason(never=NEVER), id="0.20-exceeds-max-quota"
-        ),
-        pytest.param(workload("Pending", MAX_NOW), Reason(never=NEVER), id="0.19-maximum-capacity"),
-        pytest.param(
-            workload("Pending", MAX_BEFORE), Reason(never=NEVER), id="0.14-request-gt-maximum"
-        ),
+        pytest.param(workload("ExceedsMaxQuota", MAX_NOW), NEVER_FITS, id="0.20-exceeds-max-quota"),
+        pytest.param(workload("Pending", MAX_NOW), NEVER_FITS, id="0.19-maximum-capacity"),
+        pytest.param(workload("Pending", MAX_BEFORE), NEVER_FITS, id="0.14-request-gt-maximum"),
         pytest.param(
             workload(
                 "Pending",
@@ -138,7 +136,8 @@ def workload(
             Reason(
                 never="asks for 48Gi memory but ClusterQueue 'gpu-cq' can never give more than "
                 "32Gi, so it could never start. Lower `memory` in the kernelspec, or use a "
-                "`queue` whose ClusterQueue has more."
+                "`queue` whose ClusterQueue has more.",
+                has={"memory": "32Gi"},
             ),
             id="memory-too-big",
         ),
@@ -149,7 +148,7 @@ def workload(
                 "in flavor default-flavor, previously considered podsets requests (2) + current "
                 "podset request (1) > maximum capacity (2)",
             ),
-            Reason(never=NEVER),
+            NEVER_FITS,
             id="pod-sets-add-up",
         ),
         pytest.param(
@@ -161,7 +160,8 @@ def workload(
             Reason(
                 never="asks for nvidia.com/gpu but ClusterQueue 'gpu-cq' has no quota for "
                 "nvidia.com/gpu, so it could never start. Use a `queue` whose ClusterQueue "
-                "covers nvidia.com/gpu, or ask the cluster's admin to add it."
+                "covers nvidia.com/gpu, or ask the cluster's admin to add it.",
+                has={"gpus": 0},
             ),
             id="resource-not-covered",
         ),

@@ -97,6 +97,7 @@ async def test_a_never_fitting_request_fails_once_its_cluster_queue_is_known() -
         "2, so it could never start. Ask for fewer `gpus` in the kernelspec, or use a `queue` "
         "whose ClusterQueue has more.",
         never_fits=True,
+        has={"gpus": 2},
     )
     w.aclose()
     await tasks.aclose()

@@ -116,7 +116,9 @@ class Waits:
         if reason.never:
             if not self.queues.settled(namespace, queue):
                 return status
-            return GroupStatus(GroupPhase.FAILED, message=reason.never, never_fits=True)
+            return GroupStatus(
+                GroupPhase.FAILED, message=reason.never, never_fits=True, has=reason.has
+            )
         if within > 0 and waited < within and name not in self._timers:
             self._remind(name, within - waited)
         estimate = None

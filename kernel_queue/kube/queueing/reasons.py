@@ -81,13 +81,16 @@ class Queue:
 class Reason:
     """Why the kernel waits. `why`: the clause its reason adds ("" when Kueue says nothing more
     than that it waits). `answered`: False while Kueue has not answered at all. `never`: not ""
-    when the request can never be admitted, the sentence to fail with (after "kernel 1a2b3c4d").
+    when the request can never be admitted, the sentence to fail with (after "kernel 1a2b3c4d"),
+    and `has` what the queue could ever give of the resource that does not fit, by kernelspec
+    key ({"gpus": 2}, {"cpu": "16"}; None where that resource is no key of the kernelspec's).
     `estimable`: it waits its turn for quota, so the queue's admission rate says how long."""
 
     why: str = ""
     answered: bool = True
     never: str = ""
     estimable: bool = False
+    has: dict[str, int | str] | None = None
 
 
 @dataclass(frozen=True)
@@ -176,7 +179,7 @@ def _quota(reason: str, message: str, queue: Queue, keys: Mapping[str, str]) -> 
     parsed = parse(message)
     never_only = not (parsed.short or parsed.other) and bool(parsed.maximum or parsed.unavailable)
     if reason == EXCEEDS_MAX_QUOTA or never_only:
-        return Reason(never=_never(parsed, message, queue, keys))
+        return Reason(never=_never(parsed, message, queue, keys), has=_has(parsed, keys))
     if parsed.short:
         flavors = {flavor for _, flavor, _ in parsed.short}
         parts = [
@@ -194,13 +197,38 @@ def _quota(reason: str, message: str, queue: Queue, keys: Mapping[str, str]) -> 
     return Reason(why, estimable=True)
 
 
+def _unfit(parsed: _Parsed, keys: Mapping[str, str]) -> tuple[str, str, str] | None:
+    """The resource over the queue's maximum that a kernelspec key asks for first, what the
+    kernel asks of it and the most the queue could give (Kueue's words), or None."""
+    if not parsed.maximum:
+        return None
+    resource = sorted(parsed.maximum, key=lambda m: (m[0] not in keys, m[0]))[0][0]
+    mine = [m for m in parsed.maximum if m[0] == resource]
+    _, _, request, most = max(mine, key=lambda m: _number(m[3]) or Decimal(0))
+    return resource, request, most
+
+
+def _has(parsed: _Parsed, keys: Mapping[str, str]) -> dict[str, int | str] | None:
+    """`Reason.has`: the most the queue gives of the unfit resource, under its kernelspec key
+    (a whole number of GPUs as an int, as the local backend says it); 0 of one it has none of."""
+    unfit = _unfit(parsed, keys)
+    if unfit is not None:
+        resource, _, most = unfit
+        key = keys.get(resource)
+        if key is None:
+            return None
+        return {key: int(most) if key == "gpus" and most.isdigit() else most}
+    if parsed.unavailable and parsed.unavailable[0] in keys:
+        return {keys[parsed.unavailable[0]]: 0}
+    return None
+
+
 def _never(parsed: _Parsed, message: str, queue: Queue, keys: Mapping[str, str]) -> str:
     """ "asks for 3 nvidia.com/gpu but ClusterQueue 'gpu-cq' can never give more than 2, so it
     could never start. Ask for fewer `gpus` in the kernelspec, or use a `queue` …" """
-    if parsed.maximum:
-        resource = sorted(parsed.maximum, key=lambda m: (m[0] not in keys, m[0]))[0][0]
-        mine = [m for m in parsed.maximum if m[0] == resource]
-        _, _, request, most = max(mine, key=lambda m: _number(m[3]) or Decimal(0))
+    unfit = _unfit(parsed, keys)
+    if unfit is not None:
+        resource, request, most = unfit
         return (
             f"asks for {request} {resource} but {queue.where} can never give more than {most}, "
             f"so it could never start. {_fewer(resource, keys)}, or use a `queue` whose "
