@@ -79,7 +79,9 @@ async def test_a_kernel_runs_restarts_in_place_is_reattached_and_released(
         assert reply["content"]["status"] == "ok"  # a fresh kernel process
     finally:
         client.stop_channels()
-    assert {s.phase for s in followed.statuses[seen:]} <= {GroupPhase.RUNNING}  # not requeued
+    # Not requeued: it keeps its admission. A pod's readiness probe may fail while its new
+    # kernel process starts (3 s on a loaded machine), which reads as ADMITTED meanwhile.
+    assert {s.phase for s in followed.statuses[seen:]} <= {GroupPhase.ADMITTED, GroupPhase.RUNNING}
 
     await backend.release(ref)
     await followed.until(lambda f: f.ended)
