@@ -29,11 +29,12 @@ FIRST_WAIT = 3.0
 once that wait ran out, later requests do not wait for one again."""
 MOST_WAIT = 5.0
 """Seconds a request waits at most in all, however often new clients subscribe."""
-LATE_WAIT = 0.5
+LATE_WAIT = 1.0
 """Seconds a client's first request waits for the subscription a blocking client sends only
 once it polls its IOPub socket: at once after sending for ``execute_interactive``, within 50 ms
 for ``jupyter console`` (0.25 s lost a first cell's busy status 1 time in 40 on a loaded
-two-core machine)."""
+two-core machine, 0.5 s once in 40 in a whole-suite CI run). The wait ends at the
+subscription, so only a client that has no IOPub pays it, once per kernel process."""
 _SESSIONS_KEPT = 10_000
 """Client sessions remembered (``opens_session``); the oldest are forgotten past this many."""
 
