@@ -5,6 +5,8 @@ configure and watches every Workload of the namespace, and its kernels still run
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,10 +22,20 @@ from tests.polling import until
 UNCOPIED = "Kueue does not copy the label kernel-queue.dev/owner onto the Workloads"
 
 
-def _backend(plane: Plane, root: Path, owner: str) -> Contract:
-    """A server's backend (owner id `owner`), its kubeconfig in `root`."""
-    root.mkdir()
-    return parking.contract(parking.backend(plane, root, owner_id=owner))
+@contextlib.asynccontextmanager
+async def _two_servers(plane: Plane, root: Path) -> AsyncIterator[tuple[Contract, Contract]]:
+    """Two servers' backends (owner ids server-a and server-b) in namespace default, the
+    checkpoint claim made; both closed on leaving."""
+    plane.apply(PVC)
+    made = []
+    for owner in ("server-a", "server-b"):
+        (root / owner).mkdir()
+        made.append(parking.contract(parking.backend(plane, root / owner, owner_id=owner)))
+    try:
+        yield made[0], made[1]
+    finally:
+        for tested in made:
+            await tested.aclose()
 
 
 async def _waiting(tested: Contract, priority: str = "low") -> tuple[GroupRef, Followed]:
@@ -37,10 +49,7 @@ async def _waiting(tested: Contract, priority: str = "low") -> tuple[GroupRef, F
 async def test_two_servers_in_one_namespace_each_hold_only_their_own_kernels(
     plane: Plane, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    plane.apply(PVC)
-    first = _backend(plane, tmp_path / "a", "server-a")
-    second = _backend(plane, tmp_path / "b", "server-b")
-    try:
+    async with _two_servers(plane, tmp_path) as (first, second):
         mine, _ = await _waiting(first)
         theirs, _ = await _waiting(second)
         for tested, ref in ((first, mine), (second, theirs)):
@@ -54,9 +63,6 @@ async def test_two_servers_in_one_namespace_each_hold_only_their_own_kernels(
             assert backend.cached("default")["pods"] == [f"{ref.name}-head-0"]
         await first.backend.release(mine)
         await second.backend.release(theirs)
-    finally:
-        await first.aclose()
-        await second.aclose()
     assert UNCOPIED not in caplog.text
 
 
@@ -65,10 +71,7 @@ async def test_a_kernel_waiting_behind_another_servers_kernels_gets_an_estimate_
 ) -> None:
     """Its server does not watch the other's Workloads: their admissions reach the estimate as
     they leave the queue ahead of it (the visibility API its positions come from)."""
-    plane.apply(PVC)
-    mine = _backend(plane, tmp_path / "a", "server-a")
-    theirs = _backend(plane, tmp_path / "b", "server-b")
-    try:
+    async with _two_servers(plane, tmp_path) as (mine, theirs):
         ahead, _ = await _waiting(theirs, "high")  # holds the one GPU
         waiting, followed = await _waiting(mine)
         for _ in range(3):  # three admissions ahead of it: enough for an estimate
@@ -81,9 +84,6 @@ async def test_a_kernel_waiting_behind_another_servers_kernels_gets_an_estimate_
         assert followed.phase is GroupPhase.QUEUED
         await theirs.backend.release(ahead)
         await mine.backend.release(waiting)
-    finally:
-        await mine.aclose()
-        await theirs.aclose()
 
 
 def _estimate(followed: Followed) -> float | None:
@@ -96,10 +96,7 @@ async def test_where_kueue_copies_no_owner_label_the_server_says_so_and_watches_
     cluster: FakeCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     plane = FakePlane(cluster, SERVER_TOKEN)
-    plane.apply(PVC)
-    first = _backend(plane, tmp_path / "a", "server-a")
-    second = _backend(plane, tmp_path / "b", "server-b")
-    try:
+    async with _two_servers(plane, tmp_path) as (first, second):
         theirs, _ = await _waiting(second)
         mine, followed = await _waiting(first)
         await until(lambda: UNCOPIED in caplog.text, "the warning", within=30)
@@ -114,9 +111,6 @@ async def test_where_kueue_copies_no_owner_label_the_server_says_so_and_watches_
         await second.backend.release(theirs)
         await followed.running(mine)  # its Workload's admission still reaches its status
         await first.backend.release(mine)
-    finally:
-        await first.aclose()
-        await second.aclose()
 
 
 @pytest.mark.parametrize("backend_settings", [{"reap_interval": 0.3}])
