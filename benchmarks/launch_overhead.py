@@ -9,7 +9,7 @@ the fake reads Kueue's CRDs from $KERNEL_QUEUE_FAKE_CLUSTER_CRDS, which scripts/
 kernel_queue's bytecode is written first, as pip writes it at install: under
 PYTHONDONTWRITEBYTECODE the local backend's launcher and kernel would otherwise compile an edited
 checkout's modules from source at every launch, which the plain kernel's installed ipykernel never
-does (the fake cluster's pods run the launcher archive, which holds no bytecode either way).
+does (the fake cluster's pods run the launcher archive, which carries its own bytecode).
 Usage: python benchmarks/launch_overhead.py [--runs 7] [--no-kubernetes]
 """
 

@@ -49,7 +49,7 @@ def test_the_archive_imports_only_the_stdlib_ipykernel_and_the_checkpoint_librar
     archive = zipfile.ZipFile(io.BytesIO(found.data))
     imported: dict[str, set[str]] = {}
     for name in archive.namelist():
-        if not name.startswith("kernel_queue/"):
+        if not name.startswith("kernel_queue/") or not name.endswith(".py"):
             continue
         for node in ast.walk(ast.parse(archive.read(name))):
             if isinstance(node, ast.Import):
@@ -70,6 +70,50 @@ def test_the_archive_imports_only_the_stdlib_ipykernel_and_the_checkpoint_librar
         and module != "__future__"
     }
     assert outside == {}
+
+
+BARE = {"PATH": "/usr/bin:/bin"}
+IMPORTS = (
+    "import kernel_queue.launcher.kernel as k, kernel_queue.checkpoint.snapshot as s; "
+    "print(k.__file__, s.__file__)"
+)
+
+
+def test_this_python_imports_the_archives_bytecode_and_another_compiles_its_sources(
+    tmp_path: Path,
+) -> None:
+    """Every module has its .pyc beside it, which this Python's zipimport loads instead of
+    compiling the source at each pod start; an archive whose bytecode's magic number is not the
+    interpreter's (an image of another Python) still runs, from the sources."""
+    data = launcher_archive.build().data
+    names = set(zipfile.ZipFile(io.BytesIO(data)).namelist())
+    sources = {n for n in names if n.endswith(".py")}
+    assert {f"{n}c" for n in sources} <= names
+    assert len(names) == 2 * len(sources)
+    ours = tmp_path / "ours.pyz"
+    ours.write_bytes(data)
+    loaded = ran(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(ours)!r}); {IMPORTS}"],
+        env=BARE,
+    )
+    assert loaded.returncode == 0, loaded.stderr
+    assert [Path(f).suffix for f in loaded.stdout.split()] == [".pyc", ".pyc"]
+    other = tmp_path / "other.pyz"
+    with (
+        zipfile.ZipFile(io.BytesIO(data)) as source,
+        zipfile.ZipFile(other, "w", zipfile.ZIP_DEFLATED) as out,
+    ):
+        for info in source.infolist():
+            body = source.read(info)
+            out.writestr(
+                info, b"\x00\x00\r\n" + body[4:] if info.filename.endswith(".pyc") else body
+            )
+    compiled = ran(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(other)!r}); {IMPORTS}"],
+        env=BARE,
+    )
+    assert compiled.returncode == 0, compiled.stderr
+    assert [Path(f).suffix for f in compiled.stdout.split()] == [".py", ".py"]
 
 
 def test_the_config_map_is_immutable_labelled_ours_and_holds_the_archive() -> None:
