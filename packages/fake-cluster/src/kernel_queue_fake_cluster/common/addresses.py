@@ -61,6 +61,10 @@ class AddressPool:
         _TAKEN.add(address)
         self._by_key[key] = address
 
+    def address(self, key: str) -> str | None:
+        """The address `key` holds, or None (nothing is taken)."""
+        return self._by_key.get(key)
+
     def release(self, key: str) -> None:
         """Free the address `key` holds, if any."""
         address = self._by_key.pop(key, None)

@@ -9,7 +9,8 @@ when there is no scheduler (`bind`) or runs those a scheduler bound to it, prepa
 their status (`pod_status`), serves their logs (in-process, and over HTTPS at the kubelet
 endpoint when asked: `logs.py`) and stops them on graceful deletion: SIGTERM, SIGKILL after the
 grace period, the final status, then a DELETE with grace 0. It owns the `ServiceNetwork`
-(kube-proxy's job). Everything runs on one event loop; no threads of its own.
+(kube-proxy's job) and the cluster's DNS names (`dns.py`, CoreDNS's). Everything runs on one
+event loop; no threads of its own.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import aiohttp
 
 from kernel_queue_fake_cluster.common import addresses, pods
 from kernel_queue_fake_cluster.common.objects import Obj, now_rfc3339
-from kernel_queue_fake_cluster.node import pod_startup, registration, volumes
+from kernel_queue_fake_cluster.node import dns, pod_startup, registration, volumes
 from kernel_queue_fake_cluster.node.client import (
     STRATEGIC_MERGE_PATCH,
     ApiError,
@@ -73,7 +74,9 @@ class NodeAgent:
     (PATH: this interpreter's directory, then this process's PATH; or, for an image that
     `image_paths` maps, that directory, e.g. another virtualenv's bin, then a Debian image's
     system dirs and never this interpreter, so an empty one is an image without Python; HOME,
-    LANG, HOSTNAME = pod name), one
+    LANG, HOSTNAME = `spec.hostname` or the pod name), cluster DNS (`LD_PRELOAD` of
+    libnss_wrapper and `NSS_WRAPPER_HOSTS`, its namespace's hosts file: `dns.py`; none where
+    `nss_wrapper` is False or the library is missing), one
     `KUBE_FAKE_MOUNT_<PATH>` per volumeMount, `envFrom`, `env`. Nothing else of this process.
     Volumes: `pvc/<namespace>/<claim>` (kept; the claim must exist, else Unschedulable; where
     PersistentVolumes are served, `provisioner.py` makes one there for each unbound claim and
@@ -110,6 +113,7 @@ class NodeAgent:
         service_hold_seconds: float = 30.0,
         logs_port: int | None = None,
         lease_interval: float = 10.0,
+        nss_wrapper: bool = True,
     ) -> None:
         self.config = ClientConfig(config) if isinstance(config, str) else config
         self.client = Client(self.config)
@@ -121,6 +125,17 @@ class NodeAgent:
         self.pods = self.informers["pods"]
         self.network = ServiceNetwork(
             self.informers["services"], self.pods, hold_seconds=service_hold_seconds
+        )
+        library = dns.find_library() if nss_wrapper else None
+        self.dns = dns.ClusterDns(
+            self.informers["services"],
+            self.pods,
+            self.root,
+            lambda pod: (
+                self.pod_ips.address(pod["metadata"]["uid"])
+                or (pod.get("status") or {}).get("podIP")
+            ),
+            library=library,
         )
         self.status = StatusManager(
             self.client, self.pods.get, node_name=node_name, probe_floor=probe_floor, bind=bind
@@ -134,6 +149,7 @@ class NodeAgent:
             node_name=node_name,
             pull_backoff=pull_backoff,
             image_paths=image_paths,
+            dns=self.dns,
         )
         self.heartbeat = Heartbeat(self.client, node_name, interval=lease_interval)
         self.provisioner = Provisioner(
@@ -184,10 +200,12 @@ class NodeAgent:
                 informer.add_handler(self.provisioner.notify)
             if plural == "services":
                 informer.add_handler(self.network.on_service)
+                informer.add_handler(self.dns.on_service)
             elif plural not in ("pods", "persistentvolumes"):
                 informer.add_handler(lambda kind, obj: self.startup.notify())
         self.pods.add_handler(self._on_pod)
         self.pods.add_handler(self.network.on_pod)
+        self.pods.add_handler(self.dns.on_pod)
         async with asyncio.timeout(within):
             for plural in WATCHED[:-1]:
                 self.informers[plural].start()
@@ -221,6 +239,7 @@ class NodeAgent:
         for informer in self.informers.values():
             await informer.stop()
         await self.network.aclose()
+        self.dns.close()
         if self._logs is not None:
             await self._logs.stop()
             self._logs = None

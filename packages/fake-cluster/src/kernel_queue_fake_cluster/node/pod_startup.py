@@ -23,6 +23,7 @@ import aiohttp
 
 from kernel_queue_fake_cluster.common import addresses, selectors
 from kernel_queue_fake_cluster.common.objects import Obj, now_rfc3339
+from kernel_queue_fake_cluster.node import dns as cluster_dns
 from kernel_queue_fake_cluster.node import pod_env, registration, volumes
 from kernel_queue_fake_cluster.node.client import ApiError, Client, path
 from kernel_queue_fake_cluster.node.informer import Informer
@@ -47,16 +48,16 @@ PULL_FAILED = (
 )
 
 
-def base_env(pod_name: str, bin_dir: str | None = None) -> dict[str, str]:
+def base_env(hostname: str, bin_dir: str | None = None) -> dict[str, str]:
     """What every container starts with before its spec's env: PATH (`bin_dir` then
     `IMAGE_PATH`; else this interpreter's bin, then this process's PATH: so `python` is that
-    virtualenv's), HOME and LANG from this process, HOSTNAME."""
+    virtualenv's), HOME and LANG from this process, HOSTNAME (the pod's `hostname`)."""
     if bin_dir is not None:
         path = os.pathsep.join([bin_dir, IMAGE_PATH])
     else:
         first = os.path.dirname(sys.executable)
         path = os.pathsep.join([first, os.environ.get("PATH", os.defpath)])
-    env = {"PATH": path, "HOSTNAME": pod_name}
+    env = {"PATH": path, "HOSTNAME": hostname}
     env.update({key: os.environ[key] for key in BASE_ENV_KEYS if key in os.environ})
     return env
 
@@ -161,8 +162,10 @@ class PodStarter:
         node_name: str,
         pull_backoff: float,
         image_paths: Mapping[str, str] | None = None,
+        dns: cluster_dns.ClusterDns | None = None,
     ) -> None:
         self.client, self.caches, self.root = client, caches, root
+        self.dns = dns
         self.status, self.pod_ips = status, pod_ips
         self.node_name, self.pull_backoff = node_name, pull_backoff
         self.image_paths = dict(image_paths or {})
@@ -385,9 +388,10 @@ class PodStarter:
         """Resolve argv, env and working directory (mountPaths rewritten to directories)."""
         spec = container.spec
         mounts = volumes.Mounts.of(spec, dirs)
-        container.env, raw = pod_env.container_env(
-            self.caches, pod, spec, mounts, base_env(record.name, self._bin_dir(spec))
-        )
+        base = base_env(hostname(pod), self._bin_dir(spec))
+        if self.dns is not None:  # names of the cluster, for every program of the pod
+            base.update(self.dns.env(record.namespace))
+        container.env, raw = pod_env.container_env(self.caches, pod, spec, mounts, base)
         command = [str(a) for a in (spec.get("command") or [])]
         if not command:
             message = "the fake kubelet runs no images: the container needs a `command`"
@@ -409,6 +413,12 @@ class PodStarter:
             scratch.mkdir(parents=True, exist_ok=True)
             workdir = str(scratch)
         container.cwd = workdir
+
+
+def hostname(pod: Obj) -> str:
+    """The pod's host name, as the kubelet sets it: `spec.hostname`, else its name (cut to 63
+    characters)."""
+    return str((pod.get("spec") or {}).get("hostname") or pod["metadata"]["name"][:63])
 
 
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
