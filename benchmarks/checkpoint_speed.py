@@ -216,7 +216,7 @@ def main() -> None:
         f"{few['dill.load'] / few['restore']:.2f}x"
     )
     if args.cells:
-        continuous_speed.report("one run of each case", args.cells, args.dir)
+        continuous_speed.report(max(3, args.runs), args.cells, args.dir)
 
 
 if __name__ == "__main__":

@@ -1,17 +1,33 @@
-"""Continuous checkpoints, measured on real launchers and kernels (part of checkpoint_speed.py).
+"""Continuous checkpoints, measured on real launchers and kernels, each case beside its baseline.
 
-`flush`: a 2 GiB namespace (8 float64 arrays of 256 MiB) whose last cell changed one 10 MiB
-array; the SIGTERM flush (the kernel's own save, from its report) against a full save of the same
-namespace by a kernel without continuous checkpoints (target: <= 10%), in two cases: SIGTERM once
-the last cell's background checkpoint committed, and SIGTERM right after the cell's reply (the
-save still in flight: the launcher's exit is then the honest measure, SIGTERM to exit 143).
-`per_cell`: 1 s cells of CPU work (a Python loop, each cell also changing a 1 MiB array) in a
-200 MiB namespace, continuous checkpoints on against checkpoints off, cells alternating between
-the two kernels so that the machine's load falls on both (target: median slowdown <= 5%).
+Every case is repeated (`--repeat`, at least 3) and printed as min / median / max; each ratio is
+taken within one repeat, between runs made side by side in the same cache state, so the
+machine's load at that moment falls on both sides of it. Two cache states: `cold`, the page
+cache of the kernel's checkpoint files dropped first (fsync, then
+`posix_fadvise(POSIX_FADV_DONTNEED)` on each file: per file, so nobody else's cache on a shared
+machine is touched), and `warm`, every checkpoint file read into the page cache first.
+
+`flush`: a 2 GiB namespace (8 float64 arrays of 256 MiB, a 10 MiB array, a list) whose last cell
+changed the 10 MiB array. The SIGTERM flush (the kernel's own report: the save in flight it
+waited for, then its own) divided by what a user would otherwise wait, the SIGTERM save of the
+same namespace by a kernel without continuous checkpoints, in the same repeat and cache state
+(target: <= 10% in every case), for SIGTERM once the last cell's background checkpoint
+committed and SIGTERM right after the cell's reply (its save still in flight). SIGTERM to the
+launcher's exit is printed beside, against the full save's. The cache is set up just before
+SIGTERM (in flight: before the last cell, which SIGTERM follows at once).
+`per cell`: 1 s cells of CPU work (a Python loop; each cell also changes 1 MiB of a 48 MiB array)
+in a 202 MiB namespace, continuous checkpoints on against checkpoints off, cells alternating
+between the two kernels; per repeat and cache state the median of `--cells` cells each (target:
+on/off <= +5%); cold drops the on kernel's checkpoint files before each cell.
+
+Figures are printed beside their targets, never asserted.
+Usage: python benchmarks/continuous_speed.py [--repeat 3] [--cells 15] [--only flush|cell]
+       [--dir D]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -24,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +53,8 @@ REPO = Path(__file__).resolve().parents[1]
 KEY = "benchmark-key"
 WAIT = 300.0
 MIB = 2**20
+CACHES = ("cold", "warm")
+FLUSH_TARGET, CELL_TARGET = 0.10, 0.05
 
 
 class Kernel:
@@ -56,7 +75,8 @@ class Kernel:
             env[contract.ENV_CHECKPOINT_DIR] = str(self.store)
             env[contract.ENV_CHECKPOINT_DEADLINE] = "110"
             env[contract.ENV_CHECKPOINT_CONTINUOUS] = "1" if continuous else "0"
-        log = open(self.store.parent / "launcher.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.log = self.store.parent / "launcher.log"
+        log = open(self.log, "wb")  # noqa: SIM115 - closed below, the launcher keeps its copy
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kernel_queue.launcher"],
             env=env,
@@ -97,6 +117,10 @@ class Kernel:
             time.sleep(0.02)
         raise SystemExit(f"no checkpoint of cell [{cell}] within {WAIT:g} s")
 
+    def cache(self, state: str) -> None:
+        """Put the store's files in `state`: `cold` (dropped from the page cache) or `warm`."""
+        (evict if state == "cold" else warm)(self.store)
+
     def sigterm(self) -> tuple[float, dict[str, Any]]:
         """SIGTERM the launcher: seconds until it exited, and the kernel's checkpoint report."""
         started = time.perf_counter()
@@ -104,6 +128,11 @@ class Kernel:
         self.proc.wait(timeout=WAIT)
         seconds = time.perf_counter() - started
         return seconds, self._report()
+
+    def saves(self) -> list[float]:
+        """Seconds of each continuous save so far, from the kernel's log."""
+        text = self.log.read_text(errors="replace")
+        return [float(s) for s in re.findall(r"continuous save \(.*? in ([0-9.]+) s", text)]
 
     def stop(self) -> None:
         self.client.stop_channels()
@@ -126,6 +155,40 @@ class Kernel:
         return found[-1]
 
 
+def _files(directory: Path) -> list[Path]:
+    """The files of `directory`'s committed checkpoints (not those of a save in progress)."""
+    if not directory.exists():
+        return []
+    found = directory.rglob("*")
+    return [p for p in found if p.is_file() and not p.parent.name.endswith(".partial")]
+
+
+def evict(directory: Path) -> None:
+    """Drop `directory`'s files from the page cache: fsync each (dirty pages are not dropped),
+    then POSIX_FADV_DONTNEED. Only these files: a shared machine's other caches stay."""
+    for path in _files(directory):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:  # a checkpoint retired meanwhile
+            continue
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def warm(directory: Path) -> None:
+    """Read every file of `directory` once, so that the page cache holds it."""
+    for path in _files(directory):
+        try:
+            with open(path, "rb") as file:
+                while file.read(16 * MIB):
+                    pass
+        except FileNotFoundError:
+            continue
+
+
 NAMESPACE = """
 import numpy as np
 rng = np.random.default_rng(0)
@@ -136,46 +199,57 @@ small = rng.random(10 * 2**20 // 8)
 history = [float(x) for x in range(10_000)]
 """
 CHANGE_SMALL = "small[:] = rng.random(small.size)"
+FLUSH_CASES = ("full", "committed", "in flight")
+FLUSH_LABELS = {
+    "full": "full save on SIGTERM (checkpoint.continuous off)",
+    "committed": "SIGTERM once the cell's checkpoint committed",
+    "in flight": "SIGTERM right after the cell's reply",
+}
 
 
-def flush(base: Path) -> dict[str, float]:
-    """Seconds of: a full SIGTERM save of the 2 GiB namespace; the SIGTERM flush once the last
-    cell's checkpoint committed; SIGTERM to exit once committed, and right after the reply."""
+def flush_once(base: Path, case: str, cache: str) -> dict[str, float]:
+    """One kernel with the 2 GiB namespace, SIGTERMed in `case`, its checkpoint files in `cache`:
+    the flush's seconds (the kernel's report), SIGTERM to exit, MB the flush wrote."""
     setup = NAMESPACE.format(n=8, elements=256 * MIB // 8)
+    name = f"{case.replace(' ', '-')}-{cache}"
+    kernel = Kernel(base, name, checkpoints=True, continuous=case != "full")
     found: dict[str, float] = {}
-    full = Kernel(base, "full", checkpoints=True, continuous=False)
     try:
-        full.run(setup)
-        full.run(CHANGE_SMALL)
-        found["full exit"], report = full.sigterm()
-        found["full save"] = float(report["seconds"])
-    finally:
-        full.stop()
-    shutil.rmtree(full.store.parent, ignore_errors=True)
-    for case in ("committed", "in flight"):
-        kernel = Kernel(base, case.replace(" ", "-"), checkpoints=True, continuous=True)
-        try:
-            kernel.run(setup)
+        kernel.run(setup)
+        if case != "full":
             kernel.wait_for_cell(1)  # the first checkpoint is a full one
-            kernel.run(CHANGE_SMALL)  # cell [2]: one 10 MiB array changed
-            if case == "committed":
-                kernel.wait_for_cell(2)
-            found[f"{case} exit"], report = kernel.sigterm()
-            # the save in flight it waited for, then its own (incremental) save
-            found[f"{case} flush"] = float(report.get("waited", 0.0)) + float(report["seconds"])
-            found[f"{case} written MB"] = (report["bytes"] - _reused(kernel)) / 1e6
-        finally:
-            kernel.stop()
-        log = (kernel.store.parent / "launcher.log").read_text(errors="replace")
-        forks = [float(ms) for ms in re.findall(r"forked in ([0-9.]+) ms", log)]
-        found["fork ms"] = max([*forks, found.get("fork ms", 0.0)])
+        if case == "in flight":
+            kernel.cache(cache)
+        kernel.run(CHANGE_SMALL)  # cell [2]: one 10 MiB array changed
+        if case == "committed":
+            kernel.wait_for_cell(2)
+        if case != "in flight":
+            kernel.cache(cache)
+        found["exit"], report = kernel.sigterm()
+        # the save in flight it waited for, then its own (incremental) save
+        found["flush"] = float(report.get("waited", 0.0)) + float(report["seconds"])
+        newest = kernel.committed()[-1]
+        found["written MB"] = (report["bytes"] - int(newest.manifest.get("reused", 0))) / 1e6
+        saves = kernel.saves()
+        found["last background save"] = saves[-1] if saves else 0.0
+    finally:
+        kernel.stop()
         shutil.rmtree(kernel.store.parent, ignore_errors=True)
     return found
 
 
-def _reused(kernel: Kernel) -> int:
-    newest = kernel.committed()[-1]
-    return int(newest.manifest.get("reused", 0))
+def flush(base: Path, repeat: int, progress: Callable[[str], None]) -> list[dict[str, Any]]:
+    """`repeat` rounds of every (cache state, case), in an order that rotates between rounds."""
+    rows = []
+    for index in range(repeat):
+        caches = CACHES if index % 2 == 0 else tuple(reversed(CACHES))
+        for cache in caches:
+            shift = index % len(FLUSH_CASES)
+            for case in FLUSH_CASES[shift:] + FLUSH_CASES[:shift]:
+                found = flush_once(base, case, cache)
+                rows.append({"repeat": index, "cache": cache, "case": case, **found})
+                progress(f"flush {index + 1}/{repeat} {cache} {case}: {found}")
+    return rows
 
 
 def calibrate(seconds: float = 1.0) -> int:
@@ -197,66 +271,137 @@ def _cell(work: int) -> str:
     return steps + "arrays[0][:131072] = rng.random(131072)"
 
 
-def per_cell(base: Path, cells: int) -> dict[str, float]:
-    """Median seconds of a 1 s CPU cell with continuous checkpoints on and with checkpoints off."""
+def per_cell(
+    base: Path, repeat: int, cells: int, progress: Callable[[str], None]
+) -> list[dict[str, Any]]:
+    """Per repeat, a fresh pair of kernels (continuous checkpoints on, checkpoints off) running
+    the same 1 s CPU cell alternately, `cells` each per cache state: the medians of each."""
     setup = NAMESPACE.format(n=4, elements=48 * MIB // 8)  # 192 MiB + 10 MiB
-    kernels = {
-        "on": Kernel(base, "on", checkpoints=True, continuous=True),
-        "off": Kernel(base, "off", checkpoints=False, continuous=False),
-    }
-    times: dict[str, list[float]] = {name: [] for name in kernels}
-    try:
-        for kernel in kernels.values():
-            kernel.run(setup)
-        work = calibrate()  # then scaled to a 1 s cell in a kernel (cell code runs slower)
-        work = int(work / kernels["off"].run(_cell(work)))
-        cell = _cell(work)
-        kernels["on"].wait_for_cell(1)
-        for index in range(cells):
-            order = list(kernels) if index % 2 else list(reversed(kernels))
-            for name in order:
-                times[name].append(kernels[name].run(cell))
-        saves = len(kernels["on"].committed())
-    finally:
-        for kernel in kernels.values():
-            kernel.stop()
-    return {
-        "on": statistics.median(times["on"]),
-        "off": statistics.median(times["off"]),
-        "saves kept": float(saves),
-    }
+    rows: list[dict[str, Any]] = []
+    work = 0
+    for index in range(repeat):
+        kernels = {
+            "on": Kernel(base, f"on-{index}", checkpoints=True, continuous=True),
+            "off": Kernel(base, f"off-{index}", checkpoints=False, continuous=False),
+        }
+        try:
+            for kernel in kernels.values():
+                kernel.run(setup)
+            if not work:  # scaled to a 1 s cell in a kernel (cell code runs slower)
+                work = calibrate()
+                work = int(work / kernels["off"].run(_cell(work)))
+            cell = _cell(work)
+            kernels["on"].wait_for_cell(1)
+            caches = CACHES if index % 2 == 0 else tuple(reversed(CACHES))
+            for cache in caches:
+                times: dict[str, list[float]] = {name: [] for name in kernels}
+                before = len(kernels["on"].saves())
+                for step in range(cells):
+                    order = list(kernels) if step % 2 else list(reversed(kernels))
+                    for name in order:
+                        if name == "on":
+                            kernels[name].cache(cache)
+                        times[name].append(kernels[name].run(cell))
+                saves = kernels["on"].saves()[before:]
+                row = {
+                    "repeat": index,
+                    "cache": cache,
+                    "on": statistics.median(times["on"]),
+                    "off": statistics.median(times["off"]),
+                    "saves": len(saves),
+                    "save s": statistics.median(saves) if saves else 0.0,
+                }
+                rows.append(row)
+                progress(f"per cell {index + 1}/{repeat} {cache}: {row}")
+        finally:
+            for kernel in kernels.values():
+                kernel.stop()
+            for name in kernels:
+                shutil.rmtree(base / f"{name}-{index}", ignore_errors=True)
+    return rows
 
 
-def report(size_note: str, cells: int, base_dir: str | None) -> None:
-    """Run both and print them side by side with their targets."""
+def spread(values: Sequence[float], form: str) -> str:
+    """min / median / max of `values`, each in `form`."""
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return " / ".join(format(value, form) for value in (low, mid, high))
+
+
+def verdict(values: Sequence[float], target: float) -> str:
+    return "met" if max(values) <= target else "NOT met"
+
+
+def print_flush(rows: list[dict[str, Any]], repeat: int) -> None:
+    print(
+        "flush: 2 GiB namespace (8 x 256 MiB float64 arrays + 10 MiB), the last cell changed the "
+        f"10 MiB array; min / median / max of {repeat} repeats"
+    )
+    print("  flush: the kernel's report (the save in flight it waited for, then its own);")
+    print("  ratios within a repeat, to the full save of the same repeat and cache state")
+    for cache in CACHES:
+        mine = [row for row in rows if row["cache"] == cache]
+        full = {row["repeat"]: row for row in mine if row["case"] == "full"}
+        state = "dropped from" if cache == "cold" else "read into"
+        print(f"  {cache} (checkpoint files {state} the page cache first):")
+        for case in FLUSH_CASES:
+            found = [row for row in mine if row["case"] == case]
+            seconds = [row["flush"] for row in found]
+            exits = [row["exit"] for row in found]
+            line = f"    {FLUSH_LABELS[case]:<50} flush {spread(seconds, '5.2f')} s"
+            if case == "full":
+                print(f"{line}, SIGTERM to exit {spread(exits, '5.2f')} s")
+                continue
+            ratios = [row["flush"] / full[row["repeat"]]["flush"] for row in found]
+            exit_ratios = [row["exit"] / full[row["repeat"]]["exit"] for row in found]
+            written = [row["written MB"] for row in found]
+            print(
+                f"{line} = {spread(ratios, '5.1%')} of the full save "
+                f"(target <= {FLUSH_TARGET:.0%}: {verdict(ratios, FLUSH_TARGET)})"
+            )
+            print(
+                f"    {'':<50} SIGTERM to exit {spread(exits, '5.2f')} s = "
+                f"{spread(exit_ratios, '5.1%')} of the full save's; the flush wrote "
+                f"{spread(written, '.1f')} MB"
+            )
+
+
+def print_cells(rows: list[dict[str, Any]], repeat: int, cells: int) -> None:
+    print(
+        f"per cell: 1 s CPU cells (each changes 1 MiB of a 48 MiB array) in a 202 MiB namespace, "
+        f"continuous checkpoints on vs checkpoints off, alternating; per repeat the median of "
+        f"{cells} cells each; min / median / max of {repeat} repeats"
+    )
+    for cache in CACHES:
+        mine = [row for row in rows if row["cache"] == cache]
+        slowdowns = [row["on"] / row["off"] - 1 for row in mine]
+        print(
+            f"  {cache}: on {spread([r['on'] for r in mine], '.3f')} s, "
+            f"off {spread([r['off'] for r in mine], '.3f')} s: on/off "
+            f"{spread(slowdowns, '+.1%')} (target <= +{CELL_TARGET:.0%}: "
+            f"{verdict(slowdowns, CELL_TARGET)}); background saves "
+            f"{spread([float(r['saves']) for r in mine], '.0f')} per {cells} cells, "
+            f"{spread([r['save s'] for r in mine], '.1f')} s each"
+        )
+
+
+def report(repeat: int, cells: int, base_dir: str | None, only: str = "") -> None:
+    """Run both parts and print them with their targets (`only`: "flush" or "cell")."""
     base = Path(tempfile.mkdtemp(prefix="kq-continuous-bench-", dir=base_dir))
+    started = time.monotonic()
+
+    def progress(text: str) -> None:
+        print(f"  [{time.monotonic() - started:6.0f} s] {text}", file=sys.stderr, flush=True)
+
     try:
-        found = flush(base)
-        cost = per_cell(base, cells)
+        flushes = flush(base, repeat, progress) if only != "cell" else []
+        cost = per_cell(base, repeat, cells, progress) if only != "flush" and cells else []
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    full = found["full save"]
-    print(f"continuous checkpoints ({size_note}): 8 x 256 MiB arrays, the last cell changed 10 MiB")
-    print("  (flush: the save in flight it waited for, then its own; exit: SIGTERM to exit 143)")
-    print(f"  full save on SIGTERM (checkpoint.continuous off)   {full:6.2f} s")
-    for case in ("committed", "in flight"):
-        label = {
-            "committed": "SIGTERM once the cell's checkpoint committed",
-            "in flight": "SIGTERM right after the cell's reply",
-        }[case]
-        seconds, exit_ = found[f"{case} flush"], found[f"{case} exit"]
-        print(
-            f"  {label:<50} flush {seconds:5.2f} s = {seconds / full:5.1%} of the full save "
-            f"(target <= 10%); SIGTERM to exit {exit_:5.2f} s = {exit_ / found['full exit']:5.1%} "
-            f"of the full save's; the flush wrote {found[f'{case} written MB']:.1f} MB"
-        )
-    print(f"  the longest fork at a cell boundary of the 2 GiB kernel: {found['fork ms']:.1f} ms")
-    slowdown = cost["on"] / cost["off"] - 1
-    print(
-        f"per-cell cost, 1 s CPU cells in a 202 MiB namespace, median of {cells}: "
-        f"{cost['on']:.3f} s with continuous checkpoints, {cost['off']:.3f} s without: "
-        f"{slowdown:+.1%} (target <= +5%)"
-    )
+    print(f"continuous checkpoints ({os.cpu_count()} cores; load {os.getloadavg()[0]:.1f} now)")
+    if flushes:
+        print_flush(flushes, repeat)
+    if cost:
+        print_cells(cost, repeat, cells)
 
 
 def _free_ports(count: int = 5) -> list[int]:
@@ -270,5 +415,17 @@ def _free_ports(count: int = 5) -> list[int]:
             sock.close()
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3, help="repeats of each case (>= 3)")
+    parser.add_argument("--cells", type=int, default=15, help="cells per kernel per repeat")
+    parser.add_argument("--only", choices=("flush", "cell"), default="", help="one part only")
+    parser.add_argument("--dir", default=None, help="where the checkpoints go (default: temp)")
+    args = parser.parse_args()
+    if args.repeat < 3:
+        parser.error("--repeat must be at least 3: a min, a median and a max")
+    report(args.repeat, args.cells, args.dir, args.only)
+
+
 if __name__ == "__main__":
-    report("alone", int(sys.argv[1]) if len(sys.argv) > 1 else 15, None)
+    main()
