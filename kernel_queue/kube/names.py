@@ -120,6 +120,20 @@ def pod_name(group: str, role: str, index: int, attempt: int) -> str:
     return dns_label(f"{group}-{member}-{attempt}")
 
 
+def member_hostname(index: int) -> str:
+    """The host name of the group's pod of rank `index` in its headless Service: ``head`` for
+    0, ``w<index>`` for a worker (as in its pod's name), the same in every replacement round."""
+    if index < 0:
+        raise ValueError(f"no pod has rank {index}: the head is 0, workers 1 and up")
+    return "head" if index == 0 else f"w{index}"
+
+
+def group_service_name(kernel_id: str) -> str:
+    """The headless Service of a multi-pod kernel's pods, ``kq-<32 hex>-group``: the subdomain
+    under which each pod has its stable DNS name; the same for every launch."""
+    return f"{model.group_name(kernel_id)}-group"
+
+
 def service_name(kernel_id: str) -> str:
     """The kernel's ClusterIP Service, ``kq-<32 hex>`` (a DNS-1035 label): the same for every
     launch."""

@@ -1,10 +1,10 @@
 """Worker mode (``--worker``): the placeholder process of a non-head pod in a kernel's pod group.
 
-It needs no ports and no key: it logs its rank, world size and head address from the
-``KERNEL_QUEUE_*`` variables below, then blocks in ``signal.sigwait`` (no polling) until SIGTERM
-or SIGINT and exits 143 — never 0: a deleted pod whose containers all exit 0 ends Succeeded, and
-Kueue counts a group whose pods all succeeded as finished, never to be requeued (Kueue:
-``Finished`` in pkg/controller/jobs/pod/pod_controller.go).
+It needs no ports and no key: it logs its rank, world size and head address from the group's
+``KERNEL_QUEUE_*`` variables (``group``), then blocks in ``signal.sigwait`` (no polling) until
+SIGTERM or SIGINT and exits 143 — never 0: a deleted pod whose containers all exit 0 ends
+Succeeded, and Kueue counts a group whose pods all succeeded as finished, never to be requeued
+(Kueue: ``Finished`` in pkg/controller/jobs/pod/pod_controller.go).
 """
 
 from __future__ import annotations
@@ -14,21 +14,16 @@ import signal
 from collections.abc import Callable, Mapping
 
 from kernel_queue import launcher
+from kernel_queue.launcher import group
 
-ENV_RANK = "KERNEL_QUEUE_RANK"
-"""This pod's index in the group: 0 is the head, workers are 1 and up."""
-ENV_WORLD_SIZE = "KERNEL_QUEUE_WORLD_SIZE"
-"""Pods in the group (``pod_group_size``)."""
-ENV_HEAD_ADDRESS = "KERNEL_QUEUE_HEAD_ADDRESS"
-"""DNS name of the kernel's Service, which routes to the head pod."""
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 
 
 def describe(environ: Mapping[str, str]) -> str:
     """The line a worker logs when it starts."""
-    rank = environ.get(ENV_RANK, "?")
-    size = environ.get(ENV_WORLD_SIZE, "?")
-    head = environ.get(ENV_HEAD_ADDRESS) or "?"
+    rank = environ.get(group.ENV_RANK, "?")
+    size = environ.get(group.ENV_WORLD_SIZE, "?")
+    head = environ.get(group.ENV_HEAD_ADDRESS) or "?"
     return f"worker rank {rank} of {size}, head at {head}; waiting for SIGTERM"
 
 

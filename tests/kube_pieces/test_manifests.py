@@ -235,8 +235,29 @@ async def test_replacement_pods_carry_the_class_kueue_gave_the_first_pods() -> N
     assert submission.pinned(named, submission.Progress()).priority_class == "interactive"
 
 
+GROUP_SERVICE = "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-group"
+HEAD_NAME = f"head.{GROUP_SERVICE}.team-a.svc"
+WORKER_NAME = f"w1.{GROUP_SERVICE}.team-a.svc"
+
+
+def group_env(rank: int) -> list[dict[str, str]]:
+    """The variables of rank `rank` in the two-pod group of team-a."""
+    return [
+        {"name": "KERNEL_QUEUE_RANK", "value": str(rank)},
+        {"name": "KERNEL_QUEUE_WORLD_SIZE", "value": "2"},
+        {"name": "KERNEL_QUEUE_HEAD_ADDRESS", "value": HEAD_NAME},
+        {"name": "KERNEL_QUEUE_ADDRESSES", "value": f"{HEAD_NAME},{WORKER_NAME}"},
+        {"name": "MASTER_ADDR", "value": HEAD_NAME},
+        {"name": "MASTER_PORT", "value": "29500"},
+        {"name": "RANK", "value": str(rank)},
+        {"name": "WORLD_SIZE", "value": "2"},
+        {"name": "LOCAL_RANK", "value": "0"},
+    ]
+
+
 def two_pod_group_member(name: str, role: str, container: dict[str, Any]) -> dict[str, Any]:
-    """A pod of the two-pod group kq-…-1 (each asking for 2 CPUs and a GPU) running `container`."""
+    """A pod of the two-pod group kq-…-1 (each asking for 2 CPUs and a GPU) running `container`,
+    named in the group's headless Service by its hostname."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -257,6 +278,8 @@ def two_pod_group_member(name: str, role: str, container: dict[str, Any]) -> dic
             "enableServiceLinks": False,
             "automountServiceAccountToken": False,
             "securityContext": POD_SECURITY,
+            "hostname": "head" if role == "head" else "w1",
+            "subdomain": GROUP_SERVICE,
             "containers": [
                 {
                     **container,
@@ -286,7 +309,7 @@ def test_a_two_pod_group_is_a_head_and_a_worker() -> None:
             "name": "kernel",
             "command": ["python", "-m", "kernel_queue.launcher"],
             "args": ["--", "python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "env": [*HEAD_ENV, {"name": "OMP_NUM_THREADS", "value": "2"}],
+            "env": [*HEAD_ENV, *group_env(0), {"name": "OMP_NUM_THREADS", "value": "2"}],
             "ports": HEAD_PORTS,
             "readinessProbe": READINESS,
         },
@@ -298,12 +321,7 @@ def test_a_two_pod_group_is_a_head_and_a_worker() -> None:
             "name": "worker",
             "command": ["python", "-m", "kernel_queue.launcher", "--worker"],
             "env": [
-                {"name": "KERNEL_QUEUE_RANK", "value": "1"},
-                {"name": "KERNEL_QUEUE_WORLD_SIZE", "value": "2"},
-                {
-                    "name": "KERNEL_QUEUE_HEAD_ADDRESS",
-                    "value": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d.team-a.svc",
-                },
+                *group_env(1),
                 {"name": "KERNEL_ID", "value": KERNEL_ID},
                 {"name": "OMP_NUM_THREADS", "value": "2"},
             ],
@@ -324,15 +342,54 @@ def test_workers_are_numbered_and_may_run_another_command() -> None:
     ]
     worker = pods[3]["spec"]["containers"][0]
     assert worker["command"] == ["torchrun", "--nnodes=4", "train.py"]
-    assert worker["env"][:3] == [
+    names = [
+        f"{host}.kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-group" for host in ("head", "w1", "w2", "w3")
+    ]
+    assert worker["env"][:4] == [
         {"name": "KERNEL_QUEUE_RANK", "value": "3"},
         {"name": "KERNEL_QUEUE_WORLD_SIZE", "value": "4"},
-        {
-            "name": "KERNEL_QUEUE_HEAD_ADDRESS",
-            "value": "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d",
-        },  # no namespace given
+        {"name": "KERNEL_QUEUE_HEAD_ADDRESS", "value": names[0]},  # no namespace given
+        {"name": "KERNEL_QUEUE_ADDRESSES", "value": ",".join(names)},
     ]
+    assert [p["spec"]["hostname"] for p in pods] == ["head", "w1", "w2", "w3"]
+    assert {p["spec"]["subdomain"] for p in pods} == {"kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-group"}
     assert all("namespace" not in pod["metadata"] for pod in pods)
+
+
+def test_the_group_service_names_every_pod_of_a_multi_pod_kernel() -> None:
+    assert manifests.group_service(replace(SPEC, pod_group_size=2)) == {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": our_metadata(GROUP_SERVICE),
+        "spec": {
+            "type": "ClusterIP",
+            "clusterIP": "None",
+            "selector": {"kernel-queue.dev/kernel-id": KERNEL_ID},
+            "publishNotReadyAddresses": True,
+        },
+    }
+    assert manifests.member_addresses(replace(SPEC, pod_group_size=3)) == [
+        HEAD_NAME,
+        WORKER_NAME,
+        f"w2.{GROUP_SERVICE}.team-a.svc",
+    ]
+
+
+def test_a_single_pod_has_no_group_name_and_no_group_variables() -> None:
+    (pod,) = manifests.pods(SPEC, GROUP, 0)
+    assert "hostname" not in pod["spec"] and "subdomain" not in pod["spec"]
+    env = {item["name"] for item in pod["spec"]["containers"][0]["env"]}
+    assert not env & {"KERNEL_QUEUE_RANK", "MASTER_ADDR", "RANK", "WORLD_SIZE"}
+
+
+def test_the_kernelspec_may_choose_the_rendezvous_port_but_no_other_group_variable() -> None:
+    spec = replace(SPEC, pod_group_size=2)
+    chosen = {"MASTER_PORT": "12355", "RANK": "7", "KERNEL_QUEUE_ADDRESSES": "elsewhere"}
+    for pod in manifests.pods(spec, GROUP, 0, kernel_env=chosen):
+        env = {item["name"]: item.get("value") for item in pod["spec"]["containers"][0]["env"]}
+        assert env["MASTER_PORT"] == "12355"
+        assert env["RANK"] == env["KERNEL_QUEUE_RANK"] in ("0", "1")
+        assert env["KERNEL_QUEUE_ADDRESSES"] == f"{HEAD_NAME},{WORKER_NAME}"
 
 
 TEMPLATE = {
@@ -630,6 +687,7 @@ def test_what_production_passes_keeps_the_servers_environment_out_of_the_pods() 
 
     assert head["spec"]["containers"][0]["env"] == [
         *HEAD_ENV,
+        *group_env(0),
         {"name": "OMP_NUM_THREADS", "value": "2"},
     ]
     assert worker["spec"]["containers"][0]["env"][-1] == {"name": "OMP_NUM_THREADS", "value": "2"}

@@ -1,7 +1,8 @@
 """The kubernetes backend: each kernel a Kueue-managed pod group, reached through its Service.
 
 Submitting creates a Secret (the key), a ClusterIP Service (a stable address across pod
-replacement) and the group's pods, each labelled with the kernel and this server's owner id and
+replacement), for a group of several pods a headless Service (each pod's stable DNS name, for
+the others) and the group's pods, each labelled with the kernel and this server's owner id and
 taken as ours on a 409 only when it carries both (`kube.objects.ownership`); Kueue gates, admits,
 evicts. Before anything is created the queue, priority class and claim are checked
 (`kube.objects.preflight`). One shared informer per namespace and kind (pods, Workloads) feeds every
@@ -58,6 +59,7 @@ class KubernetesBackend(settings.BackendSettings):
         self._groups: dict[str, groups.Group] = {}  # group name -> group
         self._launches: dict[str, int] = {}  # kernel id -> launches so far
         self._kernels: dict[str, str] = {}  # kernel id -> namespace, while it holds objects
+        self._sizes: dict[str, int] = {}  # kernel id -> pods in its group, where submitted here
         self._busy: collections.Counter[str] = collections.Counter()  # submits, releases
         self._tasks = tasks.Tasks(self.log)
         self._discovery = preflight.Discovery(self.retry)  # Kueue's versions, read once
@@ -151,6 +153,7 @@ class KubernetesBackend(settings.BackendSettings):
                 raise explain.failure(exc, who=who, doing=progress.doing, after=after) from exc
             raise
         self._kernels[spec.kernel_id] = namespace
+        self._sizes[spec.kernel_id] = spec.pod_group_size
         connection = submission.connection(spec, address)
         ref = GroupRef(self.name, name, spec.kernel_id, connection, namespace=namespace)
         spec = submission.pinned(spec, progress)  # its replacement pods keep the head's class
@@ -254,7 +257,7 @@ class KubernetesBackend(settings.BackendSettings):
 
     async def release(self, ref: GroupRef) -> None:
         """Delete every object of the kernel: its groups (Workloads first, so Kueue frees the
-        quota), any pods left, the Service and the Secret. It returns once each is gone or
+        quota), any pods left, the Services and the Secret. It returns once each is gone or
         going; what keeps failing is handed to the reaper (logged once), never raised."""
         kernel, namespace = ref.kernel_id, ref.namespace or self.namespace
         self._busy[kernel] += 1
@@ -263,16 +266,18 @@ class KubernetesBackend(settings.BackendSettings):
             for group in groups:
                 await self._end_group(group)
             group_names = {g.ref.name for g in groups} | {ref.name}
+            grouped = self._sizes.get(kernel, 2) > 1  # adopted: its size is not known here
 
             async def everything(api: KubeApi) -> list[str]:
                 workloads = await self._discovery.workloads(api)
                 return await cleanup.delete_kernel(
-                    api, namespace, kernel, group_names, workloads=workloads
+                    api, namespace, kernel, group_names, workloads=workloads, grouped=grouped
                 )
 
             await self._delete_or_hand_over(namespace, kernel, "its release", everything)
             self._launches.pop(kernel, None)
             self._kernels.pop(kernel, None)
+            self._sizes.pop(kernel, None)
         finally:
             self._busy[kernel] -= 1
 

@@ -1,10 +1,11 @@
-"""Deleting a kernel's objects until each is gone or going: Workloads, pods, Service, Secret.
+"""Deleting a kernel's objects until each is gone or going: Workloads, pods, Services, Secret.
 
 `delete_group` ends one pod group: its Workload first (Kueue then stops the pods and drops their
 finalizers, and frees the quota), then each of the group's pods still there, read from the API
 (a cache could miss one made a moment ago). `delete_kernel` ends every group of the kernel and
-deletes its Service and Secret. A 404 counts as gone; transient errors are retried by the API;
-what still fails raises, and the caller hands the rest to the reaper. Each returns what it
+deletes its Services (the kernel's, and a multi-pod kernel's headless one) and Secret. A 404
+counts as gone; transient errors are retried by the API; what still fails raises, and the
+caller hands the rest to the reaper. Each returns what it
 deleted ("pod kq-…-head-0"), for the reaper's log. Workloads are deleted at the version the
 connection speaks (`workloads`, from `preflight.Discovery`; None where the cluster serves no
 Kueue, so none exists). No state of its own.
@@ -82,9 +83,12 @@ async def delete_kernel(
     workloads: Resource | None,
     service: str | None = None,
     secret: str | None = None,
+    grouped: bool = True,
 ) -> list[str]:
     """Everything of the kernel: the Workloads of `groups` and of every group its pods name,
-    the pods, and its Service and Secret (their names; None: the kernel's, "": none)."""
+    the pods, and its Service and Secret (their names; None: the kernel's, "": none). With the
+    kernel's Service (None) goes its group Service, unless `grouped` is False (a kernel known to
+    run one pod has none: no request is spent on it)."""
     selector = kernel_selector(kernel_id)
     pods, _ = await api.list(kueue.PODS, namespace, label_selector=selector)
     deleted = []
@@ -92,10 +96,13 @@ async def delete_kernel(
         if workloads is not None and await api.delete(workloads, namespace, group):
             deleted.append(f"Workload {group}")
     deleted += await delete_pods(api, namespace, selector)
-    service = names.service_name(kernel_id) if service is None else service
+    services = [names.service_name(kernel_id)] if service is None else [service]
+    if service is None and grouped:
+        services.append(names.group_service_name(kernel_id))
     secret = names.secret_name(kernel_id) if secret is None else secret
-    if service and await api.delete(kueue.SERVICES, namespace, service):
-        deleted.append(f"Service {service}")
+    for name in filter(None, services):
+        if await api.delete(kueue.SERVICES, namespace, name):
+            deleted.append(f"Service {name}")
     if secret and await api.delete(kueue.SECRETS, namespace, secret):
         deleted.append(f"Secret {secret}")
     return deleted

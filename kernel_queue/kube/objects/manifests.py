@@ -16,7 +16,7 @@ from typing import Any
 from kernel_queue import errors, ids
 from kernel_queue.kube import kueue, names
 from kernel_queue.kube.objects import launcher_archive, templates
-from kernel_queue.launcher import contract, worker
+from kernel_queue.launcher import contract, group
 from kernel_queue.model import GroupSpec
 
 KERNEL_PORTS = {"shell": 50100, "iopub": 50101, "stdin": 50102, "control": 50103, "hb": 50104}
@@ -74,6 +74,16 @@ def service_host(spec: GroupSpec) -> str:
     return f"{name}.{spec.namespace}.svc" if spec.namespace else name
 
 
+def member_addresses(spec: GroupSpec) -> list[str]:
+    """Each pod's stable DNS name in rank order, ``<hostname>.<group Service>.<namespace>.svc``
+    (without a namespace, ``<hostname>.<group Service>``, which resolves in the pod's own)."""
+    subdomain = names.group_service_name(spec.kernel_id)
+    where = f".{spec.namespace}.svc" if spec.namespace else ""
+    return [
+        f"{names.member_hostname(index)}.{subdomain}{where}" for index in range(spec.pod_group_size)
+    ]
+
+
 def checkpoint_subpath(spec: GroupSpec) -> str:
     """The kernel's directory in the checkpoint claim (``ids.directory``): its checked id, one
     path segment; ``ConfigError`` otherwise, before anything is created."""
@@ -115,6 +125,26 @@ def service(spec: GroupSpec, *, owner: str = "") -> dict[str, Any]:
                 for name, port in KERNEL_PORTS.items()
             ],
             "publishNotReadyAddresses": False,
+        },
+    }
+
+
+def group_service(spec: GroupSpec, *, owner: str = "") -> dict[str, Any]:
+    """The headless Service of a multi-pod kernel's pods (all of them: head and workers), which
+    gives each pod its stable DNS name (``member_addresses``) through its ``hostname`` and
+    ``subdomain``. It publishes pods before they are ready: a worker may look for the head while
+    its kernel starts. No ports: the names reach every port (the kernel's own Service stays the
+    server's way in)."""
+    labels = common_labels(spec, owner)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(spec, names.group_service_name(spec.kernel_id), labels),
+        "spec": {
+            "type": "ClusterIP",
+            "clusterIP": "None",
+            "selector": {kueue.KERNEL_ID_LABEL: names.label_value(spec.kernel_id)},
+            "publishNotReadyAddresses": True,
         },
     }
 
@@ -239,6 +269,9 @@ def _pod(
         ours = _head_container(spec, image, kernel_env, checkpoint_claim)
     else:
         ours = _worker_container(spec, image, index, kernel_env, worker_command)
+    if spec.pod_group_size > 1:  # its stable name in the group's headless Service
+        pod_spec["hostname"] = names.member_hostname(index)
+        pod_spec["subdomain"] = names.group_service_name(spec.kernel_id)
     allowed = spec.allowed_exceptions
     sidecars = [
         templates.hardened(c, CONTAINER_SECURITY, allowed)
@@ -303,6 +336,7 @@ def _head_container(
         *({"name": name, "value": value} for name, value in contract.render(launch).items()),
         {"name": "KERNEL_ID", "value": spec.kernel_id},
         {"name": "KERNEL_USERNAME", "value": spec.user},
+        *_group_env(spec, 0, kernel_env),
     ]
     mounts = []
     if checkpoint_claim:
@@ -337,9 +371,7 @@ def _worker_container(
     command: Sequence[str],
 ) -> dict[str, Any]:
     env: list[dict[str, Any]] = [
-        {"name": worker.ENV_RANK, "value": str(index)},
-        {"name": worker.ENV_WORLD_SIZE, "value": str(spec.pod_group_size)},
-        {"name": worker.ENV_HEAD_ADDRESS, "value": service_host(spec)},
+        *_group_env(spec, index, kernel_env),
         {"name": "KERNEL_ID", "value": spec.kernel_id},
     ]
     container = {
@@ -349,6 +381,14 @@ def _worker_container(
         "env": _with_kernel_env(env, kernel_env),
     }
     return _with_common(container, spec)
+
+
+def _group_env(spec: GroupSpec, rank: int, kernel_env: Mapping[str, str]) -> list[dict[str, str]]:
+    """The group's variables (``group.environment``) of the pod of `rank`; none for one pod."""
+    if spec.pod_group_size <= 1:
+        return []
+    found = group.environment(rank, member_addresses(spec), kernel_env)
+    return [{"name": name, "value": _literal(value)} for name, value in found.items()]
 
 
 def _with_common(container: dict[str, Any], spec: GroupSpec) -> dict[str, Any]:

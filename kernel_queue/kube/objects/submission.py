@@ -1,4 +1,5 @@
-"""Creating one launch of a kernel: its Secret and Service (once per kernel), then its pods.
+"""Creating one launch of a kernel: its Secret and Service (once per kernel; a group of several
+pods also its headless group Service), then its pods.
 
 `create_launch` makes each object through `create` (the backend's owner-checked create) and
 records in a `Progress` what it made and what it was doing, so that a failure can be undone and
@@ -49,20 +50,23 @@ async def create_launch(
     launcher: str | None = None,
 ) -> str:
     """Create the kernel's objects for launch `launch` of group `group`; return the address
-    clients connect to. A relaunch (launch > 0) finds the Secret and Service of the first one
+    clients connect to. A relaunch (launch > 0) finds the Secret and Services of the first one
     and leaves them out of `progress.created`. `launcher`: the ConfigMap of the delivered
     launcher the pods run (`manifests.pods`)."""
     who, namespace = f"kernel {short_id(spec.kernel_id)}", spec.namespace
-    service: Obj = {}
-    for kind, body, word in (
+    made: dict[str, Obj] = {}
+    ours = [
         (kueue.SECRETS, manifests.secret(spec, owner=owner), "Secret"),
         (kueue.SERVICES, manifests.service(spec, owner=owner), "Service"),
-    ):
+    ]
+    if spec.pod_group_size > 1:  # each pod's stable name, for the others
+        ours.append((kueue.SERVICES, manifests.group_service(spec, owner=owner), "group Service"))
+    for kind, body, word in ours:
         progress.doing = f"create its {word} {body['metadata']['name']}"
-        service = await create(kind, body)
-        if launch == 0:  # a relaunch keeps the key and the address of the first
+        made[word] = await create(kind, body)
+        if launch == 0:  # a relaunch keeps the key and the addresses of the first
             progress.created.append((kind, body["metadata"]["name"]))
-    address = _address(spec, service, who)
+    address = _address(spec, made["Service"], who)
     pods = manifests.pods(
         spec,
         group,

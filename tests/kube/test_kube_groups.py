@@ -1,0 +1,151 @@
+"""A multi-pod kernel as its notebook uses it, on both planes: the head knows its group (rank,
+world size, every pod's stable name, torch.distributed's variables), reaches its worker by the
+name the product gives, and after a preemption the group comes back with the same names,
+resolving to the new pods; a shutdown leaves nothing, its headless Service included.
+
+The worker pods run the launcher's worker mode, which listens on nothing; the test stands in for
+a program of the worker with a listener bound to the worker pod's own address (on both planes a
+pod's address is a loopback address of this machine, which the test process can bind), so what
+the cell reaches at the worker's name is the worker pod's address and nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from kernel_queue_fake_cluster.node import dns
+
+from tests.conftest import KernelspecFactory, Server, skip_unless_ci
+from tests.kube.planes import Plane
+from tests.kube.support import GPU_QUOTA, kube_spec, wait_clean
+
+PORT = 29500
+"""The port the worker's stand-in listens on: torch.distributed's default, which the kernels'
+NetworkPolicy opens between the pods of a namespace's kernels."""
+
+GROUP_CELL = """
+import json, os, socket
+names = ("KERNEL_QUEUE_RANK", "KERNEL_QUEUE_WORLD_SIZE", "KERNEL_QUEUE_HEAD_ADDRESS",
+         "KERNEL_QUEUE_ADDRESSES", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
+         "LOCAL_RANK")
+addresses = os.environ["KERNEL_QUEUE_ADDRESSES"].split(",")
+print(json.dumps({
+    "env": {name: os.environ.get(name) for name in names},
+    "pod_ip": os.environ["POD_IP"],
+    "resolved": [socket.gethostbyname(name) for name in addresses],
+}))
+"""
+"""What the head's cell sees of its group: the variables, its own address, and where each
+pod's name resolves."""
+
+REACH_CELL = """
+import os, socket, time
+worker = os.environ["KERNEL_QUEUE_ADDRESSES"].split(",")[1]
+deadline = time.monotonic() + 30
+while True:
+    try:
+        with socket.create_connection((worker, {port}), timeout=5) as connection:
+            print(connection.recv(200).decode())
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.1)
+"""
+"""The head's cell opening a connection to its worker by the worker's name, printing what the
+worker says."""
+
+
+def pods_of(plane: Plane, kernel: str) -> dict[str, Any]:
+    """The kernel's running pods by role (the newest of each)."""
+    found: dict[str, Any] = {}
+    for pod in plane.objects("", "pods", "default", f"kernel-queue.dev/kernel-id={kernel}"):
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp") or pod["status"].get("phase") != "Running":
+            continue
+        found[meta["labels"]["kernel-queue.dev/role"]] = pod
+    return found
+
+
+@contextlib.asynccontextmanager
+async def listening(pod: Any) -> AsyncIterator[None]:
+    """A stand-in for a program of the worker pod: it answers each connection to the pod's own
+    address and `PORT` with the pod's name."""
+    name = pod["metadata"]["name"].encode()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(name)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, pod["status"]["podIP"], PORT)
+    try:
+        yield
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def group_seen(server: Server, kernel: str) -> dict[str, Any]:
+    result = await server.execute(kernel, GROUP_CELL)
+    assert result.get("error") is None, result
+    return dict(json.loads(result["stream"]))
+
+
+async def reached(server: Server, kernel: str, worker: Any) -> str:
+    """What the head's cell reads at its worker's name while the worker pod listens."""
+    async with listening(worker):
+        result = await server.execute(kernel, REACH_CELL.format(port=PORT))
+    assert result.get("error") is None, result
+    return str(result["stream"]).strip()
+
+
+async def test_a_two_pod_kernel_knows_its_group_reaches_its_worker_by_name_and_keeps_the_names(
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
+) -> None:
+    if dns.find_library() is None:
+        skip_unless_ci(f"{dns.LIBRARY} is missing: pods cannot resolve names ({dns.INSTALL})")
+    plane.set_quota("cluster-queue", "default-flavor", {**GPU_QUOTA, "nvidia.com/gpu": 2})
+    spec = kube_spec(kernelspec, "gang", pod_group_size=2, gpus=1, priority_class="low")
+    kernel = await server.start(spec)
+    service = f"kq-{kernel.replace('-', '')}-group"
+    head, worker = (f"{host}.{service}.default.svc" for host in ("head", "w1"))
+
+    seen = await group_seen(server, kernel)
+    assert seen["env"] == {
+        "KERNEL_QUEUE_RANK": "0",
+        "KERNEL_QUEUE_WORLD_SIZE": "2",
+        "KERNEL_QUEUE_HEAD_ADDRESS": head,
+        "KERNEL_QUEUE_ADDRESSES": f"{head},{worker}",
+        "MASTER_ADDR": head,
+        "MASTER_PORT": "29500",
+        "RANK": "0",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "0",
+    }
+    pods = pods_of(plane, kernel)
+    first = [pods["head"]["status"]["podIP"], pods["worker"]["status"]["podIP"]]
+    assert seen["resolved"] == first
+    assert seen["pod_ip"] == first[0]
+    assert await reached(server, kernel, pods["worker"]) == pods["worker"]["metadata"]["name"]
+    assert plane.get("", "services", "default", service) is not None
+
+    # preempted by a kernel of higher priority, then back once it ends
+    high = await server.start(kube_spec(kernelspec, "high", gpus=1, priority_class="high"))
+    assert (await server.execute(high, "1+1"))["data"] == "2"
+    await server.wait_reason(kernel, "preempted; requeued in 'user-queue'")
+    await server.shutdown(high)
+    again = await group_seen(server, kernel)
+    assert again["env"] == seen["env"]  # the same names, current
+    pods = pods_of(plane, kernel)
+    now = [pods["head"]["status"]["podIP"], pods["worker"]["status"]["podIP"]]
+    assert again["resolved"] == now == [again["pod_ip"], now[1]]
+    assert now[1] != first[1]  # a new worker pod, at a new address, under the same name
+    assert await reached(server, kernel, pods["worker"]) == pods["worker"]["metadata"]["name"]
+
+    await server.shutdown(kernel)
+    await wait_clean(server, plane, kernel, high)
+    assert plane.get("", "services", "default", service) is None
