@@ -16,6 +16,22 @@ from pathlib import Path
 JUPYTER = str(Path(sys.executable).parent / "jupyter")
 
 
+def lab_command(port: int, token: str, *args: str) -> list[str]:
+    """`jupyter kernel-queue lab` as the tests start it: one pretend GPU, no browser, on `port`
+    with `token`, then `args`."""
+    return [
+        JUPYTER,
+        "kernel-queue",
+        "lab",
+        "--pretend-gpus",
+        "1",
+        "--no-browser",
+        f"--port={port}",
+        f"--IdentityProvider.token={token}",
+        *args,
+    ]
+
+
 def private_env(tmp_path: Path) -> dict[str, str]:
     """This environment with Jupyter's user dirs (and HOME) private to the test."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 import socket
@@ -18,17 +17,11 @@ from kernel_queue.backends.local import gpus as gpu_detection
 from kernel_queue.cli.lab import inventory_message
 from kernel_queue.cli.park import resolve
 from kernel_queue.cli.status import StatusError
-from tests.cli_support import JUPYTER, kernel_queue, private_env, stop
+from tests.cli_support import JUPYTER, kernel_queue, lab_command, stop
 from tests.conftest import KernelspecFactory, Server
 from tests.polling import until_sync
 
 KUBE = ["--backend", "kubernetes", "--image", "registry.example/kernel:1", "--queue", "q"]
-
-
-@pytest.fixture
-def user_env(tmp_path: Path) -> dict[str, str]:
-    """An environment whose Jupyter user dirs are private to the test."""
-    return private_env(tmp_path)
 
 
 def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -174,49 +167,6 @@ def test_install_rejects_bad_options_and_writes_nothing(
     assert not (Path(user_env["JUPYTER_DATA_DIR"]) / "kernels").exists()
 
 
-async def test_status_lists_kernels_with_their_place_in_the_queue(
-    server: Server,
-    kernelspec: KernelspecFactory,
-    url: str,
-    token: str,
-    user_env: dict[str, str],
-) -> None:
-    name = kernelspec(gpus=2)
-    running, queued = await server.hold_and_queue(name)
-
-    process = await asyncio.create_subprocess_exec(
-        JUPYTER,
-        "kernel-queue",
-        "status",
-        "--url",
-        url,
-        "--token",
-        token,
-        env=user_env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 0, err
-    lines = out.decode().splitlines()
-    assert lines[0].split() == [
-        "KERNEL",
-        "NOTEBOOK",
-        "KERNELSPEC",
-        "STATE",
-        "QUEUE",
-        "POSITION",
-        "WAITING",
-        "GPUS",
-        "MESSAGE",
-    ]
-    rows = {line[:8]: line for line in lines[1:]}
-    assert rows[running[:8]].split()[1:5] == ["-", "queued", "running", "gpu"]
-    assert "queued in 'gpu', position 1 of 1, needs 2 GPUs" in rows[queued[:8]]
-    assert rows[queued[:8]].split()[3:7] == ["queued", "gpu", "1", "of"]
-    await server.shutdown_and_wait(queued, running)
-
-
 async def test_park_and_resume_a_kernel_by_the_short_id_status_prints(
     server: Server,
     kernelspec: KernelspecFactory,
@@ -340,17 +290,7 @@ def test_lab_starts_jupyterlab_with_queued_kernelspecs_and_cleans_up(
     two = run(env, "kernel-queue", "install", "--name", "two-gpus", "--gpus", "2", "--user")
     assert two.returncode == 0, two.stderr
     lab = subprocess.Popen(
-        [
-            JUPYTER,
-            "kernel-queue",
-            "lab",
-            "--pretend-gpus",
-            "1",
-            "--no-browser",
-            f"--port={port}",
-            f"--IdentityProvider.token={token}",
-            f"--notebook-dir={tmp_path}",
-        ],
+        lab_command(port, token, f"--notebook-dir={tmp_path}"),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

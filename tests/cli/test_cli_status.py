@@ -1,6 +1,6 @@
 """`jupyter kernel-queue status` as a user runs it against a real server: each kernel's
-notebook, how long it has waited, the machine's capacity line, and the sentences for a wrong
-token and for no server."""
+notebook, its place in the queue, how long it has waited, the machine's capacity line, and the
+sentences for a wrong token and for no server."""
 
 from __future__ import annotations
 
@@ -9,23 +9,46 @@ import re
 import socket
 from pathlib import Path
 
-import pytest
-
 from kernel_queue.cli import status
-from tests.cli_support import kernel_queue, private_env
+from tests.cli_support import kernel_queue
 from tests.conftest import KernelspecFactory, Server
-
-
-@pytest.fixture
-def user_env(tmp_path: Path) -> dict[str, str]:
-    """An environment whose Jupyter user dirs are private to the test."""
-    return private_env(tmp_path)
 
 
 async def open_notebook(server: Server, path: str, kernel_id: str) -> None:
     """A session for `path` on an existing kernel, as JupyterLab makes when it opens one."""
     body = {"path": path, "name": Path(path).name, "type": "notebook", "kernel": {"id": kernel_id}}
     await server.fetch("api", "sessions", method="POST", body=json.dumps(body))
+
+
+async def test_status_lists_kernels_with_their_place_in_the_queue(
+    server: Server,
+    kernelspec: KernelspecFactory,
+    url: str,
+    token: str,
+    user_env: dict[str, str],
+) -> None:
+    name = kernelspec(gpus=2)
+    running, queued = await server.hold_and_queue(name)
+
+    code, out, err = await kernel_queue(user_env, "status", "--url", url, "--token", token)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "KERNEL",
+        "NOTEBOOK",
+        "KERNELSPEC",
+        "STATE",
+        "QUEUE",
+        "POSITION",
+        "WAITING",
+        "GPUS",
+        "MESSAGE",
+    ]
+    rows = {line[:8]: line for line in lines[1:]}
+    assert rows[running[:8]].split()[1:5] == ["-", "queued", "running", "gpu"]
+    assert "queued in 'gpu', position 1 of 1, needs 2 GPUs" in rows[queued[:8]]
+    assert rows[queued[:8]].split()[3:7] == ["queued", "gpu", "1", "of"]
+    await server.shutdown_and_wait(queued, running)
 
 
 async def test_status_shows_each_kernels_notebook_its_wait_and_the_capacity(

@@ -109,6 +109,24 @@ async def wait_clean(server: Server, where: Any, *kernel_ids: str, within: float
     )
 
 
+async def waits_then_runs(
+    server: Server, where: Any, name: str, reason: str
+) -> tuple[str, str, str]:
+    """Two kernels of `name` where one GPU is free: the first runs, the second waits until its
+    reason holds `reason` and runs once the first is shut down; both end, and nothing of them is
+    left in `where` (a plane or a `FakeCluster`). Their ids, and the reason the second waited
+    with."""
+    first = await server.start(name)
+    assert (await server.execute(first, "1+1"))["data"] == "2"
+    second = await server.start(name)
+    waited = str((await server.wait_reason(second, reason))["reason"])
+    await server.shutdown(first)
+    assert (await server.execute(second, "2+3"))["data"] == "5"
+    await server.shutdown(second)
+    await wait_clean(server, where, first, second)
+    return first, second, waited
+
+
 LIVE_STATES = ("running", "resumed")
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.planes import Plane
-from tests.kube.support import GPU_QUOTA, kube_spec, wait_clean
+from tests.kube.support import GPU_QUOTA, kube_spec, wait_clean, waits_then_runs
 
 WAITING_FOR_THE_GPU = "waiting for 1 more nvidia.com/gpu to free up in ClusterQueue 'cluster-queue'"
 """What Kueue's condition says of a kernel waiting behind the one that holds the only GPU."""
@@ -17,18 +17,10 @@ WAITING_FOR_THE_GPU = "waiting for 1 more nvidia.com/gpu to free up in ClusterQu
 async def test_a_kernel_waits_for_the_gpu_then_runs_and_leaves_nothing(
     server: Server, kernelspec: KernelspecFactory, plane: Plane
 ) -> None:
-    name = kube_spec(kernelspec)
-    first = await server.start(name)
-    assert (await server.execute(first, "1+1"))["data"] == "2"
-    second = await server.start(name)
     # The position and Kueue's reason arrive separately: wait for the whole sentence.
     whole = f"queued in 'user-queue', position 1 of 1, needs 1 GPU; {WAITING_FOR_THE_GPU}"
-    model = await server.wait_reason(second, whole)
-    assert model["reason"] == whole
-    await server.shutdown(first)
-    assert (await server.execute(second, "2+3"))["data"] == "5"
-    await server.shutdown(second)
-    await wait_clean(server, plane, first, second)
+    first, second, waited = await waits_then_runs(server, plane, kube_spec(kernelspec), whole)
+    assert waited == whole
     # Nothing of any kind the API server serves carries either kernel's label.
     for kernel in (first, second):
         assert plane.everything("default", f"kernel-queue.dev/kernel-id={kernel}") == {}

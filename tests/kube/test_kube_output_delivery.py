@@ -1,7 +1,8 @@
 """Output is never lost on the kubernetes backend either: a cell sent while the preempted pod
 group waits for re-admission runs on the replacement pod, and both held clients (the server's
-websocket and a direct client on the Service's address) see its output (tests/
-test_output_delivery.py holds the local backend's checks and the LocalProvisioner control)."""
+websocket and a direct client on the Service's address) see its output (tests/server/
+test_output_delivery.py holds the local backend's checks and the LocalProvisioner control; both
+run `lost_across_resumes`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from tests.conftest import KernelspecFactory, Server
 from tests.kube.planes import Plane
 from tests.kube.support import kube_spec, wait_clean
-from tests.server.clients import cell, held
+from tests.server.clients import lost_across_resumes
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -23,21 +24,12 @@ async def test_the_first_cell_after_a_resume_of_a_pod_group_loses_no_output(
     low = await server.start(kube_spec(kernelspec, "low", priority_class="low"))
     assert (await server.execute(low, "1", within=120))["data"] == "1"
     high_name = kube_spec(kernelspec, "high", priority_class="high")
-    lost: list[str] = []
-    async for socket, direct in held(server, low):
-        for number in range(RESUMES):
-            high = await server.start(high_name)
-            assert (await server.execute(high, "1", within=120))["data"] == "1"
-            await server.wait_reason(low, "requeued", within=120)
-            ws_code, ws_want = cell(f"ws{number}", number)
-            d_code, d_want = cell(f"d{number}", number)
-            ws_id, d_id = await socket.send(ws_code), direct.send(d_code)
-            await server.shutdown(high)
-            await wait_clean(server, plane, high, within=120)
-            if (got := await socket.outputs(server, ws_id)) != ws_want:
-                lost.append(f"websocket after resume {number}: {got!r}")
-            if (got := await direct.outputs(d_id)) != d_want:
-                lost.append(f"direct client after resume {number}: {got!r}")
+
+    async def end(high: str) -> None:
+        await server.shutdown(high)
+        await wait_clean(server, plane, high, within=120)
+
+    lost = await lost_across_resumes(server, low, high_name, RESUMES, end, within=120)
     assert lost == [], f"{len(lost)} of {2 * RESUMES} cells lost output: {lost}"
     await server.shutdown(low)
     await wait_clean(server, plane, low, within=120)

@@ -13,7 +13,7 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 from kernel_queue_fake_cluster.kueue import visibility
 
 from tests.conftest import KUEUE_DATA, KernelspecFactory, Server, skip_unless_ci
-from tests.kube.support import kube_spec, wait_clean
+from tests.kube.support import kube_spec, wait_clean, waits_then_runs
 
 V014, V019 = KUEUE_DATA / "v0.14" / "crds", KUEUE_DATA / "crds"
 
@@ -40,16 +40,8 @@ RELEASES = [
 async def test_a_kernel_waits_with_its_position_then_runs_and_leaves_nothing(
     server: Server, kernelspec: KernelspecFactory, cluster: FakeCluster
 ) -> None:
-    name = kube_spec(kernelspec)
-    first = await server.start(name)
-    assert (await server.execute(first, "1+1"))["data"] == "2"
-    second = await server.start(name)
-    model = await server.wait_reason(second, "position 1 of 1")
-    assert model["reason"].startswith("queued in 'user-queue', position 1 of 1, needs 1 GPU")
-    await server.shutdown(first)
-    assert (await server.execute(second, "2+3"))["data"] == "5"
-    await server.shutdown(second)
-    await wait_clean(server, cluster, first, second)
+    _, _, waited = await waits_then_runs(server, cluster, kube_spec(kernelspec), "position 1 of 1")
+    assert waited.startswith("queued in 'user-queue', position 1 of 1, needs 1 GPU")
 
 
 @pytest.mark.parametrize("cluster_options", RELEASES[:1], indirect=True)

@@ -93,63 +93,71 @@ def test_the_cell_wait_before_a_concurrent_save(deadline: float, wait: float) ->
     assert contract.cell_wait(deadline) == wait
 
 
-def test_a_pod_launch_renders_what_the_pod_cannot_reference() -> None:
-    launch = contract.Launch(
-        grace_seconds=30.0,
-        pod=True,
-        ports=(50100, 50101, 50102, 50103, 50104),
-        checkpoint_dir="/checkpoints",
-        keep_checkpoints=True,
-        termination_log="/dev/termination-log",
-    )
-
-    assert contract.render(launch) == {
-        "KERNEL_QUEUE_LAUNCH_PORTS": "50100,50101,50102,50103,50104",
-        "KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT": "25",
-        "KERNEL_QUEUE_LAUNCH_CHECKPOINT_DIR": "/checkpoints",
-        "KERNEL_QUEUE_LAUNCH_CHECKPOINT_DEADLINE": "22",
-        "KERNEL_QUEUE_LAUNCH_CHECKPOINT_KEEP": "1",
-        "KERNEL_QUEUE_LAUNCH_TERMINATION_LOG": "/dev/termination-log",
-    }
-
-
-def test_a_local_launch_renders_everything_and_its_stop_timeout_is_the_grace() -> None:
-    launch = contract.Launch(
-        grace_seconds=12.5,
-        pod=False,
-        ports=(1, 2, 3, 4, 5),
-        ip="127.0.0.7",
-        key="k",
-        transport="tcp",
-        signature_scheme="hmac-sha256",
-        status_fd=9,
-        parent_death=True,
-        checkpoint_dir="/srv/ckpt/kid",
-    )
-
-    assert contract.render(launch) == {
-        "KERNEL_QUEUE_LAUNCH_IP": "127.0.0.7",
-        "KERNEL_QUEUE_LAUNCH_PORTS": "1,2,3,4,5",
-        "KERNEL_QUEUE_LAUNCH_KEY": "k",
-        "KERNEL_QUEUE_LAUNCH_TRANSPORT": "tcp",
-        "KERNEL_QUEUE_LAUNCH_SIGNATURE_SCHEME": "hmac-sha256",
-        "KERNEL_QUEUE_LAUNCH_STATUS_FD": "9",
-        "KERNEL_QUEUE_LAUNCH_PARENT_DEATH": "1",
-        "KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT": "12.5",
-        "KERNEL_QUEUE_LAUNCH_CHECKPOINT_DIR": "/srv/ckpt/kid",
-        "KERNEL_QUEUE_LAUNCH_CHECKPOINT_DEADLINE": "9.5",
-    }
-
-
-def test_without_checkpoints_no_checkpoint_variable_is_rendered() -> None:
-    launch = contract.Launch(
-        grace_seconds=30.0, pod=False, ports=(1, 2, 3, 4, 5), keep_checkpoints=True
-    )
-
-    assert contract.render(launch) == {
-        "KERNEL_QUEUE_LAUNCH_PORTS": "1,2,3,4,5",
-        "KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT": "30",
-    }
+@pytest.mark.parametrize(
+    ("launch", "rendered"),
+    [
+        pytest.param(
+            contract.Launch(
+                grace_seconds=30.0,
+                pod=True,
+                ports=(50100, 50101, 50102, 50103, 50104),
+                checkpoint_dir="/checkpoints",
+                keep_checkpoints=True,
+                termination_log="/dev/termination-log",
+            ),
+            {
+                "KERNEL_QUEUE_LAUNCH_PORTS": "50100,50101,50102,50103,50104",
+                "KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT": "25",
+                "KERNEL_QUEUE_LAUNCH_CHECKPOINT_DIR": "/checkpoints",
+                "KERNEL_QUEUE_LAUNCH_CHECKPOINT_DEADLINE": "22",
+                "KERNEL_QUEUE_LAUNCH_CHECKPOINT_KEEP": "1",
+                "KERNEL_QUEUE_LAUNCH_TERMINATION_LOG": "/dev/termination-log",
+            },
+            id="a-pod-gets-what-the-pod-cannot-reference",
+        ),
+        pytest.param(
+            contract.Launch(
+                grace_seconds=12.5,
+                pod=False,
+                ports=(1, 2, 3, 4, 5),
+                ip="127.0.0.7",
+                key="k",
+                transport="tcp",
+                signature_scheme="hmac-sha256",
+                status_fd=9,
+                parent_death=True,
+                checkpoint_dir="/srv/ckpt/kid",
+            ),
+            {
+                "KERNEL_QUEUE_LAUNCH_IP": "127.0.0.7",
+                "KERNEL_QUEUE_LAUNCH_PORTS": "1,2,3,4,5",
+                "KERNEL_QUEUE_LAUNCH_KEY": "k",
+                "KERNEL_QUEUE_LAUNCH_TRANSPORT": "tcp",
+                "KERNEL_QUEUE_LAUNCH_SIGNATURE_SCHEME": "hmac-sha256",
+                "KERNEL_QUEUE_LAUNCH_STATUS_FD": "9",
+                "KERNEL_QUEUE_LAUNCH_PARENT_DEATH": "1",
+                "KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT": "12.5",
+                "KERNEL_QUEUE_LAUNCH_CHECKPOINT_DIR": "/srv/ckpt/kid",
+                "KERNEL_QUEUE_LAUNCH_CHECKPOINT_DEADLINE": "9.5",
+            },
+            id="a-local-launch-gets-everything-its-stop-timeout-the-grace",
+        ),
+        pytest.param(
+            contract.Launch(
+                grace_seconds=30.0, pod=False, ports=(1, 2, 3, 4, 5), keep_checkpoints=True
+            ),
+            {
+                "KERNEL_QUEUE_LAUNCH_PORTS": "1,2,3,4,5",
+                "KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT": "30",
+            },
+            id="without-checkpoints-no-checkpoint-variable",
+        ),
+    ],
+)
+def test_a_launch_renders_exactly_these_variables(
+    launch: contract.Launch, rendered: dict[str, str]
+) -> None:
+    assert contract.render(launch) == rendered
 
 
 def test_a_kernels_own_env_loses_every_launch_variable() -> None:

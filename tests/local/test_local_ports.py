@@ -109,30 +109,39 @@ def slow_kernelspec(kernelspec: KernelspecFactory, jp_kernel_dir: Path, go: Path
     return name
 
 
+async def launched_unbound(
+    server: Server, kernelspec: KernelspecFactory, jp_kernel_dir: Path, go: Path
+) -> tuple[str, str, int]:
+    """A kernel of `slow_kernelspec` whose launcher runs while its kernel has bound nothing yet:
+    the kernelspec's name, the kernel's id and its shell port."""
+    name = slow_kernelspec(kernelspec, jp_kernel_dir, go)
+    kernel = await server.start(name)
+    await server.wait_for(lambda: bool(launcher_pids((kernel,))), what="the launcher running")
+    return name, kernel, ports_of(server, kernel)[0]
+
+
+async def died(server: Server, kernel: str) -> str:
+    """Wait until the kernel is dead: its reason."""
+
+    async def dead() -> bool:
+        return (await server.model(kernel))["execution_state"] == "dead"
+
+    await server.wait_for(dead)
+    return str((await server.model(kernel))["reason"])
+
+
 async def test_a_port_taken_while_the_kernel_starts_is_named_and_the_next_start_moves(
     server: Server, kernelspec: KernelspecFactory, jp_kernel_dir: Path, tmp_path: Path
 ) -> None:
     go = tmp_path / "go"
-    name = slow_kernelspec(kernelspec, jp_kernel_dir, go)
-    kernel = await server.start(name)
-
-    async def launched() -> bool:
-        return bool(launcher_pids((kernel,)))
-
-    await server.wait_for(launched)
+    name, kernel, shell = await launched_unbound(server, kernelspec, jp_kernel_dir, go)
     # Between the launcher's start and the kernel's bind, only a program that sets
     # SO_REUSEADDR can bind a port; this one then listens first.
-    shell = ports_of(server, kernel)[0]
     thief = steal(shell, reuse=True)
     assert thief is not None
     try:
         go.touch()
-
-        async def dead() -> bool:
-            return (await server.model(kernel))["execution_state"] == "dead"
-
-        await server.wait_for(dead)
-        assert (await server.model(kernel))["reason"].startswith(
+        assert (await died(server, kernel)).startswith(
             f"kernel {kernel[:8]} failed: the kernel exited with code 1: port {shell} (shell) "
             "on 127.0.0.1 is taken by another process, so the kernel could not listen there; "
             "start the kernel again and it gets new ports"
@@ -161,10 +170,7 @@ async def test_a_port_another_process_took_is_named_with_that_process(
     server: Server, kernelspec: KernelspecFactory, jp_kernel_dir: Path, tmp_path: Path
 ) -> None:
     go = tmp_path / "go"
-    name = slow_kernelspec(kernelspec, jp_kernel_dir, go)
-    kernel = await server.start(name)
-    await server.wait_for(lambda: bool(launcher_pids((kernel,))), what="the launcher running")
-    shell = ports_of(server, kernel)[0]
+    _, kernel, shell = await launched_unbound(server, kernelspec, jp_kernel_dir, go)
     thief = await asyncio.create_subprocess_exec(
         sys.executable, "-c", THIEF, str(shell), stdout=asyncio.subprocess.PIPE
     )
@@ -172,12 +178,7 @@ async def test_a_port_another_process_took_is_named_with_that_process(
         assert thief.stdout is not None
         assert await asyncio.wait_for(thief.stdout.readline(), 30) == b"listening\n"
         go.touch()
-
-        async def dead() -> bool:
-            return (await server.model(kernel))["execution_state"] == "dead"
-
-        await server.wait_for(dead)
-        reason = (await server.model(kernel))["reason"]
+        reason = await died(server, kernel)
         assert f"port {shell} (shell; held by pid {thief.pid}: {sys.executable} -c " in reason, (
             reason
         )

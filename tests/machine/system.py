@@ -1,6 +1,7 @@
 """The machine's system service as real processes: the service run from a config file on a
 socket in a temp directory (`Machine`), and client processes connected as a given uid
-(`Actor`), which becomes that uid after importing everything and before it connects."""
+(`Actor`), which becomes that uid after importing everything and before it connects; what a
+client process prints and is told (`ClientProcess`), for the per-user queue's clients too."""
 
 from __future__ import annotations
 
@@ -81,27 +82,32 @@ SETTINGS: dict[str, Any] = {
 }
 
 
-class Actor:
-    """One client process, as uid `uid`, and the messages it printed."""
+class ClientProcess:
+    """A client process that prints the messages it gets as JSON lines and takes commands on
+    stdin, and what it printed so far (`seen`)."""
 
-    def __init__(self, process: asyncio.subprocess.Process, uid: int) -> None:
-        self.process, self.uid = process, uid
+    def __init__(self, process: asyncio.subprocess.Process, within: float = WITHIN) -> None:
+        self.process, self.within = process, within
         self.seen: list[dict[str, Any]] = []
 
     async def expect(self, *kinds: str) -> dict[str, Any]:
-        """The next message of one of `kinds` it prints."""
+        """The next message of one of `kinds` it prints, within `within` s (else the test fails
+        naming what it saw)."""
+        kind = " or ".join(kinds)
         assert self.process.stdout is not None
         try:
-            async with asyncio.timeout(WITHIN):
+            async with asyncio.timeout(self.within):
                 while True:
                     line = await self.process.stdout.readline()
-                    assert line, f"the client exited before a {kinds}; saw {self.seen}"
+                    assert line, f"the client exited before a {kind!r}; saw {self.seen}"
                     message: dict[str, Any] = json.loads(line)
                     self.seen.append(message)
                     if message["type"] in kinds:
                         return message
         except TimeoutError:
-            raise AssertionError(f"never saw {kinds} within {WITHIN} s; saw {self.seen}") from None
+            raise AssertionError(
+                f"never saw {kind!r} within {self.within} s; saw {self.seen}"
+            ) from None
 
     async def say(self, *words: str) -> None:
         assert self.process.stdin is not None
@@ -109,8 +115,17 @@ class Actor:
         await self.process.stdin.drain()
 
     async def listing(self) -> dict[str, Any]:
+        """The service's listing, as this client is shown it."""
         await self.say("list")
         return await self.expect("listing")
+
+
+class Actor(ClientProcess):
+    """One client process of the system service, as uid `uid`."""
+
+    def __init__(self, process: asyncio.subprocess.Process, uid: int) -> None:
+        super().__init__(process)
+        self.uid = uid
 
 
 async def spawn(script: str, *args: str) -> asyncio.subprocess.Process:

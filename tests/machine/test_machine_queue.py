@@ -20,7 +20,7 @@ import pytest
 
 from kernel_queue import errors
 from kernel_queue.machine import client, protocol
-from tests.machine.system import kill_all, spawn
+from tests.machine.system import ClientProcess, kill_all, spawn
 from tests.polling import until
 
 # A client process: connect (starting the service if need be), submit one group, print each
@@ -65,35 +65,13 @@ QUOTA = protocol.Quota(("0",), 4000, 2**30, ("default",), {"low": -100, "high": 
 WITHIN = 30.0
 
 
-class Actor:
-    """One client process and the messages it printed."""
+class Actor(ClientProcess):
+    """One client process of a user's own queue service."""
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-        self.seen: list[dict[str, Any]] = []
+        super().__init__(process, within=WITHIN)
         self.service = 0
         """The pid of the service it connected to (0: not yet seen)."""
-
-    async def expect(self, *kinds: str) -> dict[str, Any]:
-        """The next message of one of `kinds` it prints (bounded: a NeverSaw-like failure)."""
-        kind = " or ".join(kinds)
-        assert self.process.stdout is not None
-        try:
-            async with asyncio.timeout(WITHIN):
-                while True:
-                    line = await self.process.stdout.readline()
-                    assert line, f"the client exited before a {kind!r}; saw {self.seen}"
-                    message = json.loads(line)
-                    self.seen.append(message)
-                    if message["type"] in kinds:
-                        return message
-        except TimeoutError:
-            raise AssertionError(f"never saw {kind!r} within {WITHIN} s; saw {self.seen}") from None
-
-    async def say(self, command: str) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(command.encode() + b"\n")
-        await self.process.stdin.drain()
 
 
 @pytest.fixture
@@ -135,6 +113,13 @@ class Machine:
         actor = await self(group, **options)
         await actor.expect("admit")
         return actor
+
+    async def preempted(self, grace: float) -> tuple[Actor, Actor, dict[str, Any]]:
+        """`kq-low` holding the GPU with `grace` s to give it back, preempted by `kq-high`:
+        both, and the preempt message `kq-low` got."""
+        low = await self.admitted("kq-low", priority=-100, klass="low", grace=grace)
+        high = await self("kq-high", priority=100, klass="high")
+        return low, high, await low.expect("preempt")
 
     async def connected(self, actor: Actor) -> int:
         """The pid of the service `actor` connected to."""
@@ -195,9 +180,7 @@ async def test_a_higher_priority_client_preempts_and_the_gpu_is_reclaimed_after_
     runtime: Path,
 ) -> None:
     async with Machine() as actors:
-        low = await actors.admitted("kq-low", priority=-100, klass="low", grace=1.0)
-        high = await actors("kq-high", priority=100, klass="high")
-        preempt = await low.expect("preempt")
+        low, high, preempt = await actors.preempted(grace=1.0)
         assert preempt["by"] == "kq-high"
         assert preempt["message"] == (
             "preempted by higher-priority kernel kqhighke (priority 'high'), which needs 1 GPU"
@@ -218,8 +201,7 @@ async def test_a_sigkilled_client_frees_its_gpu_at_once_and_the_service_exits_af
         holder.process.kill()
         assert (await waiter.expect("admit"))["devices"] == ["0"]
         assert _alive(service)
-        await waiter.say("list")
-        listing = await waiter.expect("listing")
+        listing = await waiter.listing()
         assert [(g["group"], g["state"]) for g in listing["groups"]] == [("kq-waiter", "admitted")]
         waiter.process.kill()
         await until(lambda: not _alive(service), "the service exit after its last client left")
@@ -235,8 +217,7 @@ async def test_clients_starting_together_make_one_service(runtime: Path) -> None
         ]
         for racer in racers:  # each one's group is in the queue
             await racer.expect("admit", "position")
-        await racers[0].say("list")
-        listing = await racers[0].expect("listing")
+        listing = await racers[0].listing()
         assert sorted(g["group"] for g in listing["groups"]) == [f"kq-racer{i}" for i in range(4)]
         assert [g["state"] for g in listing["groups"]].count("admitted") == 1
 
@@ -261,8 +242,7 @@ async def test_a_client_of_another_protocol_gets_the_sentence_and_queues_nothing
             f"it with `kill {service}` (its kernels keep running until their servers stop them) or "
             f"restart this server with version {welcome.version}"
         )
-        await first.say("list")
-        listing = await first.expect("listing")
+        listing = await first.listing()
         assert [g["group"] for g in listing["groups"]] == ["kq-first"]
 
 
@@ -342,11 +322,8 @@ async def test_a_preempted_holder_that_stops_and_requeues_hands_the_gpu_over_at_
     runtime: Path,
 ) -> None:
     async with Machine() as actors:
-        low = await actors.admitted("kq-low", priority=-100, klass="low", grace=600.0)
-        high = await actors("kq-high", priority=100, klass="high")
-        await low.expect("preempt")
-        await high.say("list")
-        listing = await high.expect("listing")
+        low, high, _ = await actors.preempted(grace=600.0)
+        listing = await high.listing()
         states = {g["group"]: g["state"] for g in listing["groups"]}
         assert states == {"kq-low": "evicting", "kq-high": "queued"}
         await low.say("requeue")  # its kernel stopped: long before the 600 s grace

@@ -1,11 +1,14 @@
 """Clients that hold on to a kernel as front ends do, for the output-delivery tests: `Direct`, a
 jupyter_client on the kernel's own ports (as `jupyter console --existing` is), and `HeldSocket`,
 a websocket through the server held open across restarts and resumes (as JupyterLab holds one);
-`cell` is code that prints and returns, with the outputs it must produce."""
+`cell` is code that prints and returns, with the outputs it must produce; `both_see` sends one
+through each held client, and `lost_across_resumes` does so while a kernel waits in the queue
+again after a preemption."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
 from queue import Empty
 from typing import Any
 
@@ -116,3 +119,50 @@ async def held(server: Server, kernel_id: str) -> AsyncIterator[tuple[HeldSocket
 def cell(tag: str, number: int) -> tuple[str, tuple[str, str]]:
     """Code that prints and returns; the outputs it must produce."""
     return f"print('{tag}', flush=True); {number} * 2", (f"{tag}\n", str(number * 2))
+
+
+async def both_see(
+    server: Server,
+    socket: HeldSocket,
+    direct: Direct,
+    number: int,
+    after: str,
+    meanwhile: Callable[[], Awaitable[object]] | None = None,
+) -> list[str]:
+    """Send cell `number` through the held websocket and another through the direct client, run
+    `meanwhile` (the kernel coming back) while both wait, and say what each lost after `after`
+    ("restart 3"): one line a client whose outputs were not the cell's, none when both saw
+    them."""
+    ws_code, ws_want = cell(f"ws{number}", number)
+    d_code, d_want = cell(f"d{number}", number)
+    ws_id, d_id = await socket.send(ws_code), direct.send(d_code)
+    if meanwhile is not None:
+        await meanwhile()
+    lost: list[str] = []
+    if (got := await socket.outputs(server, ws_id)) != ws_want:
+        lost.append(f"websocket after {after}: {got!r}")
+    if (got := await direct.outputs(d_id)) != d_want:
+        lost.append(f"direct client after {after}: {got!r}")
+    return lost
+
+
+async def lost_across_resumes(
+    server: Server,
+    low: str,
+    high_name: str,
+    resumes: int,
+    end: Callable[[str], Awaitable[object]],
+    within: float = 60,
+) -> list[str]:
+    """`resumes` times over, with both of `low`'s clients held: a kernel of `high_name` preempts
+    `low`, a cell goes through each client while `low` waits in the queue again, `end(high)`
+    ends the high kernel, and `low`, back, must answer both. What was lost (`both_see`)."""
+    lost: list[str] = []
+    async for socket, direct in held(server, low):
+        for number in range(resumes):
+            high = await server.start(high_name)
+            assert (await server.execute(high, "1", within=within))["data"] == "1"
+            await server.wait_reason(low, "requeued", within=within)
+            ending = functools.partial(end, high)
+            lost += await both_see(server, socket, direct, number, f"resume {number}", ending)
+    return lost

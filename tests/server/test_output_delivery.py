@@ -16,7 +16,7 @@ import pytest
 import zmq
 
 from tests.conftest import KernelspecFactory, Server
-from tests.server.clients import Direct, cell, held
+from tests.server.clients import Direct, both_see, cell, held, lost_across_resumes
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -117,13 +117,7 @@ async def test_the_first_cell_after_a_restart_in_place_loses_no_output(
     async for socket, direct in held(server, kernel_id):
         for number in range(5):
             await server.fetch("api", "kernels", kernel_id, "restart", method="POST", body="")
-            ws_code, ws_want = cell(f"ws{number}", number)
-            d_code, d_want = cell(f"d{number}", number)
-            ws_id, d_id = await socket.send(ws_code), direct.send(d_code)
-            if (got := await socket.outputs(server, ws_id)) != ws_want:
-                lost.append(f"websocket after restart {number}: {got!r}")
-            if (got := await direct.outputs(d_id)) != d_want:
-                lost.append(f"direct client after restart {number}: {got!r}")
+            lost += await both_see(server, socket, direct, number, f"restart {number}")
     assert lost == []
     await server.shutdown_and_wait(kernel_id)
 
@@ -137,19 +131,6 @@ async def test_the_first_cell_after_a_resume_loses_no_output(
     low = await server.start(kernelspec("low", gpus=1, priority_class="low"))
     assert (await server.execute(low, "1"))["data"] == "1"
     high_name = kernelspec("high", gpus=1, priority_class="high")
-    lost: list[str] = []
-    async for socket, direct in held(server, low):
-        for number in range(RESUMES):
-            high = await server.start(high_name)
-            assert (await server.execute(high, "1"))["data"] == "1"
-            await server.wait_reason(low, "requeued")
-            ws_code, ws_want = cell(f"ws{number}", number)
-            d_code, d_want = cell(f"d{number}", number)
-            ws_id, d_id = await socket.send(ws_code), direct.send(d_code)
-            await server.shutdown_and_wait(high)
-            if (got := await socket.outputs(server, ws_id)) != ws_want:
-                lost.append(f"websocket after resume {number}: {got!r}")
-            if (got := await direct.outputs(d_id)) != d_want:
-                lost.append(f"direct client after resume {number}: {got!r}")
+    lost = await lost_across_resumes(server, low, high_name, RESUMES, server.shutdown_and_wait)
     assert lost == [], f"{len(lost)} of {2 * RESUMES} cells lost output: {lost}"
     await server.shutdown_and_wait(low)
