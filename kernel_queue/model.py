@@ -106,11 +106,14 @@ class GroupSpec:
 
     def needs(self) -> str:
         """What the kernel asks for, as users read it: "1 GPU", "2 GPUs, 4 CPU, 8Gi memory";
-        a group of several pods counts the whole group: "2 GPUs: 2 pods of 1 GPU"."""
+        a group of several pods counts the whole group: "2 GPUs: 2 pods of 1 GPU", and without
+        GPUs "2 pods of 4 CPU" ("2 pods, no GPU" asking for nothing)."""
         each = _asks(self.gpus, self.cpu, self.memory)
         size = self.pod_group_size
         if size <= 1:
             return each
+        if not self.gpus:
+            return f"{size} pods of {each}" if self.cpu or self.memory else f"{size} pods, no GPU"
         total = self.gpus * size
         return f"{total} GPU{'' if total == 1 else 's'}: {size} pods of {each}"
 

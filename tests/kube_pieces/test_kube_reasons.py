@@ -440,3 +440,5 @@ def test_a_groups_needs_count_the_whole_group() -> None:
     group = replace(SPEC, gpus=1, pod_group_size=2, cpu=None, memory=None)
     assert group.needs() == "2 GPUs: 2 pods of 1 GPU"
     assert replace(group, cpu="4").needs() == "2 GPUs: 2 pods of 1 GPU, 4 CPU"
+    assert replace(group, gpus=0, cpu="4").needs() == "2 pods of 4 CPU"  # not "0 GPUs: …"
+    assert replace(group, gpus=0).needs() == "2 pods, no GPU"
