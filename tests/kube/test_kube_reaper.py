@@ -16,8 +16,9 @@ from tests.kube.planes import Plane
 from tests.kube.support import OWNER, gone, kube_spec, labelled, settled, wait_clean
 
 
-def leave_behind(plane: Plane, owner: str) -> str:
-    """The Secret, Service and pod a crashed server of `owner` left; return their kernel id."""
+def leave_behind(plane: Plane, owner: str, pods: int = 1) -> str:
+    """The Secret, Service and pods a crashed server of `owner` left (with a group of several
+    `pods`, their headless group Service too); return their kernel id."""
     kernel_id = str(uuid.uuid4())
     spec = GroupSpec(
         kernel_id=kernel_id,
@@ -27,9 +28,12 @@ def leave_behind(plane: Plane, owner: str) -> str:
         gpus=1,
         namespace="default",
         image="kernel-queue/test-kernel",
+        pod_group_size=pods,
     )
     group = model.group_name(kernel_id)
     made = [manifests.secret(spec, owner=owner), manifests.service(spec, owner=owner)]
+    if pods > 1:
+        made.append(manifests.group_service(spec, owner=owner))
     made += manifests.pods(spec, group, 0, owner=owner)
     plane.apply(made)
     return kernel_id
@@ -41,7 +45,7 @@ async def test_the_reaper_deletes_this_servers_leftovers_and_never_another_serve
     plane: Plane,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    mine = leave_behind(plane, OWNER)
+    mine = leave_behind(plane, OWNER, pods=2)  # a group of two: its group Service goes too
     theirs = leave_behind(plane, "another-server")
     everything = {"pods", "services", "secrets", "workloads"}
 
@@ -52,7 +56,12 @@ async def test_the_reaper_deletes_this_servers_leftovers_and_never_another_serve
     group = model.group_name(mine)
     # The pod is gone too (wait_clean), but Kueue may end it first once its Workload went: the
     # reaper names only what it deleted itself.
-    said = (f"Workload {group}", f"Service {group}", f"Secret {group}-key")
+    said = (
+        f"Workload {group}",
+        f"Service {group}",
+        f"Service {group}-group",
+        f"Secret {group}-key",
+    )
 
     def lines() -> list[str]:
         return [r.getMessage() for r in caplog.records if r.getMessage().startswith("reaper:")]
