@@ -3,29 +3,18 @@ wait in the queue and a plain "Python 3 (ipykernel)" notebook opened after them 
 cell within seconds (a browser lets one websocket per host be CONNECTING at a time, so a
 waiting kernel's held upgrade used to keep every later notebook on "Connecting").
 
-Uses the `lab` and `page` fixtures of `test_lab_queue_ui` (a real `jupyter kernel-queue lab`
-with 1 pretend GPU, Debian's Chromium); screenshots in `test-artifacts/browser/<test>/`.
+Uses the `ui` fixture of tests/browser/conftest.py (a real `jupyter kernel-queue lab` with 1
+pretend GPU, Debian's Chromium); screenshots in `test-artifacts/browser/<test>/`.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.browser import test_lab_queue_ui as queue_ui
-from tests.browser.test_lab_queue_ui import KERNEL_WAIT_MS, TOKEN, Lab, _notebook
+from tests.browser.lab import CURRENT_TAB, KERNEL_WAIT_MS, Lab, api, write_notebook
 from tests.polling import until_sync
-
-# The queue UI tests' fixtures, used here by name.
-artifacts, browser_api, lab, page = (
-    queue_ui.artifacts,
-    queue_ui.browser_api,
-    queue_ui.lab,
-    queue_ui.page,
-)
 
 PLAIN_RUNS_MS = 30_000
 """A plain ipykernel starts in a few seconds here; a blocked websocket never connects."""
@@ -34,21 +23,15 @@ QUEUED = re.compile(r"Queued · #[123] in gpu")
 
 def _start_kernel(base: str, name: str) -> str:
     """POST /api/kernels, as a script or another client would: the kernel's id."""
-    request = urllib.request.Request(
-        base + "api/kernels", data=json.dumps({"name": name}).encode(), method="POST"
-    )
-    request.add_header("Authorization", f"token {TOKEN}")
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return str(json.loads(response.read())["id"])
+    return str(api(base, "api/kernels", "POST", {"name": name})["id"])
 
 
 def test_a_plain_notebook_runs_at_once_beside_three_queued_ones(
-    page: Any, browser_api: Any, lab: str, artifacts: Path, tmp_path: Path
+    ui: Lab, page: Any, tmp_path: Path
 ) -> None:
-    ui = Lab(page, browser_api.expect, lab, artifacts)
     expect = ui.expect
-    _notebook(tmp_path / "notebooks" / "plain.ipynb", "python3", "print('plain ran')")
-    holder = _start_kernel(lab, "python3-gpu-queued")  # takes the only GPU
+    write_notebook(tmp_path / "notebooks" / "plain.ipynb", "python3", "print('plain ran')")
+    holder = _start_kernel(ui.base, "python3-gpu-queued")  # takes the only GPU
 
     def holds() -> bool:
         return (ui.kernels()[holder].get("queue") or {}).get("state") == "running"
@@ -56,7 +39,7 @@ def test_a_plain_notebook_runs_at_once_beside_three_queued_ones(
     until_sync(holds, "the REST kernel running on the only GPU", within=KERNEL_WAIT_MS / 1000)
 
     ui.goto("lab/tree/first.ipynb")
-    expect(ui.tab("first.ipynb")).to_have_class(re.compile(r"\blm-mod-current\b"))
+    expect(ui.tab("first.ipynb")).to_have_class(CURRENT_TAB)
     expect(ui.status).to_have_text(QUEUED, timeout=KERNEL_WAIT_MS)
     for name in ("second.ipynb", "third.ipynb"):
         ui.open_notebook(name)

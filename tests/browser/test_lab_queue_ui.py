@@ -5,336 +5,32 @@ kernel that gives up waiting says so; a kernel parked from the panel reads Parke
 brings it back and prints, and the panel's Resume wakes it too.
 
 A real `jupyter kernel-queue lab` (local backend, 1 pretend GPU, token auth, private Jupyter
-dirs) and Debian's Chromium driven by Playwright; never a downloaded browser. Screenshots of
-each step and the server's log go to `test-artifacts/browser/<test>/`; assertions read the DOM.
+dirs) and Debian's Chromium driven by Playwright; never a downloaded browser (`tests/browser/
+lab.py`, the fixtures in its conftest.py). Screenshots of each step and the server's log go to
+`test-artifacts/browser/<test>/`; assertions read the DOM.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import shutil
 import signal
-import socket
 import subprocess
-import sys
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kernel_queue.backends.local import gpus as gpu_detection
+from tests.browser.lab import CURRENT_TAB, KERNEL_WAIT_MS, LAB_ENV, Lab, write_notebook
+from tests.cli_support import JUPYTER
 from tests.polling import until_sync
 
-CHROMIUM = os.environ.get("KQ_CHROMIUM", "/usr/bin/chromium")
-REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = REPO / "test-artifacts" / "browser"
-JUPYTER = str(Path(sys.executable).parent / "jupyter")
-TOKEN = "kernel-queue-browser-test"
-# Kernels start in seconds here; the bound only stops a broken build from hanging CI.
-KERNEL_WAIT_MS = 90_000
-UI_WAIT_MS = 30_000
-
 pytestmark = pytest.mark.timeout(300)
-LAB_ENV: dict[str, dict[str, str]] = {}
-"""Each running lab's environment by its base URL (a batch run beside it uses the same)."""
-
-
-def _require_browser() -> Any:
-    """Playwright's sync API and Debian's Chromium; CI (`KQ_CI=1`, set by .ci/run) fails without."""
-    missing = None
-    try:
-        from playwright import sync_api
-    except ImportError:
-        missing = "the playwright package is not installed"
-    if missing is None and not Path(CHROMIUM).exists():
-        missing = f"{CHROMIUM} is missing (apt-get install chromium)"
-    if missing is not None:
-        if os.environ.get("KQ_CI") == "1":
-            pytest.fail(missing)
-        pytest.skip(missing)
-    return sync_api
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _api(base: str, path: str, method: str = "GET") -> Any:
-    request = urllib.request.Request(base + path, method=method)
-    request.add_header("Authorization", f"token {TOKEN}")
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read() or b"null")
-
-
-def _notebook(path: Path, kernel: str, source: str = "1 + 1", *more: str) -> None:
-    """A notebook whose metadata names a kernelspec, so opening it starts that kernel; one code
-    cell per source."""
-    cells = [
-        {
-            "cell_type": "code",
-            "execution_count": None,
-            "id": f"c{number}",
-            "metadata": {},
-            "outputs": [],
-            "source": text,
-        }
-        for number, text in enumerate((source, *more), start=1)
-    ]
-    spec = {"name": kernel, "display_name": kernel, "language": "python"}
-    notebook = {
-        "cells": cells,
-        "metadata": {"kernelspec": spec},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    path.write_text(json.dumps(notebook))
-
-
-def _kernelspec(data: Path, name: str, **config: Any) -> None:
-    """A queued local kernelspec in the server's private data dir."""
-    folder = data / "kernels" / name
-    folder.mkdir(parents=True)
-    spec = {
-        "argv": [sys.executable, "-m", "kernel_queue.launcher.kernel", "-f", "{connection_file}"],
-        "display_name": f"Python 3 ({name})",
-        "language": "python",
-        "interrupt_mode": "message",
-        "metadata": {
-            "kernel_provisioner": {
-                "provisioner_name": "kernel-queue",
-                "config": {"backend": "local", "queue": "gpu", "gpus": 1, **config},
-            }
-        },
-    }
-    (folder / "kernel.json").write_text(json.dumps(spec))
-
-
-@pytest.fixture
-def artifacts(request: pytest.FixtureRequest) -> Path:
-    """This test's screenshot folder under test-artifacts/browser/, emptied first."""
-    name, _, param = request.node.name.removeprefix("test_").partition("[")
-    param = param.rstrip("]")  # each parameter its own folder, however long the test's name
-    folder = ARTIFACTS / (f"{name[: 59 - len(param)]}-{param}" if param else name[:60])
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    return folder
-
-
-@pytest.fixture
-def browser_api() -> Any:
-    return _require_browser()
-
-
-@pytest.fixture
-def lab(tmp_path: Path, artifacts: Path, browser_api: Any) -> Iterator[str]:
-    """`jupyter kernel-queue lab` with 1 pretend GPU, private dirs; yields its base URL."""
-    root = tmp_path / "notebooks"
-    root.mkdir()
-    for name in ("first", "second", "third"):
-        _notebook(root / f"{name}.ipynb", "python3-gpu-queued")
-    data = tmp_path / "data"
-    # Preemption: a low-priority kernel that checkpoints, and a high-priority one.
-    checkpoint = {"enabled": True, "path": str(tmp_path / "checkpoints"), "grace_seconds": 60}
-    _kernelspec(data, "low", priority_class="low", checkpoint=checkpoint)
-    _kernelspec(data, "high", priority_class="high")
-    _notebook(root / "low.ipynb", "low", source="x = 41")
-    _notebook(root / "high.ipynb", "high")
-    # Failure: a kernel that gives up after 1 s in the queue (the GPU stays busy meanwhile).
-    _kernelspec(data, "impatient", priority_class="low", admission_timeout=1)
-    _notebook(root / "impatient.ipynb", "impatient")
-    # Parking: a kernel that checkpoints; parked from the panel (park_after stays off).
-    _kernelspec(data, "parks", checkpoint=checkpoint)
-    _notebook(root / "parks.ipynb", "parks", "x = 41", "print('back', x + 1)")
-    # Idle parking with the notebook open: JupyterLab's own traffic does not keep it awake.
-    _kernelspec(data, "idles", checkpoint=checkpoint, park_after=3)
-    _notebook(root / "idles.ipynb", "idles", "y = 6 * 7", "print('awake', y)")
-    # Kernels that can never start: more GPUs than the machine has, and a queue that is not.
-    _kernelspec(data, "toobig", gpus=3)
-    _notebook(root / "toobig.ipynb", "toobig")
-    _kernelspec(data, "nosuch", queue="nosuch")
-    _notebook(root / "nosuch.ipynb", "nosuch")
-    settings = tmp_path / "lab-settings"
-    # Every admission after a wait notifies (the default waits 10 s): the test needs no sleep.
-    (settings / "kernel-queue").mkdir(parents=True)
-    (settings / "kernel-queue" / "store.jupyterlab-settings").write_text(
-        json.dumps({"longWaitSeconds": 0})
-    )
-    # No news or update toasts (and no attempt to reach the network for them).
-    (settings / "@jupyterlab" / "apputils-extension").mkdir(parents=True)
-    (
-        settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
-    ).write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "CUDA_"))}
-    env.update(
-        HOME=str(tmp_path / "home"),
-        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-        JUPYTER_DATA_DIR=str(data),
-        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-        JUPYTERLAB_SETTINGS_DIR=str(settings),
-        JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
-    )
-    if gpu_detection.detect():
-        env["CUDA_VISIBLE_DEVICES"] = "0"  # a real GPU machine: queue on one of them
-    port = _free_port()
-    log_path = tmp_path / "lab.log"
-    log = log_path.open("w")
-    process = subprocess.Popen(
-        [
-            JUPYTER,
-            "kernel-queue",
-            "lab",
-            "--pretend-gpus",
-            "1",
-            "--no-browser",
-            "--ip=127.0.0.1",
-            f"--port={port}",
-            f"--IdentityProvider.token={TOKEN}",
-            f"--ServerApp.root_dir={root}",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}/"
-    LAB_ENV[base] = env
-    try:
-
-        def answering() -> bool:
-            assert process.poll() is None, log_path.read_text()
-            try:
-                _api(base, "api/status")
-            except OSError:
-                return False
-            return True
-
-        until_sync(answering, f"the lab at {base} answering", within=60)
-        yield base
-    finally:
-        process.send_signal(signal.SIGTERM)
-        stuck = False
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            stuck = True
-            process.kill()
-            process.wait()
-        log.close()
-        shutil.copy(log_path, artifacts / "lab.log")
-    if stuck:  # a user's Ctrl-C would hang the same way
-        last = log_path.read_text().strip().splitlines()[-1:]
-        pytest.fail(f"the lab did not stop within 60 s of SIGTERM; its log ends: {last}")
-
-
-@pytest.fixture
-def page(browser_api: Any, lab: str, artifacts: Path) -> Iterator[Any]:
-    """A page of headless Debian Chromium; its last state is screenshotted whatever happens."""
-    browser_api.expect.set_options(timeout=UI_WAIT_MS)
-    with browser_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],  # launch() gives Chromium a fresh temporary profile (--user-data-dir) itself
-        )
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
-        try:
-            yield page
-        finally:
-            page.screenshot(path=str(artifacts / "99-last.png"))
-            browser.close()
-
-
-class Lab:
-    """What the tests do in JupyterLab, by what a user sees and clicks."""
-
-    def __init__(self, page: Any, expect: Any, base: str, artifacts: Path) -> None:
-        self.page, self.expect, self.base, self.artifacts = page, expect, base, artifacts
-        self.status = page.locator(".jp-KernelQueue-status")
-        self._step = 0
-
-    def shot(self, name: str) -> None:
-        self._step += 1
-        self.page.screenshot(path=str(self.artifacts / f"{self._step:02d}-{name}.png"))
-
-    def tab(self, name: str) -> Any:
-        return self.page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=name)
-
-    def open_notebook(self, name: str) -> None:
-        """Double-click it in the file browser (opens it, or shows it if already open)."""
-        self.page.locator(".jp-DirListing-item", has_text=name).dblclick()
-        self.expect(self.tab(name)).to_have_class(CURRENT_TAB)
-
-    def goto(self, path: str) -> None:
-        self.page.goto(f"{self.base}{path}?token={TOKEN}")
-
-    def shut_down_kernel(self) -> None:
-        """Kernel ▸ Shut Down Kernel, for the current notebook."""
-        self.page.locator(".lm-MenuBar-item", has_text="Kernel").click()
-        self.page.locator(".lm-Menu-item", has_text="Shut Down Kernel").first.click()
-
-    def runs(self, within: float = KERNEL_WAIT_MS) -> None:
-        """The current notebook's kernel runs: JupyterLab's own status says so ("| Idle"), the
-        toolbar's indicator is gone and our item says nothing of it (hidden, or only
-        "Queue · N waiting" while others wait)."""
-        self.expect(self.status).to_have_attribute("data-state", RUNS, timeout=within)
-        self.expect(self.indicator).to_be_hidden()
-        self.expect(self.status).not_to_have_text(re.compile("Running|Queued|Admitted"))
-        statusbar = self.page.locator("#jp-main-statusbar")
-        self.expect(statusbar).to_contain_text("| Idle", timeout=within)
-
-    @property
-    def indicator(self) -> Any:
-        """The current notebook's toolbar indicator."""
-        return self.page.locator(".jp-NotebookPanel:visible .jp-KernelQueue-indicator")
-
-    def open_queues(self) -> Any:
-        """The command palette's "Kernel Queue: Show queues"; returns the dialog."""
-        self.page.keyboard.press("Control+Shift+C")
-        search = self.page.locator(".lm-CommandPalette-input")
-        self.expect(search).to_be_focused()
-        search.fill("Kernel Queue: Show queues")
-        self.page.locator(".lm-CommandPalette-item", has_text="Kernel Queue: Show queues").click()
-        dialog = self.page.locator(".jp-Dialog", has_text="Kernel queues")
-        self.expect(dialog).to_be_visible()
-        return dialog
-
-    def queue_row(self, kernel_id: str) -> Any:
-        return self.page.locator(f'.jp-KernelQueue-queueRow[data-kernel-id="{kernel_id}"]')
-
-    def toast(self, text: str) -> Any:
-        return self.page.locator(".Toastify__toast", has_text=text)
-
-    def kernels(self) -> dict[str, Any]:
-        """The server's own listing, as the extension loads it."""
-        return {k["id"]: k for k in _api(self.base, "api/kernel-queue/kernels")}
-
-    def gone(self, kernel_id: str, within: float = 30) -> dict[str, Any]:
-        """The listing once `kernel_id` has left it (a shutdown ends after DELETE returns)."""
-
-        def without_it() -> dict[str, Any] | None:
-            listing = self.kernels()
-            return None if kernel_id in listing else listing
-
-        return until_sync(without_it, f"kernel {kernel_id} gone from the listing", within=within)
 
 
 def test_the_second_notebook_waits_runs_when_the_first_stops_and_cancel_leaves_the_queue(
-    page: Any, browser_api: Any, lab: str, artifacts: Path
+    ui: Lab,
 ) -> None:
-    _scenario(Lab(page, browser_api.expect, lab, artifacts))
+    _scenario(ui)
 
 
 def _scenario(lab: Lab) -> None:
@@ -437,16 +133,10 @@ def _scenario(lab: Lab) -> None:
 
 
 def test_preemption_requeue_resume_and_failure_are_told_with_their_reasons(
-    page: Any, browser_api: Any, lab: str, artifacts: Path
+    ui: Lab, page: Any
 ) -> None:
-    ui = Lab(page, browser_api.expect, lab, artifacts)
     expect, status = ui.expect, ui.status
-    ui.goto("lab/tree/low.ipynb")
-    ui.runs()
-    low_kernel = status.get_attribute("data-kernel-id")
-    page.locator(".jp-Cell").first.click()
-    page.keyboard.press("Shift+Enter")  # x = 41
-    expect(page.locator(".jp-InputArea-prompt", has_text="[1]").first).to_be_visible()
+    low_kernel = ui.first_cell_run("low.ipynb")  # x = 41
     ui.shot("low-running")
 
     # The high-priority notebook takes the only GPU: the low one is preempted, saves, waits.
@@ -510,17 +200,11 @@ def test_preemption_requeue_resume_and_failure_are_told_with_their_reasons(
 
 
 def test_park_from_the_panel_then_the_next_cell_brings_the_kernel_back_and_prints(
-    page: Any, browser_api: Any, lab: str, artifacts: Path
+    ui: Lab, page: Any
 ) -> None:
-    ui = Lab(page, browser_api.expect, lab, artifacts)
     expect, status = ui.expect, ui.status
-    ui.goto("lab/tree/parks.ipynb")
-    ui.runs()
-    kernel = status.get_attribute("data-kernel-id")
+    kernel = ui.first_cell_run("parks.ipynb")  # x = 41
     cells = page.locator(".jp-NotebookPanel:visible .jp-Cell")
-    cells.nth(0).click()
-    page.keyboard.press("Shift+Enter")  # x = 41
-    expect(page.locator(".jp-InputArea-prompt", has_text="[1]").first).to_be_visible()
 
     # The queues (from the command palette: the item hides while the kernel runs) offer
     # "Park now" for the running kernel; parked, the item says so.
@@ -570,16 +254,11 @@ def test_park_from_the_panel_then_the_next_cell_brings_the_kernel_back_and_print
 
 
 def test_an_open_notebook_left_idle_parks_and_its_next_cell_brings_it_back(
-    page: Any, browser_api: Any, lab: str, artifacts: Path
+    ui: Lab, page: Any
 ) -> None:
-    ui = Lab(page, browser_api.expect, lab, artifacts)
     expect, status = ui.expect, ui.status
-    ui.goto("lab/tree/idles.ipynb")
-    ui.runs()
+    ui.first_cell_run("idles.ipynb")  # y = 6 * 7
     cells = page.locator(".jp-NotebookPanel:visible .jp-Cell")
-    cells.nth(0).click()
-    page.keyboard.press("Shift+Enter")  # y = 6 * 7
-    expect(page.locator(".jp-InputArea-prompt", has_text="[1]").first).to_be_visible()
 
     expect(status).to_have_text("Parked · GPU released", timeout=KERNEL_WAIT_MS)
     expect(ui.toast("idles.ipynb: parked after 3 s idle; GPU released")).to_be_visible()
@@ -590,20 +269,13 @@ def test_an_open_notebook_left_idle_parks_and_its_next_cell_brings_it_back(
     ui.shot("awake")
 
 
-# JupyterLab marks the notebook tab on show as the current one.
-CURRENT_TAB = re.compile(r"\blm-mod-current\b")
-# The states of a kernel that runs (after a resume too).
-RUNS = re.compile(r"^(running|resumed)$")
-
-
 def test_the_panel_shows_a_batch_run_holding_the_gpu_and_its_end_admits_the_notebook(
-    page: Any, browser_api: Any, lab: str, artifacts: Path, tmp_path: Path
+    ui: Lab, page: Any, tmp_path: Path
 ) -> None:
-    ui = Lab(page, browser_api.expect, lab, artifacts)
     expect, status = ui.expect, ui.status
     # A batch run on the same machine (same user) takes the only GPU first.
     held = tmp_path / "held"
-    _notebook(
+    write_notebook(
         tmp_path / "hold.ipynb",
         "python3-gpu-queued",
         f"open({str(held)!r}, 'w').close()\nimport time\ntime.sleep(600)",
@@ -615,7 +287,7 @@ def test_the_panel_shows_a_batch_run_holding_the_gpu_and_its_end_admits_the_note
             "--ExecutePreprocessor.timeout=600",
         ],
         # The lab's settings (its --pretend-gpus 1), or the machine's queue refuses the run.
-        env={**LAB_ENV[lab], "KERNEL_QUEUE_PRETEND_GPUS": "1"},
+        env={**LAB_ENV[ui.base], "KERNEL_QUEUE_PRETEND_GPUS": "1"},
         stdout=subprocess.DEVNULL,
         stderr=batch_log,
     )
@@ -677,9 +349,8 @@ def test_the_panel_shows_a_batch_run_holding_the_gpu_and_its_end_admits_the_note
     ],
 )
 def test_a_kernel_that_can_never_start_says_why_in_a_notification_and_its_label(
-    page: Any, browser_api: Any, lab: str, artifacts: Path, notebook: str, label: str, sentence: str
+    ui: Lab, page: Any, notebook: str, label: str, sentence: str
 ) -> None:
-    ui = Lab(page, browser_api.expect, lab, artifacts)
     expect, status = ui.expect, ui.status
     # JupyterLab asks /api/nbconvert on each page load, answered from an AnyIO worker thread
     # in seconds; a server stopped while that request is pending never exits (the worker

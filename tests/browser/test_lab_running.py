@@ -4,8 +4,8 @@ button takes it out of the queue and off the server, and "Shut Down All" asks fi
 JupyterLab's own sections do. And the queues dialog ("Kernel Queue: Show queues") shows a failed
 kernel's long kernelspec error whole, wrapped inside the dialog, never cut off at its edge.
 
-Uses the `lab` and `page` fixtures of `test_lab_queue_ui` (a real `jupyter kernel-queue lab`
-with 1 pretend GPU, Debian's Chromium); screenshots in `test-artifacts/browser/<test>/`.
+Uses the `ui` fixture of tests/browser/conftest.py (a real `jupyter kernel-queue lab` with 1
+pretend GPU, Debian's Chromium); screenshots in `test-artifacts/browser/<test>/`.
 """
 
 from __future__ import annotations
@@ -14,23 +14,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tests.browser import test_lab_queue_ui as queue_ui
-from tests.browser.test_lab_queue_ui import (
+from tests.browser.lab import (
+    CURRENT_TAB,
     KERNEL_WAIT_MS,
     Lab,
-    _api,
-    _kernelspec,
-    _notebook,
+    api,
+    write_kernelspec,
+    write_notebook,
 )
 from tests.polling import until_sync
-
-# The queue UI tests' fixtures, used here by name.
-artifacts, browser_api, lab, page = (
-    queue_ui.artifacts,
-    queue_ui.browser_api,
-    queue_ui.lab,
-    queue_ui.page,
-)
 
 SECTION = "Kernel Queue"
 WAITING_SENTENCE = re.compile(r"^queued in 'gpu', position 1 of 1")
@@ -38,7 +30,7 @@ WAITING_SENTENCE = re.compile(r"^queued in 'gpu', position 1 of 1")
 
 def _server_kernels(base: str) -> set[str]:
     """The ids `GET /api/kernels` lists (JupyterLab's own listing, not ours)."""
-    return {kernel["id"] for kernel in _api(base, "api/kernels")}
+    return {kernel["id"] for kernel in api(base, "api/kernels")}
 
 
 class Sidebar:
@@ -79,9 +71,8 @@ class Sidebar:
 
 
 def test_the_sidebar_lists_the_waiting_notebook_and_its_shutdown_takes_it_off_the_server(
-    page: Any, browser_api: Any, lab: str, artifacts: Path
+    ui: Lab, page: Any
 ) -> None:
-    ui = Lab(page, browser_api.expect, lab, artifacts)
     expect, status = ui.expect, ui.status
     # JupyterLab's /api/nbconvert answer is awaited after the load (see test_lab_queue_ui's
     # failed-kernel test: a server stopped while it is pending never exits).
@@ -119,9 +110,9 @@ def test_the_sidebar_lists_the_waiting_notebook_and_its_shutdown_takes_it_off_th
 
     # A click on the item shows its notebook.
     ui.tab("first.ipynb").click()
-    expect(ui.tab("first.ipynb")).to_have_class(queue_ui.CURRENT_TAB)
+    expect(ui.tab("first.ipynb")).to_have_class(CURRENT_TAB)
     label.click()
-    expect(ui.tab("second.ipynb")).to_have_class(queue_ui.CURRENT_TAB)
+    expect(ui.tab("second.ipynb")).to_have_class(CURRENT_TAB)
 
     # Its shutdown button leaves the queue: the server no longer lists the kernel, the section
     # empties and the first kernel runs on.
@@ -132,12 +123,12 @@ def test_the_sidebar_lists_the_waiting_notebook_and_its_shutdown_takes_it_off_th
     )
     leave.click()
     until_sync(
-        lambda: second_kernel not in _server_kernels(lab),
+        lambda: second_kernel not in _server_kernels(ui.base),
         "the waiting kernel gone from GET /api/kernels",
         within=30,
     )
     expect(sidebar.items).to_have_count(0)
-    assert first_kernel in _server_kernels(lab)
+    assert first_kernel in _server_kernels(ui.base)
     assert ui.kernels()[first_kernel]["queue"]["state"] in ("running", "resumed")
     ui.shot("second-left-the-queue")
 
@@ -157,17 +148,17 @@ def test_the_sidebar_lists_the_waiting_notebook_and_its_shutdown_takes_it_off_th
     dialog.get_by_role("button", name="Cancel").click()
     expect(dialog).to_have_count(0)
     expect(sidebar.items).to_have_count(1)
-    assert third_kernel in _server_kernels(lab)
+    assert third_kernel in _server_kernels(ui.base)
     shut_all.click()
     dialog.get_by_role("button", name="Shut Down All").click()
     until_sync(
-        lambda: third_kernel not in _server_kernels(lab),
+        lambda: third_kernel not in _server_kernels(ui.base),
         "the third kernel gone from GET /api/kernels",
         within=30,
     )
     expect(sidebar.items).to_have_count(0)
     expect(shut_all).to_be_disabled()
-    assert first_kernel in _server_kernels(lab)
+    assert first_kernel in _server_kernels(ui.base)
     ui.shot("shut-down-all-done")
 
 
@@ -193,12 +184,11 @@ OUTSIDE = """(reason) => {
 
 
 def test_the_queues_dialog_shows_a_failed_kernels_long_sentence_whole_inside_the_dialog(
-    page: Any, browser_api: Any, lab: str, artifacts: Path, tmp_path: Path
+    ui: Lab, page: Any, tmp_path: Path
 ) -> None:
-    ui = Lab(page, browser_api.expect, lab, artifacts)
     expect, status = ui.expect, ui.status
-    _kernelspec(tmp_path / "data", "typo", **{LONG_KEY: "/scratch"})
-    _notebook(tmp_path / "notebooks" / "typo.ipynb", "typo")
+    write_kernelspec(tmp_path / "data", "typo", **{LONG_KEY: "/scratch"})
+    write_notebook(tmp_path / "notebooks" / "typo.ipynb", "typo")
     with page.expect_response(lambda r: "/api/nbconvert" in r.url, timeout=KERNEL_WAIT_MS):
         ui.goto("lab/tree/typo.ipynb")  # (awaited as above)
     expect(status).to_have_text("Failed · kernelspec error", timeout=KERNEL_WAIT_MS)
@@ -226,7 +216,7 @@ def test_the_queues_dialog_shows_a_failed_kernels_long_sentence_whole_inside_the
     failure.get_by_role("button", name="Shut down the failed kernel of typo.ipynb").click()
     expect(failure).to_have_count(0)
     until_sync(
-        lambda: kernel not in _server_kernels(lab),
+        lambda: kernel not in _server_kernels(ui.base),
         "the failed kernel gone from GET /api/kernels",
         within=30,
     )
