@@ -17,7 +17,7 @@ from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from typing_extensions import override
 
-from kernel_queue import errors, events, lifecycle, spec
+from kernel_queue import errors, events, jupyter_privates, lifecycle, spec
 from kernel_queue.backends import BackendLease
 from kernel_queue.lifecycle import KernelState
 from kernel_queue.model import GroupRef, Noted, StopCause, short_id
@@ -256,7 +256,7 @@ class QueuedKernelProvisioner(KernelProvisionerBase, KernelOptions):  # type: ig
         km = self.parent
         # A launch that fails is logged once at ERROR by the kernel manager (its OnceFilter);
         # a kernel that fails later, here.
-        ready = getattr(km, "_ready", None)
+        ready = jupyter_privates.start_future(km)
         failed = state is KernelState.FAILED
         launching = ready is not None and not ready.done()
         if message:

@@ -44,7 +44,8 @@ from jupyter_server.services.kernels.connection.base import (
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 from tornado.websocket import WebSocketClosedError
 
-from kernel_queue.server import jupyter_privates, kernels, parking
+from kernel_queue import jupyter_privates
+from kernel_queue.server import kernels, parking
 
 V1 = "v1.kernel.websocket.jupyter.org"
 HELD_LIMIT = 1000

@@ -19,9 +19,9 @@ from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from kernel_queue import backends, errors
+from kernel_queue import backends, errors, jupyter_privates
 from kernel_queue.backends.local import machine_link
-from kernel_queue.server import jupyter_privates, kernels, parking, queues
+from kernel_queue.server import kernels, parking, queues
 
 KERNELS_PATH = "api/kernel-queue/kernels"
 MACHINE_PATH = "api/kernel-queue/machine"

@@ -22,8 +22,8 @@ from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelMana
 from tornado import web
 from traitlets import TraitError
 
-from kernel_queue import backends, errors, events
-from kernel_queue.server import connection, jupyter_privates, kernels, parking
+from kernel_queue import backends, errors, events, jupyter_privates
+from kernel_queue.server import connection, kernels, parking
 
 # How long shutdown waits for a cancelled launch to end before going on regardless.
 _CANCEL_WAIT_SECONDS = 5.0

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kernel_queue import errors
+from kernel_queue import errors, jupyter_privates
 from kernel_queue.model import short_id
 from kernel_queue.server import kernels
 from kernel_queue.session import KernelSession
@@ -120,6 +120,10 @@ class IdleParker:
     def log(self) -> Any:
         return self.manager.log
 
+    def _managers(self) -> dict[str, Any]:
+        """The server's kernel managers by kernel id, pending kernels included."""
+        return jupyter_privates.kernels(self.manager)
+
     # -- the periodic scan -------------------------------------------------------------------
 
     @property
@@ -145,7 +149,7 @@ class IdleParker:
 
     def interval(self) -> float:
         """A tenth of the smallest `park_after` among the kernels, within 1 s and 30 s."""
-        afters = [a for km in list(self.manager._kernels.values()) if (a := park_after(km)) > 0]
+        afters = [a for km in list(self._managers().values()) if (a := park_after(km)) > 0]
         return min(MAX_INTERVAL, max(MIN_INTERVAL, min(afters, default=MAX_INTERVAL * 10) / 10))
 
     async def _run(self) -> None:
@@ -159,7 +163,7 @@ class IdleParker:
     def scan(self) -> list[str]:
         """Start parking every kernel idle past its `park_after`; return their ids."""
         due = []
-        for kernel_id, km in list(self.manager._kernels.items()):
+        for kernel_id, km in list(self._managers().items()):
             if self.idle_for(kernel_id) is not None:
                 # The reason names the setting ("parked after 30 min idle"), not the scan's
                 # lateness (up to one interval more).
@@ -169,7 +173,7 @@ class IdleParker:
 
     def idle_for(self, kernel_id: str) -> float | None:
         """Seconds the kernel has been idle if that is at least its `park_after`, else None."""
-        km = self.manager._kernels.get(kernel_id)
+        km = self._managers().get(kernel_id)
         after = park_after(km)
         if km is None or after <= 0 or self.busy_here(kernel_id):
             return None
@@ -199,13 +203,13 @@ class IdleParker:
 
     def holding(self, kernel_id: str) -> bool:
         """Whether a client message for this kernel must be held rather than sent on now."""
-        km = self.manager._kernels.get(kernel_id)
+        km = self._managers().get(kernel_id)
         return km is not None and (self.busy_here(kernel_id) or is_parked(km))
 
     def answers_for(self, kernel_id: str) -> bool:
         """Whether the server answers a kernel_info_request itself: the kernel is parked (or
         parking) and nothing is held before it, so the answer keeps the order of replies."""
-        km = self.manager._kernels.get(kernel_id)
+        km = self._managers().get(kernel_id)
         parked = km is not None and (is_parked(km) or kernel_id in self._parking)
         return parked and kernel_id not in self._held and kernel_id not in self._waking
 
@@ -232,7 +236,7 @@ class IdleParker:
         return task
 
     async def _park(self, kernel_id: str, idle_seconds: float | None) -> None:
-        km = self.manager._kernels.get(kernel_id)
+        km = self._managers().get(kernel_id)
         try:
             if km is None:
                 raise errors.ParkRefused(f"kernel {kernel_id} is gone: there is nothing to park")
@@ -246,7 +250,7 @@ class IdleParker:
             # still reach the kernel that is stopping, so it is held meanwhile.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(SHOWN_LIMIT):
-                    while kernel_id in self.manager._kernels and not is_parked(km):
+                    while kernel_id in self._managers() and not is_parked(km):
                         await changed(km)
         except errors.ParkRefused as exc:
             if idle_seconds is None:
@@ -274,7 +278,7 @@ class IdleParker:
             parking = self._parking.get(kernel_id)
             if parking is not None:  # a resume during a park takes effect once it is parked
                 await asyncio.wait({parking})
-            km = self.manager._kernels.get(kernel_id)
+            km = self._managers().get(kernel_id)
             session = kernels.session_of(km)
             if km is not None and session is not None and session.parked:
                 await session.resume()
@@ -282,7 +286,7 @@ class IdleParker:
                 # Until the kernel has left the parked state its old process may still be
                 # saving: a message sent now could reach it and be lost with it.
                 async with asyncio.timeout(WAKE_LIMIT):
-                    while kernel_id in self.manager._kernels and is_parked(km):
+                    while kernel_id in self._managers() and is_parked(km):
                         await changed(km)
         except Exception:
             self.log.exception("kernel %s: waking it failed", kernel_id)

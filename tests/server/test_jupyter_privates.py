@@ -1,7 +1,8 @@
-"""The private parts of jupyter_server and jupyter_client that server/ reads
-(`kernel_queue/server/jupyter_privates.py`) are there, of the kind it expects, on a real
-server's objects: a release that renames or retypes one fails here, naming it, instead of in a
-user's server (a parked kernel that never answers kernel_info, a shutdown that never waits)."""
+"""The private parts of jupyter_server and jupyter_client that server/ and the provisioner read
+(`kernel_queue/jupyter_privates.py`) are there, of the kind it expects, on a real server's
+objects: a release that renames or retypes one fails here, naming it, instead of in a user's
+server (a parked kernel that never answers kernel_info, a shutdown that never waits, a failed
+launch logged twice)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebso
 from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
 from jupyter_server.services.kernels.websocket import KernelWebsocketHandler
 
-from kernel_queue.server import jupyter_privates
+from kernel_queue import jupyter_privates
 from kernel_queue.server.connection import QueuedWebsocketConnection
 from kernel_queue.server.kernelmanager import QueuedMappingKernelManager
 from tests.conftest import KernelspecFactory, Listener, Server
@@ -44,6 +45,14 @@ async def test_the_kernel_managers_privates_hold_its_kernels_starts_and_kernel_i
     assert isinstance(start, asyncio.Future) and not start.done(), (
         "MultiKernelManager._pending_kernels: the waiting kernel's start"
     )
+
+    # A start that ended, and one still waiting for its GPU.
+    for kernel_id, ended in ((running, True), (waiting, False)):
+        launch = jupyter_privates.start_future(manager.get_kernel(kernel_id))
+        assert isinstance(launch, asyncio.Future | concurrent.futures.Future), (
+            "KernelManager._ready"
+        )
+        assert launch.done() is ended, "KernelManager._ready: done once the launch has ended"
 
     # The websocket that ran the cell asked for kernel_info and left the reply on the kernel's
     # manager: what the server answers for the kernel once it is parked.

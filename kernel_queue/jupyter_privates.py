@@ -1,9 +1,11 @@
-"""The private parts of jupyter_server and jupyter_client that server/ reads, in one place.
+"""The private parts of jupyter_server and jupyter_client that the front ends read (server/ and
+the provisioner), in one place.
 
 Read from jupyter_server 2.21.1 and jupyter_client 8.10.0 (pyproject.toml allows
 jupyter_server>=2.14 and jupyter_client>=8.6). None of it is a public API, so
 tests/server/test_jupyter_privates.py checks each name on a real server's objects and fails,
-naming it, when a release changes one; fix it here, nowhere else.
+naming it, when a release changes one; fix it here, nowhere else. It imports nothing of ours,
+so that both front ends may import it (they may not import each other).
 
 Read through the functions below:
 - `MultiKernelManager._kernels` (jupyter_client): kernel id -> its `KernelManager`, pending
@@ -11,6 +13,10 @@ Read through the functions below:
   jupyter_server, and the scan and the websocket look kernels up that may just have gone.
 - `MultiKernelManager._pending_kernels` (jupyter_client): kernel id -> the task of a start or a
   shutdown in progress.
+- `KernelManager._ready` (jupyter_client): the future of the kernel's start, made when a start
+  begins and done once it has ended (with the launch's error, if it failed); None before. The
+  public `ready` makes one when there is none, so a reader that must not, the provisioner telling
+  whether a failure ends the launch, reads it here.
 - `KernelManager._kernel_info_future` (set by jupyter_server's websocket connection): the first
   connection's `kernel_info` request, kept on the kernel's manager so that one is sent per
   kernel; absent before a connection asked, and again after it closed.
@@ -53,6 +59,15 @@ def pending(manager: Any) -> dict[str, asyncio.Future[Any]]:
     """The multi-kernel manager's starts and shutdowns in progress, by kernel id."""
     found: dict[str, asyncio.Future[Any]] = manager._pending_kernels
     return found
+
+
+def start_future(km: Any) -> asyncio.Future[Any] | concurrent.futures.Future[Any] | None:
+    """The kernel manager's start, if one began (`KernelManager._ready`): done once the launch
+    ended; None before a start, or for no kernel manager."""
+    future: asyncio.Future[Any] | concurrent.futures.Future[Any] | None = getattr(
+        km, "_ready", None
+    )
+    return future
 
 
 def stored_kernel_info(km: Any) -> concurrent.futures.Future[Any] | None:
