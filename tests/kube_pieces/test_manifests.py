@@ -852,14 +852,6 @@ def test_no_user_and_no_kernelspec_leave_their_keys_out() -> None:
     assert pod["metadata"]["annotations"] == {"kueue.x-k8s.io/pod-group-total-count": "1"}
 
 
-def test_service_host() -> None:
-    assert manifests.service_host(SPEC) == "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d.team-a.svc"
-    assert (
-        manifests.service_host(replace(SPEC, namespace=None))
-        == "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d"
-    )
-
-
 def test_sidecars_and_init_containers_of_the_template_are_hardened_too() -> None:
     template = {
         "spec": {

@@ -67,13 +67,6 @@ def common_annotations(spec: GroupSpec) -> dict[str, str]:
     return found
 
 
-def service_host(spec: GroupSpec) -> str:
-    """The Service's DNS name, ``<service>.<namespace>.svc`` (the bare name without a namespace,
-    which resolves in the pod's own namespace)."""
-    name = names.service_name(spec.kernel_id)
-    return f"{name}.{spec.namespace}.svc" if spec.namespace else name
-
-
 def member_addresses(spec: GroupSpec) -> list[str]:
     """Each pod's stable DNS name in rank order, ``<hostname>.<group Service>.<namespace>.svc``
     (without a namespace, ``<hostname>.<group Service>``, which resolves in the pod's own)."""
