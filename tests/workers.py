@@ -1,12 +1,13 @@
 """How the suite shares its workers (pytest-xdist, `scripts/test`), and where their time went.
 
 Each test is its own unit of work, except those on the real control plane: a worker runs those
-of one unit one after another on one plane it starts once (`tests.kube.planes.RealPlanes`). The
-units are one per Kueue release (`real-control-plane-0.14`, `-0.19`), so two workers may each
-run a plane at once: Kueue 0.14's visibility server listens on a fixed port, so every test on
-0.14 is in one unit; a later release takes free ports. A `*_real_plane.py` module runs on the
-newest release and is a unit of its own. The scheduler hands out the largest unit first, so
-these long units start at once.
+of one unit one after another on one plane it starts once (`tests.kube.planes.RealPlanes`). Kueue
+0.14's visibility server listens on a fixed port, so every test on 0.14 is one unit; a later
+release takes free ports, so its tests are split by module into `SHARES` units of about the same
+number of tests, which run at once on planes of their own (one unit held them all, 125 tests on
+one worker: the suite's longest line). A `*_real_plane.py` module runs on the newest release and
+is a unit of its own. The scheduler hands out the largest unit first, so these long units start
+at once.
 
 At the end of a parallel run the controller prints, for each worker, how many tests it ran,
 how long they took (on the real plane too) and when its last one ended: the line to read when
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +27,10 @@ import pytest
 
 REAL_PLANE_UNIT = "real-control-plane"
 _RELEASE = re.compile(r"(?:^|-)real-(\d+\.\d+)")
+FIXED_PORTS = ("0.14",)
+"""Releases of which two planes cannot run at once on one machine (a fixed port)."""
+SHARES = 2
+"""Units the tests of any other release are split into, each on a plane of its own."""
 
 
 def on_real_plane(nodeid: str) -> bool:
@@ -43,14 +49,41 @@ def real_plane_unit(nodeid: str) -> str | None:
     return f"{REAL_PLANE_UNIT}-{found.group(1)}" if found else None
 
 
+def shares(nodeids: Iterable[str], count: int = SHARES) -> dict[str, str]:
+    """The unit of each test of a release without fixed ports: its modules dealt, the largest
+    first, to whichever of `count` units of that release holds the fewest tests so far."""
+    modules: Counter[tuple[str, str]] = Counter()
+    for nodeid in nodeids:
+        unit = real_plane_unit(nodeid)
+        if unit and not unit.endswith(("_real_plane.py", *FIXED_PORTS)):
+            modules[unit, nodeid.partition("::")[0]] += 1
+    held: Counter[str] = Counter()
+    placed: dict[tuple[str, str], str] = {}
+    for (unit, module), tests in sorted(modules.items(), key=lambda item: (-item[1], item[0])):
+        share = min((f"{unit}-{i + 1}" for i in range(count)), key=lambda s: (held[s], s))
+        held[share] += tests
+        placed[unit, module] = share
+    found = {}
+    for nodeid in nodeids:
+        unit = real_plane_unit(nodeid)
+        if unit is not None and (unit, nodeid.partition("::")[0]) in placed:
+            found[nodeid] = placed[unit, nodeid.partition("::")[0]]
+    return found
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
     class RealPlanesTogether(LoadScopeScheduling):  # type: ignore[misc]
-        """Each test its own unit of work, but those on one real plane one unit."""
+        """Each test its own unit of work, but those on one real plane one unit (a release
+        without fixed ports: `SHARES` units)."""
+
+        _shares: dict[str, str] | None = None
 
         def _split_scope(self, nodeid: str) -> str:
-            return real_plane_unit(nodeid) or nodeid
+            if self._shares is None:
+                self._shares = shares(self.collection)
+            return self._shares.get(nodeid) or real_plane_unit(nodeid) or nodeid
 
     return RealPlanesTogether(config, log)
 
