@@ -8,6 +8,10 @@ so streaming output counts) and no client message (`client_message`, called by
 client messages are held here in order; the first `execute_request` wakes the kernel
 (`KernelSession.resume`) and once it has left the parked state (the old process is gone, the new one
 is queued) the held messages go on to ZMQ, which keeps them until the new kernel binds.
+
+Idle time is read on the parker's `clock` (`time.monotonic`): a client message is stamped with
+it, and jupyter_server's `last_activity` (a wall-clock time) is placed on it once, at its age when
+the scan first sees it. A test gives the parker a virtual clock and lets idle time pass at once.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ QUIET_STATES = frozenset({"idle", "starting"})
 """jupyter_server's execution states of a kernel that runs no cell: it reads "starting" until a
 status reaches its activity watcher, which for a kernel no client ever spoke to is never."""
 
+Clock = Callable[[], float]
+"""The time in seconds on a monotonic scale, as the parker reads it (`time.monotonic`)."""
 Forward = Callable[[Any], None]
 """Send one held client message on to the kernel through the connection that received it."""
 
@@ -108,10 +114,14 @@ def _seen(task: asyncio.Task[None]) -> None:
 class IdleParker:
     """Parks idle kernels and wakes parked ones for the server's kernel manager `manager`."""
 
-    def __init__(self, manager: Any) -> None:
+    def __init__(self, manager: Any, clock: Clock = time.monotonic) -> None:
         self.manager = manager
+        self.clock = clock
+        """What the parker reads the time from, for every idle time it measures."""
         self._scan: asyncio.Task[None] | None = None
-        self._client: dict[str, float] = {}  # kernel id -> time.monotonic() of a client message
+        self._client: dict[str, float] = {}  # kernel id -> `clock` at its latest client message
+        # kernel id -> jupyter_server's `last_activity` as last seen, and that moment on `clock`
+        self._activity: dict[str, tuple[datetime.datetime, float]] = {}
         self._parking: dict[str, asyncio.Task[None]] = {}
         self._waking: dict[str, asyncio.Task[None]] = {}
         self._held: dict[str, list[tuple[Forward, Any]]] = {}
@@ -180,16 +190,26 @@ class IdleParker:
         if not is_live(km):
             # Waiting in its queue (woken, preempted) is not idleness: once it runs again it
             # gets its whole park_after, however long it waited.
-            self._client[kernel_id] = time.monotonic()
+            self._client[kernel_id] = self.clock()
             return None
         if km.execution_state not in QUIET_STATES:
             return None  # a cell runs (or the kernel restarts): never park it
         last = km.last_activity
         if not isinstance(last, datetime.datetime):
             return None
-        idle = (datetime.datetime.now(datetime.UTC) - last).total_seconds()
-        idle = min(idle, time.monotonic() - self._client.get(kernel_id, -math.inf))
+        now = self.clock()
+        active = max(self._active_at(kernel_id, last, now), self._client.get(kernel_id, -math.inf))
+        idle = now - active
         return idle if idle >= after else None
+
+    def _active_at(self, kernel_id: str, last: datetime.datetime, now: float) -> float:
+        """When, on `clock`, the kernel's latest IOPub message came: jupyter_server's
+        `last_activity` (wall-clock time), placed at its age when first seen (`now`)."""
+        seen = self._activity.get(kernel_id)
+        if seen is None or seen[0] != last:
+            age = (datetime.datetime.now(datetime.UTC) - last).total_seconds()
+            seen = self._activity[kernel_id] = (last, now - age)
+        return seen[1]
 
     def busy_here(self, kernel_id: str) -> bool:
         """A park or a wake of this kernel is in progress, or client messages wait for it."""
@@ -199,7 +219,7 @@ class IdleParker:
 
     def client_message(self, kernel_id: str) -> None:
         """A client sent the kernel a message: its idle time starts again."""
-        self._client[kernel_id] = time.monotonic()
+        self._client[kernel_id] = self.clock()
 
     def holding(self, kernel_id: str) -> bool:
         """Whether a client message for this kernel must be held rather than sent on now."""
@@ -305,4 +325,5 @@ class IdleParker:
     def forget(self, kernel_id: str) -> None:
         """The kernel is gone: drop what was kept for it."""
         self._client.pop(kernel_id, None)
+        self._activity.pop(kernel_id, None)
         self._held.pop(kernel_id, None)

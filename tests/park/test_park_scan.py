@@ -14,6 +14,7 @@ import pytest
 
 from kernel_queue.server import parking
 from kernel_queue.session import KernelSession
+from tests.park.idle_time import VirtualClock
 
 
 class Session(KernelSession):
@@ -68,9 +69,13 @@ class Kernel:
     execution_state: str = "idle"
     idle_seconds: float = 10.0
     ready: concurrent.futures.Future[None] = field(default_factory=ready)
+    active: datetime.datetime | None = None
+    """Its last IOPub message, fixed (None: always `idle_seconds` ago)."""
 
     @property
     def last_activity(self) -> datetime.datetime:
+        if self.active is not None:
+            return self.active
         return datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=self.idle_seconds)
 
 
@@ -118,6 +123,28 @@ def test_a_client_message_starts_the_idle_time_again() -> None:
     assert parker.idle_for("k") is not None
     parker.client_message("k")
     assert parker.idle_for("k") is None
+
+
+def test_idle_time_passes_on_the_parkers_clock() -> None:
+    """Its clock alone says how much time passed since the kernel's last IOPub message (placed
+    on the clock when the scan first sees it) and since its last client message."""
+    clock = VirtualClock()
+    kernel = Kernel(active=datetime.datetime.now(datetime.UTC))  # park_after is 2 s
+    parker = parking.IdleParker(Manager(k=kernel), clock=clock)
+    assert parker.idle_for("k") is None
+    clock.advance(2.0)
+    seconds = parker.idle_for("k")
+    assert seconds is not None and 2 <= seconds < 3
+    kernel.active = datetime.datetime.now(datetime.UTC)  # an IOPub message: idle from now on
+    assert parker.idle_for("k") is None
+    clock.advance(2.0)
+    assert parker.idle_for("k") is not None
+    parker.client_message("k")
+    assert parker.idle_for("k") is None
+    clock.advance(1.0)
+    assert parker.idle_for("k") is None
+    clock.advance(1.0)
+    assert parker.idle_for("k") is not None
 
 
 def test_a_kernel_back_from_its_queue_gets_its_whole_park_after() -> None:
