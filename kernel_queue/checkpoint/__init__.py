@@ -137,6 +137,10 @@ class SaveReport:
     """Of `bytes`, those linked from the base checkpoint rather than written (incremental)."""
     digests: Mapping[int, tuple[int, str]] = field(default_factory=dict, compare=False, repr=False)
     """id -> (bytes, digest) of each array saved to its own file (`save`'s `known`)."""
+    places: Mapping[tuple[Any, ...], tuple[int, str]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """The same by `payloads.place` of each contiguous array (a later save's `history`)."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from kernel_queue.checkpoint import CheckpointWriter, arrays, digests, packs, references
 
@@ -46,8 +46,28 @@ _HEADERS = {(1, 0): "read_array_header_1_0", (2, 0): "read_array_header_2_0"}
 """The .npy header versions `_write_array` writes, and the names of their readers."""
 
 
+Place = tuple[int, int, str, tuple[int, ...], bool]
+"""Where an array's bytes are and the header its file gets: (address, bytes, dtype descr,
+shape, Fortran order). Two arrays of one place have the same file if their bytes are equal."""
+
+
 class DeadlinePassed(Exception):
     """The save's deadline passed: stop writing."""
+
+
+class History(Protocol):
+    """What a save is told of its arrays since the base checkpoint's snapshot (the launcher's
+    `page_writes.ArrayHistory`): it spares hashing arrays known unchanged, and hashing arrays
+    known written to look for their old file."""
+
+    def unchanged(self, array: np.ndarray[Any, Any]) -> tuple[int, str] | None:
+        """(bytes, digest) of the base's file of `array`'s very bytes, if they are known not
+        to have changed since; else None."""
+        ...
+
+    def written(self, array: np.ndarray[Any, Any]) -> bool:
+        """Whether `array`'s bytes are known written since the base (so they are new)."""
+        ...
 
 
 def check(deadline: float | None) -> None:
@@ -71,6 +91,7 @@ class OutOfBand:
         roots: set[int] = frozenset(),  # type: ignore[assignment]
         reuse: Mapping[str, Path] | None = None,
         known: Mapping[int, tuple[int, str]] | None = None,
+        history: History | None = None,
     ) -> None:
         self.writer, self.module, self.deadline, self.payload = writer, module, deadline, payload
         self.tensors, self.roots = tensors, roots
@@ -78,8 +99,13 @@ class OutOfBand:
         """Digest -> an array file of the previous checkpoint (`snapshot.reusable`)."""
         self.known = known or {}
         """id -> (bytes, digest) of arrays the caller knows unchanged since they were hashed."""
+        self.history = history
+        """Which arrays are known unchanged or written since the base (None: nothing known)."""
         self.digests: dict[int, tuple[int, str]] = {}
         """id -> (bytes, digest) of each array file this save wrote or linked."""
+        self.places: dict[Place, tuple[int, str]] = {}
+        """(bytes, digest) of each contiguous array file this save wrote or linked, by the
+        array's `place` (a later save's `History` looks them up)."""
         self.namespace = module.__dict__
         self.globals = references.Globals(module.__name__)
         self.packer = packs.Packer(writer)
@@ -115,6 +141,7 @@ class OutOfBand:
         if reused:
             self.payload.append({"file": name, **entry, "bytes": reused, "reused": True})
             self.written[id(obj)] = (pid, obj)
+            self._placed(obj, self.digests[id(obj)])
             return pid
         file = self.writer.open(name)
         if isinstance(obj, np.ndarray):
@@ -126,8 +153,14 @@ class OutOfBand:
         digest = getattr(file, "hexdigest", None)  # a store's file records its digest at close
         if isinstance(obj, np.ndarray) and isinstance(digest, str) and digest:
             self.digests[id(obj)] = (self.payload[-1]["bytes"], digest)
+            self._placed(obj, self.digests[id(obj)])
         self.written[id(obj)] = (pid, obj)
         return pid
+
+    def _placed(self, array: np.ndarray[Any, Any], found: tuple[int, str]) -> None:
+        where = place(array)
+        if where is not None:
+            self.places[where] = found
 
     def _reused(self, name: str, array: np.ndarray[Any, Any]) -> int:
         """The bytes of the previous checkpoint's file of `array`'s very bytes, now file `name`
@@ -140,7 +173,12 @@ class OutOfBand:
         link = getattr(self.writer, "link", None)
         if not self.reuse or link is None:
             return 0
-        found = self.known.get(id(array)) or digest_of(array)
+        found = self.known.get(id(array))
+        if found is None and self.history is not None:
+            found = self.history.unchanged(array)
+            if found is None and self.history.written(array):
+                return 0  # new bytes: no old file to look for
+        found = found or digest_of(array)
         if found is None or found[1] not in self.reuse:
             return 0
         size, digest = found
@@ -148,6 +186,18 @@ class OutOfBand:
             return 0
         self.digests[id(array)] = found
         return size
+
+
+def place(array: np.ndarray[Any, Any]) -> Place | None:
+    """`array`'s `Place`; None when it is not contiguous (then its file is written in copied
+    blocks, and never reused without hashing)."""
+    array = np.asarray(array)
+    if not (array.flags.c_contiguous or array.flags.f_contiguous):
+        return None
+    header = npy.header_data_from_array_1_0(array)
+    address = int(array.__array_interface__["data"][0])
+    shape = tuple(int(n) for n in array.shape)
+    return address, int(array.nbytes), repr(header["descr"]), shape, bool(header["fortran_order"])
 
 
 def digest_of(array: np.ndarray[Any, Any]) -> tuple[int, str] | None:

@@ -68,6 +68,7 @@ def save(
     extra: Mapping[str, Any] | None = None,
     base: Checkpoint | None = None,
     known: Mapping[int, tuple[int, str]] | None = None,
+    history: payloads.History | None = None,
 ) -> SaveReport:
     """Checkpoint the user variables of `module` (the IPython user module) into `store`.
 
@@ -78,6 +79,8 @@ def save(
     still holds all its files. `known` (id -> bytes and digest, from an earlier report's
     `digests`) spares hashing arrays the caller knows unchanged since: only for arrays no code
     can have touched (nothing ran since that save's snapshot), else a stale file is linked.
+    `history` (page tracking since `base`'s snapshot) spares hashing arrays whose pages were
+    not written since (linked by their digest in `base`) and those whose pages were (written).
 
     Called by the in-kernel extension on preemption. The user's namespace is never modified
     (skipped names are left out of a copy, not popped), so a cell may run meanwhile (then pass
@@ -107,7 +110,7 @@ def save(
             roots = _roots(module, {name for name, _, _ in saved})
             reuse = reusable(base)
             external = payloads.OutOfBand(
-                writer, module, deadline, payload, tensors, roots, reuse, known
+                writer, module, deadline, payload, tensors, roots, reuse, known, history
             )
             file = writer.open(NAMESPACE)
             _dump(file, module, {name for name, _, _ in saved}, hidden, external)
@@ -151,6 +154,7 @@ def save(
         error=error,
         reused=_reused(payload) if checkpoint else 0,
         digests=external.digests if checkpoint and external else {},
+        places=external.places if checkpoint and external else {},
     )
 
 

@@ -4,16 +4,21 @@ At ``post_run_cell`` the kernel is at a cell boundary, so ``os.fork`` takes a co
 of the namespace for the cost of copying the page tables (a few ms for GBs): the child, a frozen
 copy-on-write image, writes an incremental checkpoint (``checkpoint.save`` with the newest
 committed one as its base, so unchanged arrays are hard links) and ``os._exit``s, while the
-parent runs the next cell at once (as Redis's BGSAVE). One save runs at a time; cells that end
-meanwhile make one more save once it ends. The child never touches ZeroMQ, prints or takes the
-parent's locks: it resets its signals, writes to nothing but the store and a pipe, dies with the
-kernel (``PR_SET_PDEATHSIG``) and is killed after ``CHILD_TIMEOUT_SECONDS``; a child killed at
-any moment leaves the previous checkpoint intact (the store's commit protocol). Where a GPU
-context forbids fork (CUDA initialised by torch, cupy, jax), saves pause with one note.
+parent runs the next cell at once (as Redis's BGSAVE). Just before the fork `page_writes` scans
+which pages were written since the base's snapshot, so the child reads no array no one wrote
+and hashes no array it must write anyway (where the kernel has no page tracking, or a thread of
+the user's runs, it hashes every array). One save runs at a time; cells that end meanwhile make
+one more save once it ends. The child never touches ZeroMQ, prints or takes the parent's locks:
+it resets its signals, writes to nothing but the store and a pipe, dies with the kernel
+(``PR_SET_PDEATHSIG``), yields the CPU (niceness 19) once the user's code runs again and is
+killed after ``CHILD_TIMEOUT_SECONDS``; a child killed at any moment leaves the previous
+checkpoint intact (the store's commit protocol). Where a GPU context forbids fork (CUDA
+initialised by torch, cupy, jax), saves pause with one note.
 
 On SIGTERM ``settle`` lets a save in flight finish (or kills it when the deadline nears); the
-preemption's own save is then incremental too. ``ACTIVITY`` records when the last cell ended, so
-a kernel restored after a kill without grace can say which later cells were lost.
+preemption's own save is then incremental too, and told by a last page scan which arrays changed.
+``ACTIVITY`` records when the last cell ended, so a kernel restored after a kill without grace
+can say which later cells were lost.
 """
 
 from __future__ import annotations
@@ -29,11 +34,12 @@ import threading
 import time
 import types
 import warnings
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from kernel_queue import checkpoint
 from kernel_queue.checkpoint import durable
-from kernel_queue.launcher import kernel_log
+from kernel_queue.launcher import kernel_log, page_writes
 from kernel_queue.launcher.supervisor import set_parent_death_signal
 
 TRIGGER = "continuous"
@@ -43,8 +49,10 @@ ACTIVITY = "activity.json"
 CHILD_TIMEOUT_SECONDS = 600.0
 """A save child still running after this long is stuck: SIGKILLed, its partial checkpoint
 dropped by the next save."""
-CHILD_NICENESS = 10
-"""The save child yields the CPU to the kernel's next cell."""
+CHILD_NICENESS = 19
+"""Once the user's code runs again, the save child yields the CPU to it (at 19 a busy core
+gives it ~1.5% beside the kernel's thread). Until then it has the kernel's own priority, so a
+SIGTERM right after a cell waits for it at full speed; no process may raise its priority back."""
 RESULT_LIMIT = 1 << 20
 KERNEL_CODE = ("ipykernel", "IPython", "zmq", "tornado", "jupyter_client", "kernel_queue")
 """Modules whose threads and tasks run the kernel, not code of the user's."""
@@ -128,11 +136,16 @@ class Continuous:
         self._activity_lock = threading.Lock()
         self._ran = 0  # bumped whenever the user's code may run (cells, requests, comms)
         self._forked_at = -1  # `_ran` when the child in flight forked
+        self._yielded: int | None = None  # the child in flight once it was reniced
         self._trusted: tuple[int, dict[int, tuple[int, str]]] = (-1, {})
+        self._pages: page_writes.PageWrites | None = None  # None: every save hashes
+        self._base: page_writes.Base | None = None  # the last committed save, for the next
+        self._snapshot = 0  # the page snapshot of the last fork
         self.saves = 0
         """Continuous checkpoints committed by this kernel process."""
-        self.fork_ms = 0.0
-        """How long the last fork held the main thread (the cell's reply waits for it)."""
+        self.fork_ms = self.scan_ms = 0.0
+        """How long the last fork, and the page scan before it, held the main thread (the
+        cell's reply waits for them)."""
         self.last: dict[str, Any] | None = None
         """The last save child's record (``checkpoint``, ``cell``, ``summary``…)."""
 
@@ -144,6 +157,9 @@ class Continuous:
         for name in COMMS:
             if callable(handlers.get(name)):
                 handlers[name] = self._counting(handlers[name])
+        self._pages, why = page_writes.PageWrites.open()
+        if self._pages is None:
+            kernel_log.write(f"[kernel-queue checkpoint] saves hash every array: {why}")
         threading.Thread(target=self._write_activity, name="kq-activity", daemon=True).start()
 
     def settle(self, deadline: float) -> None:
@@ -170,8 +186,11 @@ class Continuous:
             pass
 
     def ran(self) -> None:
-        """The user's code may have run (an execute_request, its user_expressions, a comm)."""
+        """The user's code may run (an execute_request, its user_expressions, a comm): the
+        save in flight yields the CPU to it from now on."""
         self._ran += 1
+        if self._child is not None and self._yielded != self._child:
+            self._yield()
 
     def trusted(self) -> dict[int, tuple[int, str]]:
         """id -> (bytes, digest) of the arrays the last committed save wrote or linked, if no
@@ -181,6 +200,30 @@ class Continuous:
         if ran != self._ran or not digests or _user_code_running(self.preemption.kernel):
             return {}
         return digests
+
+    def history(self) -> page_writes.ArrayHistory | None:
+        """For a save at a cell boundary now (the SIGTERM flush, after ``settle``): which arrays
+        are unchanged or written since the last committed save; None when that is not known
+        (no tracking, no such save, or a thread or task of the user's may be writing)."""
+        base = self._base
+        if self._pages is None or base is None or _user_code_running(self.preemption.kernel):
+            return None
+        return self._pages.snapshot(register=False).history(base)
+
+    def _yield(self) -> None:
+        """Renice every thread of the save child in flight to ``CHILD_NICENESS`` (Linux's
+        niceness is per thread; threads started later inherit their creator's). Under the lock
+        the reaping takes, and never once reaping began, so the pid is still the child's."""
+        with self._lock:
+            pid = self._child
+            if pid is None or self._yielded == pid:
+                return
+            self._yielded = pid
+            for _ in range(2):  # a thread started while the first pass ran
+                with contextlib.suppress(OSError):
+                    for task in os.listdir(f"/proc/{pid}/task"):
+                        with contextlib.suppress(OSError):
+                            os.setpriority(os.PRIO_PROCESS, int(task), CHILD_NICENESS)
 
     def _counting(self, handler: Any) -> Any:
         def counted(*args: Any, **kwargs: Any) -> Any:
@@ -226,22 +269,38 @@ class Continuous:
                 return
             read_fd, write_fd = os.pipe()
             started = time.perf_counter()
+            history = self._page_history()
+            scanned = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork with threads
                 pid = os.fork()
             if pid == 0:
                 os.close(read_fd)
-                _child_main(preemption, write_fd, self._cell)  # never returns
+                _child_main(preemption, write_fd, self._cell, history)  # never returns
             self.fork_ms = (time.perf_counter() - started) * 1000  # what the next cell waited
+            self.scan_ms = (scanned - started) * 1000
             os.close(write_fd)
             self._child, self._forked_at = pid, self._ran
             self._idle.clear()
         threading.Thread(
-            target=self._reap, args=(pid, read_fd), name="kq-reap", daemon=True
+            target=self._reap, args=(pid, read_fd, self._snapshot), name="kq-reap", daemon=True
         ).start()
 
-    def _reap(self, pid: int, read_fd: int) -> None:
-        """Thread: read the child's record, reap it, start the coalesced save if one is due."""
+    def _page_history(self) -> page_writes.ArrayHistory | None:
+        """Main thread, just before the fork: take a page snapshot (always, so that the next
+        one sees only later writes); the child's history when a base and no user thread."""
+        if self._pages is None:
+            return None
+        snapshot = self._pages.snapshot()
+        self._snapshot = snapshot.number
+        base = self._base
+        if base is None or _user_code_running(self.preemption.kernel):
+            return None
+        return snapshot.history(base)
+
+    def _reap(self, pid: int, read_fd: int, snapshot: int) -> None:
+        """Thread: read the child's record, reap it, start the coalesced save if one is due
+        (`snapshot`: the page snapshot it was forked at)."""
         data, deadline = b"", time.monotonic() + CHILD_TIMEOUT_SECONDS
         try:
             while len(data) < RESULT_LIMIT:
@@ -259,15 +318,23 @@ class Continuous:
                 data += chunk
         finally:
             os.close(read_fd)
-            with contextlib.suppress(ChildProcessError):
+            with self._lock, contextlib.suppress(ChildProcessError):  # see `_yield`
+                self._yielded = pid  # its pid may be another process's once reaped
                 os.waitpid(pid, 0)
         record = _parse(data)
         if record.get("checkpoint"):
             self.saves += 1
             found = record.get("digests") or []
             self._trusted = (self._forked_at, {int(i): (int(n), str(d)) for i, n, d in found})
+            if self._pages is not None:
+                self._base = _base(record, snapshot)
+                self._pages.forget(snapshot)
         self.last = record
         summary, forked = record["summary"], f"forked in {self.fork_ms:.1f} ms"
+        if self._pages is not None:
+            forked += f", pages scanned in {self.scan_ms:.1f} ms"
+        if record.get("pages"):
+            summary += "; arrays " + ", ".join(f"{n} {k}" for k, n in record["pages"].items())
         kernel_log.write(f"[kernel-queue checkpoint] continuous save ({forked}): {summary}")
         with self._lock:
             self._child = None
@@ -324,7 +391,9 @@ def read_activity(root: os.PathLike[str] | str) -> tuple[int | None, float] | No
     return None
 
 
-def _child_main(preemption: Host, write_fd: int, cell: int | None) -> None:
+def _child_main(
+    preemption: Host, write_fd: int, cell: int | None, history: page_writes.ArrayHistory | None
+) -> None:
     """The save child: write one incremental checkpoint, send its record, ``os._exit``."""
     status = 1
     try:
@@ -336,17 +405,19 @@ def _child_main(preemption: Host, write_fd: int, cell: int | None) -> None:
         set_parent_death_signal(signal.SIGKILL)
         if os.getppid() != parent:  # the kernel died before prctl took effect
             os._exit(1)
-        with contextlib.suppress(OSError):
-            os.nice(CHILD_NICENESS)
         sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - never IOPub's
         store = preemption.store
         committed = store.committed()
+        base = committed[-1] if committed else None
+        if history is not None and (base is None or base.id != history.base.id):
+            history = None  # its digests are another checkpoint's
         report = checkpoint.save(
             preemption.module,
             store,
             hidden=set(preemption.kernel.shell.user_ns_hidden),
             extra={"trigger": TRIGGER, "cell": cell, "generation": preemption.options.generation},
-            base=committed[-1] if committed else None,
+            base=base,
+            history=history,
         )
         cp = report.checkpoint
         record = {
@@ -357,6 +428,8 @@ def _child_main(preemption: Host, write_fd: int, cell: int | None) -> None:
             "seconds": round(report.seconds, 3),
             "summary": checkpoint.summary(report),
             "digests": [[key, size, digest] for key, (size, digest) in report.digests.items()],
+            "places": [[*key, size, digest] for key, (size, digest) in report.places.items()],
+            "pages": history.counts if history is not None else None,
         }
         data = json.dumps(record).encode()[:RESULT_LIMIT]
         while data:
@@ -388,6 +461,18 @@ def _user_code_running(kernel: Any) -> bool:
         if not str(name).startswith(KERNEL_CODE):
             return True
     return False
+
+
+def _base(record: Mapping[str, Any], snapshot: int) -> page_writes.Base | None:
+    """The committed save of a child's record, taken at page snapshot `snapshot`."""
+    try:
+        places = {
+            (int(a), int(n), str(d), tuple(int(x) for x in shape), bool(f)): (int(size), str(h))
+            for a, n, d, shape, f, size, h in record.get("places") or ()
+        }
+    except (TypeError, ValueError):
+        return None
+    return page_writes.Base(str(record["checkpoint"]), snapshot, places)
 
 
 def _parse(data: bytes) -> dict[str, Any]:

@@ -280,6 +280,11 @@ class Preemption:
             waited = time.monotonic() - started
             committed = self.store.committed()
             known = self.continuous.trusted() if self.continuous is not None else {}
+            history = None
+            if self.continuous is not None and consistency == "consistent":
+                history = self.continuous.history()  # which arrays a cell changed since
+            if history is not None and (not committed or committed[-1].id != history.base.id):
+                history = None
             report = checkpoint.save(
                 self.module,
                 self.store,
@@ -289,6 +294,7 @@ class Preemption:
                 extra={"trigger": trigger, "generation": self.options.generation},
                 base=committed[-1] if committed else None,
                 known=known,
+                history=history,
             )
             record = _record(report)
         except Exception as exc:  # the kernel must exit 143 whatever the save did

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import kernel_queue.checkpoint as kc
+from kernel_queue.checkpoint import payloads
 
 MIB = 2**20
 
@@ -74,6 +75,46 @@ def test_unchanged_arrays_are_linked_and_the_changed_one_is_written(tmp_path: Pa
     kc.restore(restored, second.checkpoint)
     assert restored.a3[0] == -1.0 and restored.a3[1] == 3.0  # no stale value
     assert restored.a2[0] == 9.0 and restored.a0[0] == 0.0 and restored.small == {"lr": 0.1}
+
+
+class Told:
+    """A save's `history` that knows which arrays of `module` a cell wrote since the base."""
+
+    def __init__(self, base: kc.SaveReport, module: types.ModuleType, written: set[str]) -> None:
+        self.places = base.places
+        self.written_ids = {id(getattr(module, name)) for name in written}
+
+    def unchanged(self, array: np.ndarray) -> tuple[int, str] | None:
+        if id(array) in self.written_ids:
+            return None
+        return self.places.get(payloads.place(array))  # type: ignore[arg-type]
+
+    def written(self, array: np.ndarray) -> bool:
+        return id(array) in self.written_ids
+
+
+def test_a_save_told_what_was_written_hashes_no_array_and_links_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = kc.DirectoryStore(tmp_path / "k", keep=3)
+    module = namespace()
+    first = save(module, store)
+    module.a3[0] = -1.0
+    hashed: list[int] = []
+    digest_of = payloads.digest_of
+    monkeypatch.setattr(payloads, "digest_of", lambda a: hashed.append(a.nbytes) or digest_of(a))
+
+    told = Told(first, module, {"a3"})
+    second = kc.save(module, store, base=first.checkpoint, history=told)
+
+    assert second.checkpoint is not None and first.checkpoint is not None
+    assert hashed == []  # a0-a2 linked by the digests told, a3 written without a look
+    before, after = files(first.checkpoint), files(second.checkpoint)
+    assert [n for n in before if after[n].st_ino == before[n].st_ino] == ["a0", "a1", "a2"]
+    assert set(second.places) == set(first.places)  # the next save's base: every array
+    restored = types.ModuleType("__main__")
+    kc.restore(restored, second.checkpoint)
+    assert restored.a3[0] == -1.0 and restored.a3[1] == 3.0 and restored.a2[0] == 2.0
 
 
 def test_each_directory_restores_alone_after_the_older_one_is_retired(tmp_path: Path) -> None:

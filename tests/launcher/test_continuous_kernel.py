@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kernel_queue import checkpoint
-from kernel_queue.launcher import continuous
+from kernel_queue.launcher import continuous, page_writes
 from tests.launcher.kernels import (
     Kernel,
     StartKernel,
@@ -187,6 +187,41 @@ def test_sigterm_during_a_save_waits_for_it_then_flushes_only_the_rest(
     reused = [e for e in last.manifest["payload"] if e.get("reused")]
     assert [e["kind"] for e in reused] == ["ndarray"]  # big was linked, not written again
     assert "of it changed" in event["summary"], event["summary"]
+
+
+COUNT_HASHES = """
+from kernel_queue.checkpoint import payloads
+digest_of = payloads.digest_of
+def counted(array):
+    with open({path!r}, "a") as file:
+        file.write(f"{{array.nbytes}}\\n")
+    return digest_of(array)
+payloads.digest_of = counted
+"""
+
+
+def test_after_a_cell_changed_one_array_in_place_the_next_save_hashes_no_array(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    # The save knows from the kernel's page tracking which arrays the cell wrote: the others
+    # are linked without reading them, the changed one written without a look for its old file.
+    if page_writes.PageWrites.open()[0] is None:
+        pytest.skip(f"no page tracking here: {page_writes.PageWrites.open()[1]}")
+    store, hashes = tmp_path / "store", tmp_path / "hashes"
+    kernel, _, client = started(start_kernel, store)
+    arrays = "import numpy as np\na, b, c = np.ones(2**18), np.ones(2**18), np.ones(2**18)"
+    setup = f"exec({COUNT_HASHES.format(path=str(hashes))!r}, {{}})\n{arrays}"
+    run_and_save(client, store, setup, what="the first cell's checkpoint")
+
+    assert run(client, "b[0] = 5.0").reply["status"] == "ok"
+    until_sync(lambda: newest_cell(store) == 2, "the second cell's checkpoint", within=WAIT)
+
+    assert not hashes.exists(), hashes.read_text()  # before: each of a, b, c hashed
+    last = committed(store)[-1]
+    reused = [e for e in last.manifest["payload"] if e.get("reused")]
+    assert len(reused) == 2 and last.manifest["cell"] == 2
+    assert kernel.sigterm()[0] == 143
+    assert value_of(start_kernel(store).client(), "(float(b[0]), float(b[1]))") == "(5.0, 1.0)"
 
 
 def test_after_a_user_restart_a_kill_brings_back_a_fresh_kernel_not_the_old_cells(
