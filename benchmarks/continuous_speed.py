@@ -9,19 +9,23 @@ machine is touched), and `warm`, every checkpoint file read into the page cache 
 
 `flush`: a 2 GiB namespace (8 float64 arrays of 256 MiB, a 10 MiB array, a list) whose last cell
 changed the 10 MiB array. The SIGTERM flush (the kernel's own report: the save in flight it
-waited for, then its own) divided by what a user would otherwise wait, the SIGTERM save of the
-same namespace by a kernel without continuous checkpoints, in the same repeat and cache state
-(target: <= 10% in every case), for SIGTERM once the last cell's background checkpoint
-committed and SIGTERM right after the cell's reply (its save still in flight). SIGTERM to the
-launcher's exit is printed beside, against the full save's. The cache is set up just before
-SIGTERM (in flight: before the last cell, which SIGTERM follows at once).
+waited for, then its own, both printed) divided by what a user would otherwise wait, the SIGTERM
+save of the same namespace by a kernel without continuous checkpoints, in the same repeat and
+cache state (target: <= 10% in every case), for SIGTERM once the last cell's background
+checkpoint committed and SIGTERM right after the cell's reply (its save still in flight).
+SIGTERM to the launcher's exit is printed beside, against the full save's (no target: it adds
+the kernel's fixed ~0.2 s of leaving). The cache is set up just before SIGTERM (in flight: before
+the last cell, which SIGTERM follows at once).
 `per cell`: 1 s cells of CPU work (a Python loop; each cell also changes 1 MiB of a 48 MiB array)
-in a 202 MiB namespace, continuous checkpoints on against checkpoints off, cells alternating
-between the two kernels; per repeat and cache state the median of `--cells` cells each (target:
-on/off <= +5%); cold drops the on kernel's checkpoint files before each cell.
+in a 202 MiB namespace, continuous checkpoints on against checkpoints off: each kernel runs
+blocks of 5 cells back to back (as "run all" does: each save overlaps the next cell), the
+kernels' blocks alternating, and the on kernel's last save ends before the off kernel's block
+(none of its work lands on the other's cells); per repeat and cache state the median of
+`--cells` cells each (target: on/off <= +5%), the saves' seconds and what the reply waited for
+(page scan and fork). Cold drops the on kernel's checkpoint files before each of its cells.
 
 Figures are printed beside their targets, never asserted.
-Usage: python benchmarks/continuous_speed.py [--repeat 3] [--cells 15] [--only flush|cell]
+Usage: python benchmarks/continuous_speed.py [--repeat 3] [--cells 30] [--only flush|cell]
        [--dir D]
 """
 
@@ -94,6 +98,8 @@ class Kernel:
         self.client.load_connection_info(info)
         self.client.start_channels(stdin=False, hb=False)
         self.client.wait_for_ready(timeout=WAIT)
+        self.count = 0
+        """The last cell's number."""
 
     def run(self, code: str) -> float:
         """Run a cell; the seconds from the request to its reply (what the user waits)."""
@@ -102,6 +108,7 @@ class Kernel:
         seconds = time.perf_counter() - started
         if reply["content"]["status"] != "ok":
             raise SystemExit(f"cell failed: {reply['content']}")
+        self.count = int(reply["content"]["execution_count"])
         return seconds
 
     def committed(self) -> list[kc.Checkpoint]:
@@ -129,10 +136,12 @@ class Kernel:
         seconds = time.perf_counter() - started
         return seconds, self._report()
 
-    def saves(self) -> list[float]:
-        """Seconds of each continuous save so far, from the kernel's log."""
+    def saves(self) -> list[tuple[float, float]]:
+        """Of each continuous save so far, from the kernel's log: the ms the cell's reply waited
+        for its page scan and fork, and the seconds the save took."""
         text = self.log.read_text(errors="replace")
-        return [float(s) for s in re.findall(r"continuous save \(.*? in ([0-9.]+) s", text)]
+        found = re.findall(r"continuous save \(forked in ([0-9.]+) ms.*? in ([0-9.]+) s", text)
+        return [(float(ms), float(seconds)) for ms, seconds in found]
 
     def stop(self) -> None:
         self.client.stop_channels()
@@ -227,11 +236,12 @@ def flush_once(base: Path, case: str, cache: str) -> dict[str, float]:
             kernel.cache(cache)
         found["exit"], report = kernel.sigterm()
         # the save in flight it waited for, then its own (incremental) save
-        found["flush"] = float(report.get("waited", 0.0)) + float(report["seconds"])
+        found["waited"], found["own"] = float(report.get("waited", 0.0)), float(report["seconds"])
+        found["flush"] = found["waited"] + found["own"]
         newest = kernel.committed()[-1]
         found["written MB"] = (report["bytes"] - int(newest.manifest.get("reused", 0))) / 1e6
         saves = kernel.saves()
-        found["last background save"] = saves[-1] if saves else 0.0
+        found["last background save"] = saves[-1][1] if saves else 0.0
     finally:
         kernel.stop()
         shutil.rmtree(kernel.store.parent, ignore_errors=True)
@@ -271,11 +281,17 @@ def _cell(work: int) -> str:
     return steps + "arrays[0][:131072] = rng.random(131072)"
 
 
+BLOCK = 5
+"""Cells a kernel runs back to back (as "run all" does) before the other kernel's turn."""
+
+
 def per_cell(
     base: Path, repeat: int, cells: int, progress: Callable[[str], None]
 ) -> list[dict[str, Any]]:
     """Per repeat, a fresh pair of kernels (continuous checkpoints on, checkpoints off) running
-    the same 1 s CPU cell alternately, `cells` each per cache state: the medians of each."""
+    the same 1 s CPU cell in blocks of `BLOCK` back to back, the kernels' blocks alternating,
+    `cells` each per cache state: the medians of each. Before the off kernel's block the on
+    kernel's saves end, so that none of its work lands on the other kernel's cells."""
     setup = NAMESPACE.format(n=4, elements=48 * MIB // 8)  # 192 MiB + 10 MiB
     rows: list[dict[str, Any]] = []
     work = 0
@@ -291,25 +307,30 @@ def per_cell(
                 work = calibrate()
                 work = int(work / kernels["off"].run(_cell(work)))
             cell = _cell(work)
-            kernels["on"].wait_for_cell(1)
+            on = kernels["on"]
+            on.wait_for_cell(on.count)
             caches = CACHES if index % 2 == 0 else tuple(reversed(CACHES))
             for cache in caches:
                 times: dict[str, list[float]] = {name: [] for name in kernels}
-                before = len(kernels["on"].saves())
-                for step in range(cells):
-                    order = list(kernels) if step % 2 else list(reversed(kernels))
+                before = len(on.saves())
+                for block in range(max(1, -(-cells // BLOCK))):
+                    order = ["on", "off"] if (block + index) % 2 == 0 else ["off", "on"]
                     for name in order:
+                        for _ in range(min(BLOCK, cells - block * BLOCK)):
+                            if name == "on":
+                                on.cache(cache)
+                            times[name].append(kernels[name].run(cell))
                         if name == "on":
-                            kernels[name].cache(cache)
-                        times[name].append(kernels[name].run(cell))
-                saves = kernels["on"].saves()[before:]
+                            on.wait_for_cell(on.count)
+                saves = on.saves()[before:]
                 row = {
                     "repeat": index,
                     "cache": cache,
                     "on": statistics.median(times["on"]),
                     "off": statistics.median(times["off"]),
                     "saves": len(saves),
-                    "save s": statistics.median(saves) if saves else 0.0,
+                    "save s": statistics.median(s for _, s in saves) if saves else 0.0,
+                    "fork ms": statistics.median(ms for ms, _ in saves) if saves else 0.0,
                 }
                 rows.append(row)
                 progress(f"per cell {index + 1}/{repeat} {cache}: {row}")
@@ -359,17 +380,23 @@ def print_flush(rows: list[dict[str, Any]], repeat: int) -> None:
                 f"(target <= {FLUSH_TARGET:.0%}: {verdict(ratios, FLUSH_TARGET)})"
             )
             print(
+                f"    {'':<50} of it waiting for the save in flight "
+                f"{spread([row['waited'] for row in found], '5.2f')} s, its own save "
+                f"{spread([row['own'] for row in found], '5.2f')} s (writing "
+                f"{spread(written, '.1f')} MB)"
+            )
+            print(
                 f"    {'':<50} SIGTERM to exit {spread(exits, '5.2f')} s = "
-                f"{spread(exit_ratios, '5.1%')} of the full save's; the flush wrote "
-                f"{spread(written, '.1f')} MB"
+                f"{spread(exit_ratios, '5.1%')} of the full save's (no target)"
             )
 
 
 def print_cells(rows: list[dict[str, Any]], repeat: int, cells: int) -> None:
     print(
         f"per cell: 1 s CPU cells (each changes 1 MiB of a 48 MiB array) in a 202 MiB namespace, "
-        f"continuous checkpoints on vs checkpoints off, alternating; per repeat the median of "
-        f"{cells} cells each; min / median / max of {repeat} repeats"
+        f"continuous checkpoints on vs checkpoints off, in alternating blocks of {BLOCK} back to "
+        f"back; per repeat the median of {cells} cells each; min / median / max of {repeat} "
+        "repeats"
     )
     for cache in CACHES:
         mine = [row for row in rows if row["cache"] == cache]
@@ -378,9 +405,13 @@ def print_cells(rows: list[dict[str, Any]], repeat: int, cells: int) -> None:
             f"  {cache}: on {spread([r['on'] for r in mine], '.3f')} s, "
             f"off {spread([r['off'] for r in mine], '.3f')} s: on/off "
             f"{spread(slowdowns, '+.1%')} (target <= +{CELL_TARGET:.0%}: "
-            f"{verdict(slowdowns, CELL_TARGET)}); background saves "
-            f"{spread([float(r['saves']) for r in mine], '.0f')} per {cells} cells, "
-            f"{spread([r['save s'] for r in mine], '.1f')} s each"
+            f"{verdict(slowdowns, CELL_TARGET)})"
+        )
+        print(
+            f"    background saves {spread([float(r['saves']) for r in mine], '.0f')} per "
+            f"{cells} cells, {spread([r['save s'] for r in mine], '.2f')} s each (medians); the "
+            f"reply waited for the page scan and fork {spread([r['fork ms'] for r in mine], '.1f')}"
+            " ms (medians)"
         )
 
 
@@ -418,7 +449,9 @@ def _free_ports(count: int = 5) -> list[int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="repeats of each case (>= 3)")
-    parser.add_argument("--cells", type=int, default=15, help="cells per kernel per repeat")
+    parser.add_argument(
+        "--cells", type=int, default=30, help="cells per kernel, repeat and cache state"
+    )
     parser.add_argument("--only", choices=("flush", "cell"), default="", help="one part only")
     parser.add_argument("--dir", default=None, help="where the checkpoints go (default: temp)")
     args = parser.parse_args()
