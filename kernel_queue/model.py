@@ -90,6 +90,9 @@ class GroupSpec:
     image: str | None = None
     gpu_resource: str = "nvidia.com/gpu"
     pod_group_size: int = 1
+    worker_command: tuple[str, ...] = ()
+    """What each worker pod runs under the launcher's worker mode (kernelspec `worker_command`);
+    empty: the workers only wait for SIGTERM."""
     pod_template: Mapping[str, Any] = field(default_factory=dict)
     service_account: str | None = None
     connect: str = "service"  # kubernetes: reach the kernel through its Service or the pod IP

@@ -92,6 +92,24 @@ class _Quantity(TraitType[Any, Any]):
         )
 
 
+class _Argv(TraitType[list[str], list[str]]):
+    """A command as an argv list of strings (no shell: each word its own string)."""
+
+    info_text = "a list of strings"
+
+    def __init__(self, help: str) -> None:
+        super().__init__(default_value=[], config=True, help=help)
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        if isinstance(value, list | tuple) and all(isinstance(word, str) for word in value):
+            return list(value)
+        raise TraitError(
+            f"kernelspec config key '{self.name}' must be a list of strings, one per word, such "
+            f'as ["dask", "worker", "tcp://$(MASTER_ADDR):8786"], not {shown(value)} '
+            f"({_kind(value)})"
+        )
+
+
 def _quantity(help: str) -> _Quantity:
     return _Quantity(default_value=None, allow_none=True, config=True, help=help)
 
@@ -165,6 +183,11 @@ class KernelOptions(LoggingConfigurable):
         None, allow_none=True, config=True, help="Priority class (Kueue WorkloadPriorityClass)."
     )
     pod_group_size = _Count(1, config=True, help="Pods in the kernel's group (kubernetes).")
+    worker_command = _Argv(
+        help="""The command each worker pod of a group runs (an argv list; pod_group_size > 1),
+        supervised by the launcher's worker mode. Kubernetes expands $(VAR) in it, such as
+        $(MASTER_ADDR).""",
+    )
     pod_template = Dict(config=True, help="Pod fields merged under the ones kernel-queue sets.")
     service_account = Unicode(None, allow_none=True, config=True, help="Pods' service account.")
     connect = Unicode(

@@ -102,7 +102,14 @@ def build(provisioner: Any, *, argv_extra: list[str], cwd: str | None) -> GroupS
         ) from None
 
 
-KUBE_ONLY_KEYS = ("image", "namespace", "service_account", "pod_template", "gpu_resource")
+KUBE_ONLY_KEYS = (
+    "image",
+    "namespace",
+    "service_account",
+    "pod_template",
+    "gpu_resource",
+    "worker_command",
+)
 """Kernelspec keys only the kubernetes backend reads."""
 
 
@@ -139,6 +146,7 @@ def _build(
         raise Problem("gpus", f"is {provisioner.gpus}", "ask for 0 or more GPUs")
     if provisioner.pod_group_size < 1:
         raise Problem("pod_group_size", f"is {provisioner.pod_group_size}", "use 1 or more pods")
+    worker_command = _worker_command(provisioner.worker_command, provisioner.pod_group_size)
     admission_timeout = provisioner.admission_timeout
     if not math.isfinite(admission_timeout) or admission_timeout < 0:
         raise Problem(
@@ -196,6 +204,7 @@ def _build(
         image=provisioner.image,
         gpu_resource=provisioner.gpu_resource,
         pod_group_size=provisioner.pod_group_size,
+        worker_command=worker_command,
         pod_template=dict(provisioner.pod_template),
         service_account=provisioner.service_account,
         connect=provisioner.connect,
@@ -203,6 +212,29 @@ def _build(
         park_after=park_after,
         allowed_exceptions=allowed,
     )
+
+
+def _worker_command(argv: list[str], size: int) -> tuple[str, ...]:
+    """`worker_command`: only for a group of several pods (a kernel of one has no worker), and
+    a command to run: a first word that is not empty."""
+    if not argv:
+        return ()
+    for index, word in enumerate(argv):
+        _text(f"worker_command[{index}]", word)
+    if size < 2:
+        raise Problem(
+            "worker_command",
+            f"is {options.shown(argv)}, but `pod_group_size` is {size}: a kernel of one pod has "
+            "no worker to run it",
+            "set `pod_group_size` to 2 or more, or leave `worker_command` out",
+        )
+    if not argv[0].strip():
+        raise Problem(
+            "worker_command",
+            f"is {options.shown(argv)}, whose first word (the program) is empty",
+            'name the program first, such as ["dask", "worker", "tcp://$(MASTER_ADDR):8786"]',
+        )
+    return tuple(argv)
 
 
 def with_env(spec: GroupSpec, env: dict[str, str], kernelspec_keys: Iterable[str]) -> GroupSpec:

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import re
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -54,6 +55,7 @@ def kernel_json(
     queue: str,
     gpus: int,
     pod_group_size: int = 1,
+    worker_command: str = "",
     cpu: str = "",
     memory: str = "",
     image: str = "",
@@ -69,7 +71,8 @@ def kernel_json(
     interpreter: str = "python",
 ) -> dict[str, Any]:
     """The kernel.json of a queued Python kernel; raises InstallError naming a bad option.
-    `interpreter` is argv[0].
+    `interpreter` is argv[0]. `worker_command` is one line, split as a POSIX shell splits
+    words (``shlex``) into the kernelspec's `worker_command` list.
 
     The checkpoint options follow the kernelspec's rules (`spec.checkpoint_settings`, the same
     code that checks a hand-written kernelspec), worded as options.
@@ -129,9 +132,12 @@ def kernel_json(
             "--pod-group-size is for the kubernetes backend (a kernel of several pods); "
             "leave it out, or pass --backend kubernetes"
         )
+    argv = _worker_argv(worker_command, pod_group_size)
     config: dict[str, Any] = {"backend": backend, "queue": queue, "gpus": gpus}
     if pod_group_size > 1:
         config["pod_group_size"] = pod_group_size
+    if argv:
+        config["worker_command"] = argv
     optional = {
         "cpu": cpu,
         "memory": memory,
@@ -160,6 +166,26 @@ def kernel_json(
         "interrupt_mode": "message",
         "metadata": metadata,
     }
+
+
+def _worker_argv(line: str, pod_group_size: int) -> list[str]:
+    """`--worker-command`'s words (``shlex.split``); InstallError where it cannot be split, or
+    where the kernel has no worker to run it."""
+    if not line.strip():
+        return []
+    try:
+        argv = shlex.split(line)
+    except ValueError as exc:
+        raise InstallError(
+            f"--worker-command {line!r} cannot be split into words ({exc}); quote it as a shell "
+            "would, such as --worker-command='dask worker tcp://$(MASTER_ADDR):8786'"
+        ) from None
+    if pod_group_size < 2:
+        raise InstallError(
+            "--worker-command is what each worker pod of a group runs, and this kernel has one "
+            "pod: pass --pod-group-size 2 or more, or leave --worker-command out"
+        )
+    return argv
 
 
 def _checkpoint(
@@ -211,6 +237,13 @@ class InstallApp(arguments.StrictOptions):
     pod_group_size = Int(
         1, config=True, help="Kubernetes backend: the kernel's pods (the head and its workers)."
     )
+    worker_command = Unicode(
+        "",
+        config=True,
+        help="""Kubernetes backend, with --pod-group-size 2 or more: the command each worker pod
+        runs, one line split into words as a shell would ('dask worker tcp://$(MASTER_ADDR):8786';
+        Kubernetes expands $(VAR)).""",
+    )
     cpu = Unicode("", config=True, help="CPU each kernel asks for ('2', '500m').")
     memory = Unicode("", config=True, help="Memory each kernel asks for ('8Gi').")
     image = Unicode("", config=True, help="Kernel image (kubernetes backend).")
@@ -253,6 +286,7 @@ class InstallApp(arguments.StrictOptions):
         "queue": "InstallApp.queue",
         "gpus": "InstallApp.gpus",
         "pod-group-size": "InstallApp.pod_group_size",
+        "worker-command": "InstallApp.worker_command",
         "cpu": "InstallApp.cpu",
         "memory": "InstallApp.memory",
         "image": "InstallApp.image",
@@ -326,6 +360,7 @@ class InstallApp(arguments.StrictOptions):
             queue=queue,
             gpus=self.gpus,
             pod_group_size=self.pod_group_size,
+            worker_command=self.worker_command,
             cpu=self.cpu,
             memory=self.memory,
             image=self.image,

@@ -48,7 +48,8 @@ class LaunchSettings(NamedTuple):
     stop_timeout: float = contract.DEFAULT_BUDGET.stop_timeout
     """Seconds a SIGTERMed kernel gets to exit before SIGKILL."""
     worker: bool = False
-    """Worker mode: no kernel, ports or key (those fields stay empty); wait for SIGTERM."""
+    """Worker mode: no kernel, ports or key (those fields stay empty); run ``kernel_argv`` (the
+    worker command, or none) and wait for SIGTERM."""
     checkpointing: bool = False
     """The kernel saves its state on SIGTERM (``KERNEL_QUEUE_LAUNCH_CHECKPOINT_DIR`` is set)."""
     termination_log: str | None = None
@@ -177,7 +178,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--worker",
         action="store_true",
-        help=f"run as a worker pod of a group: no kernel, ports or key; wait for SIGTERM "
+        help=f"run as a worker pod of a group: no kernel, ports or key; run the command after "
+        f"'--' (if any) and wait for SIGTERM "
         f"(${contract.ENV_MODE}=worker)",
     )
     return parser

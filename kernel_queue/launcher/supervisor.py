@@ -128,10 +128,11 @@ class Supervisor:
     def run(self) -> int:
         """Start and supervise the kernel; on exit, remove the kernel and the connection file.
 
-        In worker mode there is no kernel: wait for SIGTERM or SIGINT and return 143.
+        In worker mode there is no kernel: run the worker command (``kernel_argv``, if any), wait
+        for SIGTERM or SIGINT, stop the command and return 143.
         """
         if self.config.worker:
-            return worker.run(log)
+            return worker.run(log, command=self.config.kernel_argv)
         with self._signals() as wakeup:
             workdir = tempfile.mkdtemp(prefix="kernel-queue-")
             try:

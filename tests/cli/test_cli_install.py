@@ -315,3 +315,41 @@ def test_a_kernel_of_several_pods_is_installed_with_its_group_size(
     local = install(user_env, "--pod-group-size", "2", "--name", "local2")
     assert local.returncode == 2
     assert "--pod-group-size is for the kubernetes backend" in local.stderr
+
+
+def test_a_group_is_installed_with_the_command_its_workers_run(
+    user_env: dict[str, str],
+) -> None:
+    line = "dask worker 'tcp://$(MASTER_ADDR):8786' --name 'w$(RANK)' --no-nanny"
+    done = install(
+        user_env, *KUBE, "--queue", "q", "--pod-group-size", "2", f"--worker-command={line}"
+    )
+    assert done.returncode == 0, done.stderr
+    config = written(user_env)["metadata"]["kernel_provisioner"]["config"]
+    assert config["worker_command"] == [
+        "dask",
+        "worker",
+        "tcp://$(MASTER_ADDR):8786",
+        "--name",
+        "w$(RANK)",
+        "--no-nanny",
+    ]
+    alone = install(user_env, *KUBE, "--queue", "q", "--name", "one", f"--worker-command={line}")
+    assert alone.returncode == 2
+    assert alone.stderr.endswith(
+        "--worker-command is what each worker pod of a group runs, and this kernel has one pod: "
+        "pass --pod-group-size 2 or more, or leave --worker-command out\n"
+    )
+    unsplit = install(
+        user_env,
+        *KUBE,
+        "--queue",
+        "q",
+        "--pod-group-size",
+        "2",
+        "--name",
+        "two",
+        "--worker-command=dask 'worker",
+    )
+    assert unsplit.returncode == 2
+    assert '--worker-command "dask \'worker" cannot be split into words' in unsplit.stderr

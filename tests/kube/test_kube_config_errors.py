@@ -106,6 +106,26 @@ def requests(cluster: FakeCluster) -> int:
             id="gpus-true",
         ),
         pytest.param(
+            {"pod_group_size": 2, "worker_command": "dask worker tcp://$(MASTER_ADDR):8786"},
+            "kernelspec config key 'worker_command' must be a list of strings, one per word, such "
+            'as ["dask", "worker", "tcp://$(MASTER_ADDR):8786"], not '
+            "'dask worker tcp://$(MASTER_ADDR):8786' (a string)",
+            id="worker-command-a-string",
+        ),
+        pytest.param(
+            {"worker_command": ["dask", "worker"]},
+            '`worker_command` is ["dask", "worker"], but `pod_group_size` is 1: a kernel of one '
+            "pod has no worker to run it; set `pod_group_size` to 2 or more, or leave "
+            "`worker_command` out",
+            id="worker-command-without-workers",
+        ),
+        pytest.param(
+            {"pod_group_size": 2, "worker_command": ["", "worker"]},
+            '`worker_command` is ["", "worker"], whose first word (the program) is empty; name '
+            'the program first, such as ["dask", "worker", "tcp://$(MASTER_ADDR):8786"]',
+            id="worker-command-without-a-program",
+        ),
+        pytest.param(
             {"pod_template": PRIVILEGED_SIDECAR},
             "`pod_template.spec.containers[1].securityContext.privileged` is true, which gives "
             "the container the node's devices and every capability. Remove it from the "

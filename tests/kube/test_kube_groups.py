@@ -1,9 +1,12 @@
 """A multi-pod kernel as its notebook uses it, on both planes: the head knows its group (rank,
 world size, every pod's stable name, torch.distributed's variables), reaches its worker by the
 name the product gives, and after a preemption the group comes back with the same names,
-resolving to the new pods; a shutdown leaves nothing, its headless Service included.
+resolving to the new pods; a shutdown leaves nothing, its headless Service included. A cell
+drives the worker pods through Dask (the README's recipe: each worker pod's `worker_command` is
+a Dask worker, the head's cell starts the scheduler), before and after a preemption, and no
+worker process outlives the kernel.
 
-The worker pods run the launcher's worker mode, which listens on nothing; the test stands in for
+Without a `worker_command` the worker pods listen on nothing; the first test stands in for
 a program of the worker with a listener bound to the worker pod's own address (on both planes a
 pod's address is a loopback address of this machine, which the test process can bind), so what
 the cell reaches at the worker's name is the worker pod's address and nothing else."""
@@ -14,13 +17,14 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from kernel_queue_fake_cluster.node import dns
 
 from tests.conftest import KernelspecFactory, Server, skip_unless_ci
 from tests.kube.planes import Plane
-from tests.kube.support import GPU_QUOTA, kube_spec, wait_clean
+from tests.kube.support import GPU_QUOTA, checkpointed, kube_spec, wait_clean
 
 PORT = 29500
 """The port the worker's stand-in listens on: torch.distributed's default, which the kernels'
@@ -149,3 +153,126 @@ async def test_a_two_pod_kernel_knows_its_group_reaches_its_worker_by_name_and_k
     await server.shutdown(kernel)
     await wait_clean(server, plane, kernel, high)
     assert plane.get("", "services", "default", service) is None
+
+
+DASK_PORT = 8786
+"""The Dask scheduler's port on the head (Dask's default), which the workers' command names."""
+
+SCHEDULER_CELL = """
+import os
+from distributed import Client, LocalCluster
+cluster = LocalCluster(n_workers=0, host=os.environ["POD_IP"], scheduler_port=8786,
+                       dashboard_address=None)
+client = Client(cluster)
+client.wait_for_workers(int(os.environ["WORLD_SIZE"]) - 1, timeout=60)
+"""
+"""The README's cell: a Dask scheduler in the head kernel (no workers of its own), a client,
+and a wait for every worker pod."""
+
+RUN_CELL = """
+import json, os
+def where():
+    return os.environ["RANK"], os.environ["HOSTNAME"]
+print(json.dumps({"workers": sorted(client.run(where).values()), "head": where()}))
+"""
+"""The README's cell running a function on every worker pod, and on the head."""
+
+
+def worker_command(scratch: str) -> list[str]:
+    """The README's worker command, with Dask's scratch files under `scratch` (the test's own
+    directory: a worker pod here is a process of this machine, whose /tmp would keep them)."""
+    return [
+        "dask",
+        "worker",
+        f"tcp://$(MASTER_ADDR):{DASK_PORT}",
+        "--name",
+        "w$(RANK)",
+        "--host",
+        "$(POD_IP)",
+        "--no-nanny",
+        "--no-dashboard",
+        "--nthreads",
+        "1",
+        "--local-directory",
+        scratch,
+    ]
+
+
+def processes_naming(text: str) -> list[str]:
+    """Command lines of this machine's live processes that contain `text`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in line:
+            found.append(line)
+    return found
+
+
+async def test_a_cell_drives_the_worker_pods_through_dask_and_a_shutdown_leaves_nothing(
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, tmp_path: Path
+) -> None:
+    if dns.find_library() is None:
+        skip_unless_ci(f"{dns.LIBRARY} is missing: pods cannot resolve names ({dns.INSTALL})")
+    plane.set_quota("cluster-queue", "default-flavor", {"cpu": 8, "memory": "32Gi"})
+    scratch = str(tmp_path / "dask-scratch")
+    spec = kube_spec(
+        kernelspec, "dask", gpus=0, pod_group_size=2, worker_command=worker_command(scratch)
+    )
+    kernel = await server.start(spec)
+    started = await server.execute(kernel, SCHEDULER_CELL)
+    assert started.get("error") is None, started
+
+    result = await server.execute(kernel, RUN_CELL)
+    assert result.get("error") is None, result
+    assert json.loads(result["stream"]) == {"workers": [["1", "w1"]], "head": ["0", "head"]}
+    assert len(processes_naming(scratch)) == 2  # the worker pod's launcher and its Dask worker
+
+    await server.shutdown(kernel)
+    await wait_clean(server, plane, kernel)
+    assert processes_naming(scratch) == []
+
+
+async def test_after_a_preemption_the_scheduler_cell_again_drives_the_new_worker_pods(
+    server: Server, kernelspec: KernelspecFactory, plane: Plane, tmp_path: Path
+) -> None:
+    if dns.find_library() is None:
+        skip_unless_ci(f"{dns.LIBRARY} is missing: pods cannot resolve names ({dns.INSTALL})")
+    plane.set_quota("cluster-queue", "default-flavor", {**GPU_QUOTA, "nvidia.com/gpu": 2})
+    scratch = str(tmp_path / "dask-scratch")
+    spec = checkpointed(
+        plane,
+        kernelspec,
+        "dask",
+        pod_group_size=2,
+        priority_class="low",
+        worker_command=worker_command(scratch),
+    )
+    kernel = await server.start(spec)
+    assert (await server.execute(kernel, SCHEDULER_CELL)).get("error") is None
+    first = pods_of(plane, kernel)["worker"]["metadata"]["name"]
+
+    high = await server.start(kube_spec(kernelspec, "high", gpus=1, priority_class="high"))
+    assert (await server.execute(high, "1+1"))["data"] == "2"
+    model = await server.wait_reason(kernel, "; requeued in 'user-queue'")
+    assert "not saved: cluster (LocalCluster: " in model["reason"], model["reason"]
+    assert "client (Client: " in model["reason"]  # skipped, said, and the save went on
+    await server.shutdown(high)
+
+    # the head's variables come back, the live client and cluster do not (the save said so)
+    again = await server.execute(kernel, SCHEDULER_CELL, within=120)
+    assert again.get("error") is None, again
+    assert "not restored: " in again["stream"], again["stream"]
+    assert "client (Client" in again["stream"] and "cluster (LocalCluster" in again["stream"]
+    result = await server.execute(kernel, RUN_CELL)
+    assert result.get("error") is None, result
+    assert json.loads(result["stream"]) == {"workers": [["1", "w1"]], "head": ["0", "head"]}
+    assert pods_of(plane, kernel)["worker"]["metadata"]["name"] != first  # a new worker pod
+
+    await server.shutdown(kernel)
+    await wait_clean(server, plane, kernel, high)
+    assert processes_naming(scratch) == []

@@ -323,16 +323,18 @@ def test_a_two_pod_group_is_a_head_and_a_worker() -> None:
             "env": [
                 *group_env(1),
                 {"name": "KERNEL_ID", "value": KERNEL_ID},
+                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 {"name": "OMP_NUM_THREADS", "value": "2"},
             ],
         },
     )
 
 
-def test_workers_are_numbered_and_may_run_another_command() -> None:
-    spec = replace(SPEC, pod_group_size=4, namespace=None)
+def test_workers_are_numbered_and_run_the_worker_command_under_the_launcher() -> None:
+    command = ("dask", "worker", "tcp://$(MASTER_ADDR):8786", "--name", "w$(RANK)", "$$5")
+    spec = replace(SPEC, pod_group_size=4, namespace=None, worker_command=command)
 
-    pods = manifests.pods(spec, GROUP, 2, worker_command=["torchrun", "--nnodes=4", "train.py"])
+    pods = manifests.pods(spec, GROUP, 2)
 
     assert [pod["metadata"]["name"] for pod in pods] == [
         "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-head-2",
@@ -341,7 +343,9 @@ def test_workers_are_numbered_and_may_run_another_command() -> None:
         "kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-w3-2",
     ]
     worker = pods[3]["spec"]["containers"][0]
-    assert worker["command"] == ["torchrun", "--nnodes=4", "train.py"]
+    # the launcher's worker mode supervises it; Kubernetes expands $(VAR) (not escaped)
+    assert worker["command"] == ["python", "-m", "kernel_queue.launcher", "--worker"]
+    assert worker["args"] == ["--", *command]
     names = [
         f"{host}.kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-group" for host in ("head", "w1", "w2", "w3")
     ]

@@ -10,7 +10,7 @@ comes from ``kueue``; the admin's ``pod_template`` is merged under the fields we
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from kernel_queue import errors, ids
@@ -27,7 +27,8 @@ KERNEL_CONTAINER, WORKER_CONTAINER = "kernel", "worker"
 LAUNCHER_COMMAND = ("python", "-m", "kernel_queue.launcher")
 """The command of an image with kernel-queue installed; the backend delivers its own instead."""
 WORKER_COMMAND = (*LAUNCHER_COMMAND, "--worker")
-"""Default command of worker pods: the launcher's worker mode, which waits for SIGTERM."""
+"""The command of worker pods: the launcher's worker mode, which runs the kernelspec's
+``worker_command`` (its arguments after ``--``) and waits for SIGTERM."""
 CHECKPOINT_VOLUME, CHECKPOINT_MOUNT = "checkpoints", "/checkpoints"
 ENV_POD_IP = "POD_IP"
 # A TCP connect to the shell port is answered by ZMQ's I/O thread, so a kernel busy in a long
@@ -148,7 +149,6 @@ def pods(
     attempt: int,
     *,
     kernel_env: Mapping[str, str] | None = None,
-    worker_command: Sequence[str] = WORKER_COMMAND,
     checkpoint_claim: str | None = None,
     owner: str = "",
     launcher: str | None = None,
@@ -159,7 +159,9 @@ def pods(
     ``spec.env``, which ``spec.with_env`` cut to the kernelspec's ``env`` stanza (never the
     server's environment). Its ``$`` are escaped, so Kubernetes passes values literally, as the
     local backend does; names we set, and every ``KERNEL_QUEUE_LAUNCH_*``, are dropped from it.
-    ``worker_command`` runs in worker pods.
+    Worker pods run the launcher's worker mode, and under it the kernelspec's
+    ``worker_command`` (``spec.worker_command``) where one is given: its words are not escaped,
+    so Kubernetes expands ``$(MASTER_ADDR)`` and the other variables of the container in them.
     ``checkpoint_claim`` mounts the kernel's own directory of that PVC (``subPath``: the kernel
     id) at ``/checkpoints`` in the head pod. ``owner`` labels every pod with the server's id.
     ``launcher`` names the ConfigMap holding the launcher archive: each container of ours then
@@ -168,7 +170,7 @@ def pods(
     """
     env = dict(kernel_env or {})
     found = [
-        _pod(spec, group, attempt, index, env, worker_command, checkpoint_claim, owner)
+        _pod(spec, group, attempt, index, env, checkpoint_claim, owner)
         for index in range(spec.pod_group_size)
     ]
     if launcher:
@@ -198,7 +200,6 @@ def _pod(
     attempt: int,
     index: int,
     kernel_env: dict[str, str],
-    worker_command: Sequence[str],
     checkpoint_claim: str | None,
     owner: str,
 ) -> dict[str, Any]:
@@ -261,7 +262,7 @@ def _pod(
     if role == kueue.ROLE_HEAD:
         ours = _head_container(spec, image, kernel_env, checkpoint_claim)
     else:
-        ours = _worker_container(spec, image, index, kernel_env, worker_command)
+        ours = _worker_container(spec, image, index, kernel_env)
     if spec.pod_group_size > 1:  # its stable name in the group's headless Service
         pod_spec["hostname"] = names.member_hostname(index)
         pod_spec["subdomain"] = names.group_service_name(spec.kernel_id)
@@ -357,22 +358,22 @@ def _head_container(
 
 
 def _worker_container(
-    spec: GroupSpec,
-    image: str,
-    index: int,
-    kernel_env: Mapping[str, str],
-    command: Sequence[str],
+    spec: GroupSpec, image: str, index: int, kernel_env: Mapping[str, str]
 ) -> dict[str, Any]:
     env: list[dict[str, Any]] = [
         *_group_env(spec, index, kernel_env),
         {"name": "KERNEL_ID", "value": spec.kernel_id},
+        # The pod's own address, for a worker command's listener (`--host $(POD_IP)`).
+        {"name": ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
     ]
-    container = {
+    container: dict[str, Any] = {
         "name": WORKER_CONTAINER,
         "image": image,
-        "command": list(command),
-        "env": _with_kernel_env(env, kernel_env),
+        "command": list(WORKER_COMMAND),
     }
+    if spec.worker_command:  # not `_literal`: $(VAR) is Kubernetes' to expand, `$$` a `$`
+        container["args"] = ["--", *spec.worker_command]
+    container["env"] = _with_kernel_env(env, kernel_env)
     return _with_common(container, spec)
 
 
