@@ -46,7 +46,7 @@ class LaunchSettings(NamedTuple):
     parent_death: bool = False
     """Ask Linux to SIGTERM the launcher when its parent dies (local backend)."""
     stop_timeout: float = contract.DEFAULT_BUDGET.stop_timeout
-    """Seconds a SIGTERMed kernel gets to exit before SIGKILL."""
+    """Seconds a SIGTERMed kernel (or worker command) gets to exit before SIGKILL."""
     worker: bool = False
     """Worker mode: no kernel, ports or key (those fields stay empty); run ``kernel_argv`` (the
     worker command, or none) and wait for SIGTERM."""
@@ -99,6 +99,13 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSet
         contract.ENV_PARENT_DEATH,
         "--parent-death-signal",
     )
+    stop_timeout = contract.parse_seconds(
+        pick(args.stop_timeout, contract.ENV_STOP_TIMEOUT),
+        contract.ENV_STOP_TIMEOUT,
+        contract.DEFAULT_BUDGET.stop_timeout,
+        what="stop timeout",
+        option="--stop-timeout",
+    )
     if args.worker or _parse_mode(environ.get(contract.ENV_MODE, "")) == "worker":
         return LaunchSettings(
             ip="",
@@ -109,6 +116,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSet
             kernel_argv=kernel_argv,
             status_fd=status_fd,
             parent_death=parent_death,
+            stop_timeout=stop_timeout,
             worker=True,
         )
     return LaunchSettings(
@@ -122,13 +130,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSet
         kernel_argv=from_archive(kernel_argv or default_kernel_argv(), origin.path()),
         status_fd=status_fd,
         parent_death=parent_death,
-        stop_timeout=contract.parse_seconds(
-            pick(args.stop_timeout, contract.ENV_STOP_TIMEOUT),
-            contract.ENV_STOP_TIMEOUT,
-            contract.DEFAULT_BUDGET.stop_timeout,
-            what="stop timeout",
-            option="--stop-timeout",
-        ),
+        stop_timeout=stop_timeout,
         # Parsed here too, so a bad checkpoint input stops the launcher before any kernel runs.
         checkpointing=contract.parse_checkpointing(environ) is not None,
         termination_log=_termination_log(pick(args.termination_log, contract.ENV_TERMINATION_LOG)),

@@ -132,7 +132,9 @@ class Supervisor:
         for SIGTERM or SIGINT, stop the command and return 143.
         """
         if self.config.worker:
-            return worker.run(log, command=self.config.kernel_argv)
+            return worker.run(
+                log, command=self.config.kernel_argv, stop_timeout=self.config.stop_timeout
+            )
         with self._signals() as wakeup:
             workdir = tempfile.mkdtemp(prefix="kernel-queue-")
             try:

@@ -21,13 +21,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from kernel_queue import launcher
-from kernel_queue.launcher import group
+from kernel_queue.launcher import contract, group
 
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 WAITED_SIGNALS = STOP_SIGNALS | {signal.SIGCHLD}
-STOP_TIMEOUT = 25.0
-"""Seconds the command gets to exit after the forwarded signal before SIGKILL: the kernel's own
-stop timeout for the default grace period of 30 s (``contract.DEFAULT_BUDGET``)."""
 START_FAILED_STATUS = 127
 """The status logged for a command that cannot be executed (as a shell reports it)."""
 
@@ -47,10 +44,12 @@ def run(
     log: Log,
     environ: Mapping[str, str] | None = None,
     command: Sequence[str] = (),
-    stop_timeout: float = STOP_TIMEOUT,
+    stop_timeout: float = contract.DEFAULT_BUDGET.stop_timeout,
 ) -> int:
     """Log one line, run `command` (if any) in the pod's environment, wait for SIGTERM or
-    SIGINT, stop the command, return 143. Call from the main thread.
+    SIGINT, stop the command (SIGKILL to its group `stop_timeout` s after the signal, the
+    launcher's ``KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT``: the pod's grace period less the kubelet's
+    margin), return 143. Call from the main thread.
 
     The signals are blocked before the line is logged and the child started (the child gets the
     old mask back before it executes), so a signal or a child's exit is never lost; the old mask

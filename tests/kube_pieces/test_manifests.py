@@ -346,6 +346,9 @@ def test_workers_are_numbered_and_run_the_worker_command_under_the_launcher() ->
     # the launcher's worker mode supervises it; Kubernetes expands $(VAR) (not escaped)
     assert worker["command"] == ["python", "-m", "kernel_queue.launcher", "--worker"]
     assert worker["args"] == ["--", *command]
+    # the command's SIGKILL, 25 s after SIGTERM, comes before the kubelet's (30 s)
+    assert {"name": "KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT", "value": "25"} in worker["env"]
+    assert pods[3]["spec"]["terminationGracePeriodSeconds"] == 30
     names = [
         f"{host}.kq-1a2b3c4d5e6f4a0b8c9d0e1f2a3b4c5d-group" for host in ("head", "w1", "w2", "w3")
     ]

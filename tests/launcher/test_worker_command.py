@@ -39,10 +39,10 @@ while True:
 """
 
 
-def start(tmp_path: Path, command: list[str]) -> subprocess.Popen[str]:
+def start(tmp_path: Path, command: list[str], **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "kernel_queue.launcher", "--worker", "--", *command],
-        env=launcher_env(tmp_path / "tmp", RANK="1", **GROUP),
+        env=launcher_env(tmp_path / "tmp", RANK="1", **GROUP, **env),
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -137,5 +137,35 @@ def test_a_worker_command_that_cannot_start_is_logged_and_the_worker_holds(
         proc.send_signal(signal.SIGTERM)
 
         assert proc.wait(timeout=WAIT) == launcher.PREEMPTED_EXIT_CODE
+    finally:
+        stopped(proc)
+
+
+def test_a_worker_command_that_ignores_sigterm_is_killed_after_the_stop_timeout(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "tmp").mkdir()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    deaf = TRAP.replace(
+        "signal.signal(signal.SIGTERM, stop)", "signal.signal(signal.SIGTERM, signal.SIG_IGN)"
+    )
+    proc = start(
+        tmp_path, [sys.executable, "-c", deaf, str(marks)], KERNEL_QUEUE_LAUNCH_STOP_TIMEOUT="0.5"
+    )
+    try:
+        assert "running" in read_line(proc)
+        pid, _ = wait_for(marks / "started").split()
+
+        proc.send_signal(signal.SIGTERM)
+
+        assert proc.wait(timeout=WAIT) == launcher.PREEMPTED_EXIT_CODE
+        assert is_gone(int(pid))
+        assert not (marks / "signal").exists()
+        assert read_line(proc) == f"{PREFIX}SIGTERM: the worker stops\n"
+        assert read_line(proc) == (
+            f"{PREFIX}the worker command did not exit 0.5 s after the signal; sending SIGKILL\n"
+        )
+        assert read_line(proc) == f"{PREFIX}the worker command exited with status 137\n"
     finally:
         stopped(proc)

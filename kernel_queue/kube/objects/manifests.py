@@ -373,6 +373,9 @@ def _worker_container(
     }
     if spec.worker_command:  # not `_literal`: $(VAR) is Kubernetes' to expand, `$$` a `$`
         container["args"] = ["--", *spec.worker_command]
+        # The command's SIGKILL comes before the kubelet's, so the worker still exits 143.
+        stop = contract.budget(spec.grace_seconds, pod=True).stop_timeout
+        env.append({"name": contract.ENV_STOP_TIMEOUT, "value": f"{stop:g}"})
     container["env"] = _with_kernel_env(env, kernel_env)
     return _with_common(container, spec)
 
