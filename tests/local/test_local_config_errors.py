@@ -182,6 +182,11 @@ async def _failure(server: Server, name: str) -> dict[str, Any]:
             "`namespace` is read by the kubernetes backend only",
             id="kube-only-namespace",
         ),
+        pytest.param(
+            {"worker_command": ["dask", "worker"]},
+            "`worker_command` is read by the kubernetes backend only",
+            id="kube-only-worker-command",
+        ),
     ],
 )
 async def test_bad_config_fails_the_kernel_with_a_clear_error(
