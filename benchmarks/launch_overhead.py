@@ -10,6 +10,9 @@ kernel_queue's bytecode is written first, as pip writes it at install: under
 PYTHONDONTWRITEBYTECODE the local backend's launcher and kernel would otherwise compile an edited
 checkout's modules from source at every launch, which the plain kernel's installed ipykernel never
 does (the fake cluster's pods run the launcher archive, which carries its own bytecode).
+For the queued kinds it also prints where the time went, from the provisioner's status events:
+start to admitted, admitted to running (the launcher's kernel has bound its ports; on Kubernetes
+the pod is Ready), running to the first kernel_info reply.
 Usage: python benchmarks/launch_overhead.py [--runs 7] [--no-kubernetes]
 """
 
@@ -53,26 +56,57 @@ KUBE = kernel_json(
 )
 
 
-async def start_to_ready(name: str, config: object = None) -> float:
-    from jupyter_client.manager import AsyncKernelManager
+PHASES = ("admitted", "running", "ready")
+"""The queued kinds' phases, each from the previous (the first from the start): the queue's
+admission, the launcher's report that its kernel runs (on Kubernetes: its pod Ready), and the
+kernel's first kernel_info reply."""
 
+
+async def start_to_ready(
+    name: str, config: object = None, phases: dict[str, list[float]] | None = None
+) -> float:
+    """One start of kernel `name` to its kernel_info reply; where `phases` is given, the time
+    of each of `PHASES` is added to it, read from the provisioner's status events."""
+    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_events import EventLogger
+
+    from kernel_queue import events
+
+    seen: dict[str, float] = {}
+    event_logger = EventLogger()
+    event_logger.register_event_schema(events.SCHEMA_PATH)
+
+    async def heard(logger: object, schema_id: str, data: dict[str, object]) -> None:
+        seen.setdefault(str(data["state"]), time.perf_counter())  # jupyter_events: keywords
+
+    event_logger.add_listener(schema_id=events.SCHEMA_ID, listener=heard)
     km = AsyncKernelManager(kernel_name=name, config=config)
+    km.event_logger = event_logger  # what jupyter_server's kernel manager has, and our events go to
     started = time.perf_counter()
     await km.start_kernel()
     client = km.client()
     client.start_channels()
     try:
         await client.wait_for_ready(timeout=120)
-        return time.perf_counter() - started
+        ready = time.perf_counter()
     finally:
         client.stop_channels()
         await km.shutdown_kernel(now=False)
+    if phases is not None:
+        seen["ready"] = ready
+        previous = started
+        for phase in PHASES:
+            at = seen.get(phase, previous)
+            phases.setdefault(phase, []).append(at - previous)
+            previous = at
+    return ready - started
 
 
 async def main(runs: int, kubernetes: bool) -> None:
     from traitlets.config import Config
 
     times: dict[str, list[float]] = {"plain": [], "queued": []}
+    phases: dict[str, dict[str, list[float]]] = {"queued": {}, "kubernetes": {}}
     config = None
     if kubernetes:
         from kernel_queue_fake_cluster.cluster import FakeCluster
@@ -85,14 +119,14 @@ async def main(runs: int, kubernetes: bool) -> None:
     try:
         for _ in range(runs):
             for name in times:
-                times[name].append(await start_to_ready(name, config))
+                times[name].append(await start_to_ready(name, config, phases.get(name)))
     finally:
         from kernel_queue import backends
 
         await backends.aclose_all(asyncio.get_running_loop())
         if kubernetes:
             await cluster.stop()
-    report(times)
+    report(times, phases)
 
 
 LABELS = {
@@ -104,8 +138,9 @@ TARGETS = {"queued": 1.05, "kubernetes": 1.10}
 """The most a kind's median start-to-ready may be, as a multiple of the plain kernel's."""
 
 
-def report(times: dict[str, list[float]]) -> None:
-    """Each kind's min/median/max start-to-ready, and its ratio of medians to plain."""
+def report(times: dict[str, list[float]], phases: dict[str, dict[str, list[float]]]) -> None:
+    """Each kind's min/median/max start-to-ready, its ratio of medians to plain, and where a
+    queued kind's time went (the median of each phase)."""
     plain = statistics.median(times["plain"])
     print(f"start-to-ready, {len(times['plain'])} runs per kind (min / median / max)")
     for name, samples in times.items():
@@ -115,6 +150,10 @@ def report(times: dict[str, list[float]]) -> None:
         if name in TARGETS:
             line += f"   ratio to plain {median / plain:.2f} (target <= {TARGETS[name]:.2f})"
         print(line)
+    for name, spent in phases.items():
+        if spent:
+            parts = ", ".join(f"{p} +{statistics.median(spent[p]) * 1000:.0f}" for p in PHASES)
+            print(f"  {LABELS[name]} phases (median ms): {parts}")
 
 
 if __name__ == "__main__":
