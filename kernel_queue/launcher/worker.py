@@ -64,7 +64,7 @@ def run(
             signum = signal.sigwait(WAITED_SIGNALS)
             if signum in STOP_SIGNALS:
                 break
-            if child is not None and child.poll() is not None:
+            if _reap(child) and child is not None:
                 _ended(child, log)
                 child = None
         log(f"{signal.Signals(signum).name}: the worker stops")
@@ -118,17 +118,32 @@ def _stop(child: subprocess.Popen[bytes], signum: int, timeout: float, log: Log)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(child.pid, signum)
     deadline = timeout
-    while child.poll() is None and deadline > 0:
+    while not _reap(child) and deadline > 0:
         waited = time.monotonic()
         signal.sigtimedwait({signal.SIGCHLD}, deadline)
         deadline -= time.monotonic() - waited
-    if child.poll() is None:
+    if child.returncode is None:
         log(f"the worker command did not exit {timeout:g} s after the signal; sending SIGKILL")
         _kill_group(child.pid)
         child.wait()
     else:
         _kill_group(child.pid)
     log(f"the worker command exited with status {launcher.shell_status(child.returncode)}")
+
+
+def _reap(child: subprocess.Popen[bytes] | None) -> bool:
+    """Reap every exited child (as a container's PID 1 that includes orphans, which would
+    otherwise stay zombies); True once `child` has exited (its ``returncode`` is set here)."""
+    while True:
+        try:
+            pid, wait_status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        if child is not None and pid == child.pid:
+            child.returncode = os.waitstatus_to_exitcode(wait_status)  # reaped here, not by Popen
+    return child is not None and child.returncode is not None
 
 
 def _kill_group(pid: int) -> None:

@@ -5,6 +5,7 @@ pod until SIGTERM (a pod that ended would end its group). Real launcher processe
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 
 from kernel_queue import launcher
 from tests.launcher.processes import WAIT, is_gone, launcher_env
-from tests.launcher.test_launcher import read_line
+from tests.launcher.test_launcher import can_unshare_pid_namespace, child_pids, read_line
 
 GROUP = {
     "KERNEL_QUEUE_RANK": "1",
@@ -167,5 +168,40 @@ def test_a_worker_command_that_ignores_sigterm_is_killed_after_the_stop_timeout(
             f"{PREFIX}the worker command did not exit 0.5 s after the signal; sending SIGKILL\n"
         )
         assert read_line(proc) == f"{PREFIX}the worker command exited with status 137\n"
+    finally:
+        stopped(proc)
+
+
+ORPHAN = """
+import subprocess, sys
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"], start_new_session=True)
+"""
+"""A command that leaves an orphan of its own session, which ends 0.3 s later."""
+
+
+def test_a_worker_as_pid_1_reaps_the_orphans_its_command_leaves(tmp_path: Path) -> None:
+    if not can_unshare_pid_namespace():
+        pytest.skip("needs unshare(1) and the right to create a PID namespace")
+    (tmp_path / "tmp").mkdir()
+    wrapper = ["unshare", "--pid", "--fork", "--mount-proc"]
+    worker = [sys.executable, "-m", "kernel_queue.launcher", "--worker"]
+    proc = subprocess.Popen(
+        [*wrapper, *worker, "--", sys.executable, "-c", ORPHAN],
+        env=launcher_env(tmp_path / "tmp", **GROUP),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert "running" in read_line(proc)
+        assert "the worker command exited with status 0" in read_line(proc)
+        [worker_pid] = child_pids(proc.pid)  # PID 1 inside, as seen from here
+        deadline = time.monotonic() + WAIT
+        while child_pids(worker_pid):  # the orphan, running, then reaped (never a zombie)
+            assert time.monotonic() < deadline, "the orphan was not reaped"
+            time.sleep(0.05)
+
+        os.kill(worker_pid, signal.SIGTERM)
+
+        assert proc.wait(timeout=WAIT) == launcher.PREEMPTED_EXIT_CODE
     finally:
         stopped(proc)
