@@ -24,7 +24,7 @@ from kernel_queue_fake_cluster.node import dns
 
 from tests.conftest import KernelspecFactory, Server, skip_unless_ci
 from tests.kube.planes import Plane
-from tests.kube.support import GPU_QUOTA, checkpointed, kube_spec, wait_clean
+from tests.kube.support import CHECKPOINT, GPU_QUOTA, PVC, kube_spec, wait_clean
 
 PORT = 29500
 """The port the worker's stand-in listens on: torch.distributed's default, which the kernels'
@@ -178,24 +178,34 @@ print(json.dumps({"workers": sorted(client.run(where).values()), "head": where()
 """The README's cell running a function on every worker pod, and on the head."""
 
 
-def worker_command(scratch: str) -> list[str]:
-    """The README's worker command, with Dask's scratch files under `scratch` (the test's own
-    directory: a worker pod here is a process of this machine, whose /tmp would keep them)."""
-    return [
-        "dask",
-        "worker",
-        f"tcp://$(MASTER_ADDR):{DASK_PORT}",
-        "--name",
-        "w$(RANK)",
-        "--host",
-        "$(POD_IP)",
-        "--no-nanny",
-        "--no-dashboard",
-        "--nthreads",
-        "1",
-        "--local-directory",
-        scratch,
-    ]
+WORKER_COMMAND = [
+    "dask",
+    "worker",
+    f"tcp://$(MASTER_ADDR):{DASK_PORT}",
+    "--name",
+    "w$(RANK)",
+    "--host",
+    "$(POD_IP)",
+    "--no-nanny",
+    "--no-dashboard",
+    "--nthreads",
+    "1",
+]
+"""The README's worker command: a Dask worker of the head's scheduler, named for its rank."""
+
+
+def dask_kernelspec(
+    kernelspec: KernelspecFactory, kernels: Path, scratch: Path, **config: Any
+) -> str:
+    """A two-pod kernelspec whose workers run `WORKER_COMMAND`; Dask's scratch files (the head's
+    scheduler and each worker make some) go to `scratch` through the kernelspec's `env` (a pod
+    here is a process of this machine, whose /tmp would keep them)."""
+    name = kube_spec(kernelspec, "dask", pod_group_size=2, worker_command=WORKER_COMMAND, **config)
+    path = kernels / name / "kernel.json"
+    written = json.loads(path.read_text())
+    written["env"] = {"DASK_TEMPORARY_DIRECTORY": str(scratch)}
+    path.write_text(json.dumps(written))
+    return name
 
 
 def processes_naming(text: str) -> list[str]:
@@ -214,45 +224,49 @@ def processes_naming(text: str) -> list[str]:
 
 
 async def test_a_cell_drives_the_worker_pods_through_dask_and_a_shutdown_leaves_nothing(
-    server: Server, kernelspec: KernelspecFactory, plane: Plane, tmp_path: Path
+    server: Server,
+    kernelspec: KernelspecFactory,
+    plane: Plane,
+    tmp_path: Path,
+    jp_kernel_dir: Path,
 ) -> None:
     if dns.find_library() is None:
         skip_unless_ci(f"{dns.LIBRARY} is missing: pods cannot resolve names ({dns.INSTALL})")
     plane.set_quota("cluster-queue", "default-flavor", {"cpu": 8, "memory": "32Gi"})
-    scratch = str(tmp_path / "dask-scratch")
-    spec = kube_spec(
-        kernelspec, "dask", gpus=0, pod_group_size=2, worker_command=worker_command(scratch)
-    )
-    kernel = await server.start(spec)
+    scratch = tmp_path / "dask-scratch"
+    kernel = await server.start(dask_kernelspec(kernelspec, jp_kernel_dir, scratch, gpus=0))
+    head = f"tcp://head.kq-{kernel.replace('-', '')}-group.default.svc:{DASK_PORT}"
     started = await server.execute(kernel, SCHEDULER_CELL)
     assert started.get("error") is None, started
 
     result = await server.execute(kernel, RUN_CELL)
     assert result.get("error") is None, result
     assert json.loads(result["stream"]) == {"workers": [["1", "w1"]], "head": ["0", "head"]}
-    assert len(processes_naming(scratch)) == 2  # the worker pod's launcher and its Dask worker
+    assert len(processes_naming(head)) == 2  # the worker pod's launcher and its Dask worker
+    assert (scratch / "dask-scratch-space").is_dir()
 
     await server.shutdown(kernel)
     await wait_clean(server, plane, kernel)
-    assert processes_naming(scratch) == []
+    assert processes_naming(head) == []
 
 
 async def test_after_a_preemption_the_scheduler_cell_again_drives_the_new_worker_pods(
-    server: Server, kernelspec: KernelspecFactory, plane: Plane, tmp_path: Path
+    server: Server,
+    kernelspec: KernelspecFactory,
+    plane: Plane,
+    tmp_path: Path,
+    jp_kernel_dir: Path,
 ) -> None:
     if dns.find_library() is None:
         skip_unless_ci(f"{dns.LIBRARY} is missing: pods cannot resolve names ({dns.INSTALL})")
     plane.set_quota("cluster-queue", "default-flavor", {**GPU_QUOTA, "nvidia.com/gpu": 2})
-    scratch = str(tmp_path / "dask-scratch")
-    spec = checkpointed(
-        plane,
-        kernelspec,
-        "dask",
-        pod_group_size=2,
-        priority_class="low",
-        worker_command=worker_command(scratch),
+    plane.apply(PVC)
+    scratch = tmp_path / "dask-scratch"
+    spec = dask_kernelspec(
+        kernelspec, jp_kernel_dir, scratch, priority_class="low", checkpoint=CHECKPOINT
     )
     kernel = await server.start(spec)
+    head = f"tcp://head.kq-{kernel.replace('-', '')}-group.default.svc:{DASK_PORT}"
     assert (await server.execute(kernel, SCHEDULER_CELL)).get("error") is None
     first = pods_of(plane, kernel)["worker"]["metadata"]["name"]
 
@@ -275,4 +289,4 @@ async def test_after_a_preemption_the_scheduler_cell_again_drives_the_new_worker
 
     await server.shutdown(kernel)
     await wait_clean(server, plane, kernel, high)
-    assert processes_naming(scratch) == []
+    assert processes_naming(head) == []
