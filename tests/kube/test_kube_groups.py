@@ -173,9 +173,11 @@ RUN_CELL = """
 import json, os
 def where():
     return os.environ["RANK"], os.environ["HOSTNAME"]
-print(json.dumps({"workers": sorted(client.run(where).values()), "head": where()}))
+print(json.dumps({"workers": sorted(client.run(where).values()), "head": where(),
+                  "task": client.submit(where).result()}))
 """
-"""The README's cell running a function on every worker pod, and on the head."""
+"""The README's cell running a function on every worker pod and on the head, and a task, which
+the scheduler gives to a worker pod."""
 
 
 WORKER_COMMAND = [
@@ -241,7 +243,11 @@ async def test_a_cell_drives_the_worker_pods_through_dask_and_a_shutdown_leaves_
 
     result = await server.execute(kernel, RUN_CELL)
     assert result.get("error") is None, result
-    assert json.loads(result["stream"]) == {"workers": [["1", "w1"]], "head": ["0", "head"]}
+    assert json.loads(result["stream"]) == {
+        "workers": [["1", "w1"]],
+        "head": ["0", "head"],
+        "task": ["1", "w1"],
+    }
     assert len(processes_naming(head)) == 2  # the worker pod's launcher and its Dask worker
     assert (scratch / "dask-scratch-space").is_dir()
 
@@ -284,7 +290,11 @@ async def test_after_a_preemption_the_scheduler_cell_again_drives_the_new_worker
     assert "client (Client" in again["stream"] and "cluster (LocalCluster" in again["stream"]
     result = await server.execute(kernel, RUN_CELL)
     assert result.get("error") is None, result
-    assert json.loads(result["stream"]) == {"workers": [["1", "w1"]], "head": ["0", "head"]}
+    assert json.loads(result["stream"]) == {
+        "workers": [["1", "w1"]],
+        "head": ["0", "head"],
+        "task": ["1", "w1"],
+    }
     assert pods_of(plane, kernel)["worker"]["metadata"]["name"] != first  # a new worker pod
 
     await server.shutdown(kernel)
