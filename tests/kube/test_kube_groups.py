@@ -4,7 +4,8 @@ name the product gives, and after a preemption the group comes back with the sam
 resolving to the new pods; a shutdown leaves nothing, its headless Service included. A cell
 drives the worker pods through Dask (the README's recipe: each worker pod's `worker_command` is
 a Dask worker, the head's cell starts the scheduler), before and after a preemption, and no
-worker process outlives the kernel.
+worker process outlives the kernel; a worker command that ends leaves its pod, and the group,
+running.
 
 Without a `worker_command` the worker pods listen on nothing; the first test stands in for
 a program of the worker with a listener bound to the worker pod's own address (on both planes a
@@ -300,3 +301,27 @@ async def test_after_a_preemption_the_scheduler_cell_again_drives_the_new_worker
     await server.shutdown(kernel)
     await wait_clean(server, plane, kernel, high)
     assert processes_naming(head) == []
+
+
+async def test_a_worker_command_that_ends_leaves_its_pod_and_the_group_running(
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
+) -> None:
+    plane.set_quota("cluster-queue", "default-flavor", {"cpu": 8, "memory": "32Gi"})
+    ends = ["python", "-c", "raise SystemExit(3)"]
+    spec = kube_spec(kernelspec, "ends", gpus=0, pod_group_size=2, worker_command=ends)
+    kernel = await server.start(spec)
+
+    async def worker_running() -> bool:
+        return "worker" in pods_of(plane, kernel)
+
+    await server.wait_for(worker_running, within=30)
+    worker = pods_of(plane, kernel)["worker"]
+    await asyncio.sleep(1.0)  # the command has long ended: the worker mode holds the pod
+
+    assert (await server.execute(kernel, "1 + 1"))["data"] == "2"
+    now = plane.get("", "pods", "default", worker["metadata"]["name"])
+    assert now is not None and now["status"]["phase"] == "Running", now
+    assert set(pods_of(plane, kernel)) == {"head", "worker"}
+
+    await server.shutdown(kernel)
+    await wait_clean(server, plane, kernel)
