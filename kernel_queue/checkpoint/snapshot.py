@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import pickle
 import platform
 import sys
 import time
@@ -328,7 +329,42 @@ def _dump(
     pickler._original_main, pickler._main, pickler._main_modified = module, copy, True
     pickler._byref, pickler._recurse = False, False
     pickler._session, pickler._first_pass = True, True
+    pickler.dispatch = _with_number_lists(pickler.dispatch)
     pickler.dump(copy)
+
+
+_NUMBERS = frozenset({int, float, bool, type(None)})
+NUMBER_LIST = 64
+"""Lists of at least this many numbers are pickled by the C pickler (`_with_number_lists`)."""
+
+
+def _with_number_lists(dispatch: Any) -> Any:
+    """dill's dispatch table, but a list of numbers (a loss history) is pickled by the C pickler
+    in one call, ~40 times faster than item by item in dill's Python pickler, into the same
+    opcodes: the list itself is memoized as usual (a second reference to it stays one object);
+    its items, numbers and None, need no memo and are never persistent ids."""
+    table = type(dispatch)(dispatch)  # dill's MetaCatchingDict, copied
+    save_list = table[list]
+
+    def save_number_list(pickler: Any, obj: list[Any]) -> None:
+        if len(obj) >= NUMBER_LIST and set(map(type, obj)) <= _NUMBERS:
+            buffer = io.BytesIO()
+            inner = pickle.Pickler(buffer, 3)  # no frames, so it splices into the outer ones
+            inner.fast = True  # no memo: EMPTY_LIST, MARK, the items, APPENDS
+            try:
+                inner.dump(obj)
+            except Exception:  # changed meanwhile (a concurrent save): item by item
+                pass
+            else:
+                data = buffer.getbuffer()
+                pickler.write(bytes(data[2:3]))  # after PROTO 3: EMPTY_LIST
+                pickler.memoize(obj)
+                pickler.write(bytes(data[3:-1]))  # without STOP
+                return
+        save_list(pickler, obj)
+
+    table[list] = save_number_list
+    return table
 
 
 def _import_references(

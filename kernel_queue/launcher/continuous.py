@@ -266,6 +266,9 @@ class Continuous:
             forbidden = fork_forbidden()
             if forbidden:
                 self._note(forbidden)
+                if self._pages is not None:  # no more saves to spare: untrack the memory
+                    self._pages.close()
+                    self._pages = self._base = None
                 return
             read_fd, write_fd = os.pipe()
             started = time.perf_counter()

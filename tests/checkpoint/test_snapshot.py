@@ -745,3 +745,35 @@ def test_plain_values_with_cycles_and_sharing_are_saved_and_keep_their_shape(
     fresh = restore_fresh(report.checkpoint)
     assert fresh.history == module.history and fresh.loop[0] is fresh.loop
     assert fresh.twice[0] is fresh.twice[1] is fresh.shared
+
+
+def test_a_list_of_numbers_is_pickled_by_the_c_pickler_and_keeps_its_sharing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pickle
+
+    from kernel_queue.checkpoint import snapshot
+
+    module = make_module("""
+        history = [float(i) for i in range(10_000)] + [None, True, 2**70, -3]
+        same = history
+        nested = {"h": history, "few": [1.0, 2.0]}
+        mixed = [1.0] * 100 + ["text"]
+    """)
+    dumped: list[int] = []
+
+    class Recording(pickle.Pickler):
+        def dump(self, obj: Any) -> None:
+            dumped.append(len(obj))
+            super().dump(obj)
+
+    monkeypatch.setattr(snapshot, "pickle", types.SimpleNamespace(Pickler=Recording))
+    report = kc.save(module, kc.DirectoryStore(tmp_path))
+
+    assert report.checkpoint is not None
+    assert len(module.history) in dumped and 101 not in dumped and 2 not in dumped
+    assert len(module.history) >= snapshot.NUMBER_LIST
+    fresh = restore_fresh(report.checkpoint)
+    assert fresh.history == module.history and fresh.mixed == module.mixed
+    assert fresh.same is fresh.history is fresh.nested["h"]
+    assert type(fresh.history[-2]) is int and fresh.history[-4:-2] == [None, True]

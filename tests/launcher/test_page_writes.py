@@ -181,3 +181,15 @@ def test_writes_before_the_base_do_not_count_but_writes_since_any_later_snapshot
     array[0] = 3.0
     tracker.snapshot()  # a save of this snapshot failed: nothing forgotten
     assert verdicts(tracker.snapshot().history(base), array) == ["written"]
+
+
+def test_a_write_still_counts_after_many_snapshots_whose_saves_failed(
+    tracker: page_writes.PageWrites, mappings: Mappings
+) -> None:
+    array, other = mappings.array(), mappings.array()
+    base = base_of(tracker.snapshot(), array, other)
+    array[0] = 1.0
+    for _ in range(page_writes.KEPT_SNAPSHOTS + 5):  # no save commits: nothing is forgotten
+        tracker.snapshot()
+
+    assert verdicts(tracker.snapshot().history(base), array, other) == ["written", "unchanged"]
