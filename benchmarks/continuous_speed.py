@@ -102,13 +102,21 @@ class Kernel:
         """The last cell's number."""
 
     def run(self, code: str) -> float:
-        """Run a cell; the seconds from the request to its reply (what the user waits)."""
+        """Run a cell; the seconds from the request to its reply (what the user waits). What
+        it printed is `printed`."""
+        printed: list[str] = []
+
+        def output(message: dict[str, Any]) -> None:
+            if message["msg_type"] == "stream":
+                printed.append(message["content"]["text"])
+
         started = time.perf_counter()
-        reply = self.client.execute_interactive(code, timeout=WAIT, output_hook=lambda m: None)
+        reply = self.client.execute_interactive(code, timeout=WAIT, output_hook=output)
         seconds = time.perf_counter() - started
         if reply["content"]["status"] != "ok":
             raise SystemExit(f"cell failed: {reply['content']}")
         self.count = int(reply["content"]["execution_count"])
+        self.printed = "".join(printed)
         return seconds
 
     def committed(self) -> list[kc.Checkpoint]:
@@ -276,9 +284,11 @@ def calibrate(seconds: float = 1.0) -> int:
 
 
 def _cell(work: int) -> str:
-    """A cell of `work` loop steps of CPU work that also changes 1 MiB of one array."""
+    """A cell of `work` loop steps of CPU work that also changes 1 MiB of one array, and prints
+    the CPU seconds its thread used (page faults included: the main thread's own cost)."""
     steps = f"total = 0\nfor i in range({work}):\n    total += i * i\n"
-    return steps + "arrays[0][:131072] = rng.random(131072)"
+    change = "arrays[0][:131072] = rng.random(131072)\n"
+    return f"import time as _t\n_c = _t.thread_time()\n{steps}{change}print(_t.thread_time() - _c)"
 
 
 BLOCK = 5
@@ -312,6 +322,7 @@ def per_cell(
             caches = CACHES if index % 2 == 0 else tuple(reversed(CACHES))
             for cache in caches:
                 times: dict[str, list[float]] = {name: [] for name in kernels}
+                cpu: dict[str, list[float]] = {name: [] for name in kernels}
                 before = len(on.saves())
                 for block in range(max(1, -(-cells // BLOCK))):
                     order = ["on", "off"] if (block + index) % 2 == 0 else ["off", "on"]
@@ -320,6 +331,7 @@ def per_cell(
                             if name == "on":
                                 on.cache(cache)
                             times[name].append(kernels[name].run(cell))
+                            cpu[name].append(float(kernels[name].printed))
                         if name == "on":
                             on.wait_for_cell(on.count)
                 saves = on.saves()[before:]
@@ -331,6 +343,8 @@ def per_cell(
                     "saves": len(saves),
                     "save s": statistics.median(s for _, s in saves) if saves else 0.0,
                     "fork ms": statistics.median(ms for ms, _ in saves) if saves else 0.0,
+                    "cpu on": statistics.median(cpu["on"]),
+                    "cpu off": statistics.median(cpu["off"]),
                 }
                 rows.append(row)
                 progress(f"per cell {index + 1}/{repeat} {cache}: {row}")
@@ -411,7 +425,9 @@ def print_cells(rows: list[dict[str, Any]], repeat: int, cells: int) -> None:
             f"    background saves {spread([float(r['saves']) for r in mine], '.0f')} per "
             f"{cells} cells, {spread([r['save s'] for r in mine], '.2f')} s each (medians); the "
             f"reply waited for the page scan and fork {spread([r['fork ms'] for r in mine], '.1f')}"
-            " ms (medians)"
+            " ms (medians); the cell's own thread CPU on/off "
+            f"{spread([r['cpu on'] / r['cpu off'] - 1 for r in mine], '+.1%')} (no target: "
+            "without the load others and the save put on the cores)"
         )
 
 
