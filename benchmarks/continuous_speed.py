@@ -17,12 +17,15 @@ SIGTERM to the launcher's exit is printed beside, against the full save's (no ta
 the kernel's fixed ~0.2 s of leaving). The cache is set up just before SIGTERM (in flight: before
 the last cell, which SIGTERM follows at once).
 `per cell`: 1 s cells of CPU work (a Python loop; each cell also changes 1 MiB of a 48 MiB array)
-in a 202 MiB namespace, continuous checkpoints on against checkpoints off: each kernel runs
-blocks of 5 cells back to back (as "run all" does: each save overlaps the next cell), the
-kernels' blocks alternating, and the on kernel's last save ends before the off kernel's block
-(none of its work lands on the other's cells); per repeat and cache state the median of
-`--cells` cells each (target: on/off <= +5%), the saves' seconds and what the reply waited for
-(page scan and fork). Cold drops the on kernel's checkpoint files before each of its cells.
+in a 202 MiB namespace, in one kernel, continuous checkpoints on against paused (its own switch,
+set by a silent request): blocks of 3 cells back to back (as "run all" does: each save overlaps
+the next cell), the blocks alternating between the two states, the last save ended before a
+paused block; per repeat and cache state the median of the ratios of each on cell to its pair in
+the adjacent paused block (target: on/off <= +5%), the saves' seconds and what the reply waited
+for (page scan and fork), and the same ratio of the cell thread's own CPU time. One kernel and
+pairs a few seconds apart, because this shared two-core VM's speed drifts by 15-20% within a
+minute and two kernels running the same cells differ by up to 20% (seen with both off). Cold
+drops the kernel's checkpoint files before each cell.
 
 Figures are printed beside their targets, never asserted.
 Usage: python benchmarks/continuous_speed.py [--repeat 3] [--cells 30] [--only flush|cell]
@@ -118,6 +121,12 @@ class Kernel:
         self.count = int(reply["content"]["execution_count"])
         self.printed = "".join(printed)
         return seconds
+
+    def silent(self, code: str) -> None:
+        """Run `code` as a silent request (no cell number, no cell events)."""
+        reply = self.client.execute_interactive(code, silent=True, timeout=WAIT)
+        if reply["content"]["status"] != "ok":
+            raise SystemExit(f"request failed: {reply['content']}")
 
     def committed(self) -> list[kc.Checkpoint]:
         return kc.DirectoryStore(self.store).committed()
@@ -291,68 +300,72 @@ def _cell(work: int) -> str:
     return f"import time as _t\n_c = _t.thread_time()\n{steps}{change}print(_t.thread_time() - _c)"
 
 
-BLOCK = 5
-"""Cells a kernel runs back to back (as "run all" does) before the other kernel's turn."""
+BLOCK = 3
+"""Cells run back to back (as "run all" does: a save overlaps the next cell) in one state
+before the other state's turn; each cell is paired with the same place in the next block."""
+TOGGLE = """
+for _hook in get_ipython().events.callbacks["post_run_cell"]:
+    if type(getattr(_hook, "__self__", None)).__name__ == "Continuous":
+        _hook.__self__._stopped = {stopped}
+"""
+"""A silent request pausing or resuming the kernel's continuous checkpoints (its private
+`_stopped`, as a shutdown sets it: no fork, no page scan, no activity file after a cell)."""
 
 
 def per_cell(
     base: Path, repeat: int, cells: int, progress: Callable[[str], None]
 ) -> list[dict[str, Any]]:
-    """Per repeat, a fresh pair of kernels (continuous checkpoints on, checkpoints off) running
-    the same 1 s CPU cell in blocks of `BLOCK` back to back, the kernels' blocks alternating,
-    `cells` each per cache state: the medians of each. Before the off kernel's block the on
-    kernel's saves end, so that none of its work lands on the other kernel's cells."""
+    """Per repeat, a fresh kernel with continuous checkpoints running the same 1 s CPU cell in
+    blocks of `BLOCK` back to back, the blocks alternating between checkpoints on and paused,
+    `cells` each per cache state: the medians of each. One kernel, not an on and an off kernel:
+    two kernels running the same cells differ here by up to 20% in CPU time, whatever they run.
+    Before a paused block the last save ends, so that none of it lands on the paused cells."""
     setup = NAMESPACE.format(n=4, elements=48 * MIB // 8)  # 192 MiB + 10 MiB
     rows: list[dict[str, Any]] = []
     work = 0
     for index in range(repeat):
-        kernels = {
-            "on": Kernel(base, f"on-{index}", checkpoints=True, continuous=True),
-            "off": Kernel(base, f"off-{index}", checkpoints=False, continuous=False),
-        }
+        kernel = Kernel(base, f"cells-{index}", checkpoints=True, continuous=True)
         try:
-            for kernel in kernels.values():
-                kernel.run(setup)
+            kernel.run(setup)
             if not work:  # scaled to a 1 s cell in a kernel (cell code runs slower)
                 work = calibrate()
-                work = int(work / kernels["off"].run(_cell(work)))
+                work = int(work / kernel.run(_cell(work)))
             cell = _cell(work)
-            on = kernels["on"]
-            on.wait_for_cell(on.count)
+            kernel.wait_for_cell(kernel.count)
             caches = CACHES if index % 2 == 0 else tuple(reversed(CACHES))
             for cache in caches:
-                times: dict[str, list[float]] = {name: [] for name in kernels}
-                cpu: dict[str, list[float]] = {name: [] for name in kernels}
-                before = len(on.saves())
+                times: dict[str, list[float]] = {"on": [], "off": []}
+                cpu: dict[str, list[float]] = {"on": [], "off": []}
+                before = len(kernel.saves())
                 for block in range(max(1, -(-cells // BLOCK))):
                     order = ["on", "off"] if (block + index) % 2 == 0 else ["off", "on"]
-                    for name in order:
+                    for state in order:
+                        kernel.silent(TOGGLE.format(stopped=state == "off"))
                         for _ in range(min(BLOCK, cells - block * BLOCK)):
-                            if name == "on":
-                                on.cache(cache)
-                            times[name].append(kernels[name].run(cell))
-                            cpu[name].append(float(kernels[name].printed))
-                        if name == "on":
-                            on.wait_for_cell(on.count)
-                saves = on.saves()[before:]
+                            kernel.cache(cache)
+                            times[state].append(kernel.run(cell))
+                            cpu[state].append(float(kernel.printed))
+                        if state == "on":
+                            kernel.wait_for_cell(kernel.count)
+                saves = kernel.saves()[before:]
+                pairs = zip(times["on"], times["off"], strict=True)  # BLOCK cells apart at most
+                cpu_pairs = zip(cpu["on"], cpu["off"], strict=True)
                 row = {
                     "repeat": index,
                     "cache": cache,
                     "on": statistics.median(times["on"]),
                     "off": statistics.median(times["off"]),
+                    "ratio": statistics.median(on / off for on, off in pairs),
+                    "cpu ratio": statistics.median(on / off for on, off in cpu_pairs),
                     "saves": len(saves),
                     "save s": statistics.median(s for _, s in saves) if saves else 0.0,
                     "fork ms": statistics.median(ms for ms, _ in saves) if saves else 0.0,
-                    "cpu on": statistics.median(cpu["on"]),
-                    "cpu off": statistics.median(cpu["off"]),
                 }
                 rows.append(row)
                 progress(f"per cell {index + 1}/{repeat} {cache}: {row}")
         finally:
-            for kernel in kernels.values():
-                kernel.stop()
-            for name in kernels:
-                shutil.rmtree(base / f"{name}-{index}", ignore_errors=True)
+            kernel.stop()
+            shutil.rmtree(base / f"cells-{index}", ignore_errors=True)
     return rows
 
 
@@ -408,16 +421,16 @@ def print_flush(rows: list[dict[str, Any]], repeat: int) -> None:
 def print_cells(rows: list[dict[str, Any]], repeat: int, cells: int) -> None:
     print(
         f"per cell: 1 s CPU cells (each changes 1 MiB of a 48 MiB array) in a 202 MiB namespace, "
-        f"continuous checkpoints on vs checkpoints off, in alternating blocks of {BLOCK} back to "
-        f"back; per repeat the median of {cells} cells each; min / median / max of {repeat} "
-        "repeats"
+        f"continuous checkpoints on vs paused in one kernel, in alternating blocks of {BLOCK} "
+        f"back to back; per repeat {cells} cells each, on/off the median of the {cells} ratios "
+        f"of a cell to its pair in the next block; min / median / max of {repeat} repeats"
     )
     for cache in CACHES:
         mine = [row for row in rows if row["cache"] == cache]
-        slowdowns = [row["on"] / row["off"] - 1 for row in mine]
+        slowdowns = [row["ratio"] - 1 for row in mine]
         print(
             f"  {cache}: on {spread([r['on'] for r in mine], '.3f')} s, "
-            f"off {spread([r['off'] for r in mine], '.3f')} s: on/off "
+            f"paused {spread([r['off'] for r in mine], '.3f')} s (medians): on/off "
             f"{spread(slowdowns, '+.1%')} (target <= +{CELL_TARGET:.0%}: "
             f"{verdict(slowdowns, CELL_TARGET)})"
         )
@@ -426,7 +439,7 @@ def print_cells(rows: list[dict[str, Any]], repeat: int, cells: int) -> None:
             f"{cells} cells, {spread([r['save s'] for r in mine], '.2f')} s each (medians); the "
             f"reply waited for the page scan and fork {spread([r['fork ms'] for r in mine], '.1f')}"
             " ms (medians); the cell's own thread CPU on/off "
-            f"{spread([r['cpu on'] / r['cpu off'] - 1 for r in mine], '+.1%')} (no target: "
+            f"{spread([r['cpu ratio'] - 1 for r in mine], '+.1%')} (no target: "
             "without the load others and the save put on the cores)"
         )
 
