@@ -4,16 +4,17 @@ At ``post_run_cell`` the kernel is at a cell boundary, so ``os.fork`` takes a co
 of the namespace for the cost of copying the page tables (a few ms for GBs): the child, a frozen
 copy-on-write image, writes an incremental checkpoint (``checkpoint.save`` with the newest
 committed one as its base, so unchanged arrays are hard links) and ``os._exit``s, while the
-parent runs the next cell at once (as Redis's BGSAVE). Just before the fork `page_writes` scans
-which pages were written since the base's snapshot, so the child reads no array no one wrote
-and hashes no array it must write anyway (where the kernel has no page tracking, or a thread of
-the user's runs, it hashes every array). One save runs at a time; cells that end meanwhile make
-one more save once it ends. The child never touches ZeroMQ, prints or takes the parent's locks:
-it resets its signals, writes to nothing but the store and a pipe, dies with the kernel
-(``PR_SET_PDEATHSIG``), yields the CPU (niceness 19) once the user's code runs again and is
-killed after ``CHILD_TIMEOUT_SECONDS``; a child killed at any moment leaves the previous
-checkpoint intact (the store's commit protocol). Where a GPU context forbids fork (CUDA
-initialised by torch, cupy, jax), saves pause with one note.
+parent runs the next cell at once (as Redis's BGSAVE). `page_writes` scans which pages were
+written just before the fork and, on the reaping thread, just after it (sent to the child
+through a pipe), so the child reads no array no one wrote since its base checkpoint's fork and
+hashes no array it must write anyway (where the kernel has no page tracking it hashes every
+array). One save runs at a time; cells that end meanwhile make one more save once it ends. The
+child never touches ZeroMQ, prints or takes the parent's locks: it resets its signals, writes to
+nothing but the store and pipes, dies with the kernel (``PR_SET_PDEATHSIG``), yields the CPU
+(niceness 19) once the user's code runs again and is killed after ``CHILD_TIMEOUT_SECONDS``; a
+child killed at any moment leaves the previous checkpoint intact (the store's commit protocol).
+Where a GPU context forbids fork (CUDA initialised by torch, cupy, jax), saves pause with one
+note.
 
 On SIGTERM ``settle`` lets a save in flight finish (or kills it when the deadline nears); the
 preemption's own save is then incremental too, and told by a last page scan which arrays changed.
@@ -27,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import os
+import pickle
 import select
 import signal
 import sys
@@ -204,11 +206,12 @@ class Continuous:
     def history(self) -> page_writes.ArrayHistory | None:
         """For a save at a cell boundary now (the SIGTERM flush, after ``settle``): which arrays
         are unchanged or written since the last committed save; None when that is not known
-        (no tracking, no such save, or a thread or task of the user's may be writing)."""
-        base = self._base
-        if self._pages is None or base is None or _user_code_running(self.preemption.kernel):
+        (no tracking, no such save). A thread writing during the save makes it racy with or
+        without this, as any save with the user's threads running."""
+        base, pages = self._base, self._pages
+        if pages is None or base is None:
             return None
-        return self._pages.snapshot(register=False).history(base)
+        return pages.snapshot().history(base)
 
     def _yield(self) -> None:
         """Renice every thread of the save child in flight to ``CHILD_NICENESS`` (Linux's
@@ -271,40 +274,42 @@ class Continuous:
                     self._pages = self._base = None
                 return
             read_fd, write_fd = os.pipe()
+            told_fd, tell_fd = os.pipe()  # the page snapshot just after the fork, to the child
             started = time.perf_counter()
-            history = self._page_history()
+            if self._pages is not None:
+                self._snapshot = self._pages.snapshot(register=True).number
             scanned = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork with threads
                 pid = os.fork()
             if pid == 0:
                 os.close(read_fd)
-                _child_main(preemption, write_fd, self._cell, history)  # never returns
+                os.close(tell_fd)
+                _child_main(preemption, write_fd, self._cell, self._base, told_fd)  # no return
             self.fork_ms = (time.perf_counter() - started) * 1000  # what the next cell waited
             self.scan_ms = (scanned - started) * 1000
             os.close(write_fd)
+            os.close(told_fd)
             self._child, self._forked_at = pid, self._ran
             self._idle.clear()
-        threading.Thread(
-            target=self._reap, args=(pid, read_fd, self._snapshot), name="kq-reap", daemon=True
-        ).start()
+        reaper = threading.Thread(
+            target=self._reap,
+            args=(pid, read_fd, tell_fd, self._snapshot),
+            name="kq-reap",
+            daemon=True,
+        )
+        try:
+            reaper.start()
+        except RuntimeError:  # no thread to be had: no save either
+            os.close(tell_fd)
+            os.kill(pid, signal.SIGKILL)
+            raise
 
-    def _page_history(self) -> page_writes.ArrayHistory | None:
-        """Main thread, just before the fork: take a page snapshot (always, so that the next
-        one sees only later writes); the child's history when a base and no user thread."""
-        if self._pages is None:
-            return None
-        snapshot = self._pages.snapshot()
-        self._snapshot = snapshot.number
-        base = self._base
-        if base is None or _user_code_running(self.preemption.kernel):
-            return None
-        return snapshot.history(base)
-
-    def _reap(self, pid: int, read_fd: int, snapshot: int) -> None:
-        """Thread: read the child's record, reap it, start the coalesced save if one is due
-        (`snapshot`: the page snapshot it was forked at)."""
+    def _reap(self, pid: int, read_fd: int, tell_fd: int, snapshot: int) -> None:
+        """Thread: tell the child the page snapshot just after its fork, read its record, reap
+        it, start the coalesced save if one is due (`snapshot`: the one just before the fork)."""
         data, deadline = b"", time.monotonic() + CHILD_TIMEOUT_SECONDS
+        after = self._tell(tell_fd)
         try:
             while len(data) < RESULT_LIMIT:
                 ready, _, _ = select.select(
@@ -329,9 +334,9 @@ class Continuous:
             self.saves += 1
             found = record.get("digests") or []
             self._trusted = (self._forked_at, {int(i): (int(n), str(d)) for i, n, d in found})
-            if self._pages is not None:
-                self._base = _base(record, snapshot)
-                self._pages.forget(snapshot)
+            if self._pages is not None and after is not None:
+                self._base = _base(record, snapshot, after)
+                self._pages.forget(after)
         self.last = record
         summary, forked = record["summary"], f"forked in {self.fork_ms:.1f} ms"
         if self._pages is not None:
@@ -347,6 +352,22 @@ class Continuous:
             kernel = self.preemption.kernel
             with contextlib.suppress(Exception):
                 kernel.io_loop.add_callback(self._coalesced)
+
+    def _tell(self, tell_fd: int) -> int | None:
+        """Send the child the page snapshot taken now, just after its fork (so whatever a
+        thread wrote around the fork reads as written); its number, None without tracking."""
+        try:
+            pages = self._pages
+            if pages is None:
+                return None
+            snapshot = pages.snapshot()
+            data = pickle.dumps(snapshot, pickle.HIGHEST_PROTOCOL)
+            with contextlib.suppress(OSError):  # the child died: it needs nothing
+                while data:
+                    data = data[os.write(tell_fd, data) :]
+            return snapshot.number
+        finally:
+            os.close(tell_fd)
 
     def _kill(self) -> None:
         with self._lock:
@@ -395,9 +416,15 @@ def read_activity(root: os.PathLike[str] | str) -> tuple[int | None, float] | No
 
 
 def _child_main(
-    preemption: Host, write_fd: int, cell: int | None, history: page_writes.ArrayHistory | None
+    preemption: Host,
+    write_fd: int,
+    cell: int | None,
+    base: page_writes.Base | None,
+    told_fd: int,
 ) -> None:
-    """The save child: write one incremental checkpoint, send its record, ``os._exit``."""
+    """The save child: write one incremental checkpoint, send its record, ``os._exit``.
+    `base`: the last committed save the parent knows; `told_fd`: where the parent sends the
+    page snapshot taken just after the fork (end of file: none)."""
     status = 1
     try:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
@@ -409,17 +436,22 @@ def _child_main(
         if os.getppid() != parent:  # the kernel died before prctl took effect
             os._exit(1)
         sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - never IOPub's
+        told = b""
+        while chunk := os.read(told_fd, 1 << 20):
+            told += chunk
+        os.close(told_fd)
         store = preemption.store
         committed = store.committed()
-        base = committed[-1] if committed else None
-        if history is not None and (base is None or base.id != history.base.id):
-            history = None  # its digests are another checkpoint's
+        newest = committed[-1] if committed else None
+        history = None
+        if told and base is not None and newest is not None and newest.id == base.id:
+            history = pickle.loads(told).history(base)  # else: digests of another checkpoint
         report = checkpoint.save(
             preemption.module,
             store,
             hidden=set(preemption.kernel.shell.user_ns_hidden),
             extra={"trigger": TRIGGER, "cell": cell, "generation": preemption.options.generation},
-            base=base,
+            base=newest,
             history=history,
         )
         cp = report.checkpoint
@@ -466,8 +498,9 @@ def _user_code_running(kernel: Any) -> bool:
     return False
 
 
-def _base(record: Mapping[str, Any], snapshot: int) -> page_writes.Base | None:
-    """The committed save of a child's record, taken at page snapshot `snapshot`."""
+def _base(record: Mapping[str, Any], snapshot: int, forked: int) -> page_writes.Base | None:
+    """The committed save of a child's record, forked between page snapshots `snapshot` and
+    `forked`."""
     try:
         places = {
             (int(a), int(n), str(d), tuple(int(x) for x in shape), bool(f)): (int(size), str(h))
@@ -475,7 +508,7 @@ def _base(record: Mapping[str, Any], snapshot: int) -> page_writes.Base | None:
         }
     except (TypeError, ValueError):
         return None
-    return page_writes.Base(str(record["checkpoint"]), snapshot, places)
+    return page_writes.Base(str(record["checkpoint"]), snapshot, forked, places)
 
 
 def _parse(data: bytes) -> dict[str, Any]:

@@ -1,19 +1,21 @@
 """Which pages of the kernel's memory were written since a snapshot: the continuous saves' diff.
 
 `PageWrites.open` gives a userfaultfd in asynchronous write-protect mode (Linux 6.7+: the kernel
-clears a page's protection itself at its first write, nothing ever waits), and `snapshot`,
-called just before a save child's fork and before the SIGTERM flush, registers the process's
-private anonymous memory not yet registered (where numpy arrays live) and asks PAGEMAP_SCAN which
-protected pages were written since the last snapshot, protecting them again in the same call.
-`Snapshot.history` then tells a save, per array, whether its bytes are those a base checkpoint
-hashed (link its file, read nothing), were written since (write it, hashed once) or are unknown
-(hash it to find out, as without tracking): memory registered after the base's snapshot, a
-mapping that changed under a registered range (the scan refuses it: ranges dropped) and file
-mappings (np.memmap) are unknown. Where userfaultfd or PAGEMAP_SCAN is missing (kernels before
-6.7, a seccomp profile that refuses userfaultfd, other architectures) `open` says why and every
-save hashes. Only what the kernel's own threads write is seen as written in time: callers use a
-history only when no thread of the user's runs. Not seen: pages emptied by madvise(MADV_DONTNEED)
-while an array lives in them, and writes by a device into memory pinned before the snapshot.
+clears a page's protection itself at its first write, nothing ever waits), and `snapshot` asks
+PAGEMAP_SCAN which protected pages were written since the last snapshot, protecting them again
+in the same call; with `register` it first registers the process's private anonymous memory not
+yet registered (where numpy arrays live). A save child's fork takes a snapshot just before it
+(on the main thread, registering) and one just after it (whatever a thread of the user's wrote
+around the fork: the child may hold it or not, so it reads as written to this save and the
+next); the SIGTERM flush takes one. `Snapshot.history` then tells a save, per array, whether its
+bytes are those a base checkpoint hashed (link its file, read nothing), were written since (write
+it, hashed once) or are unknown (hash it to find out, as without tracking): memory registered
+after the base's fork, a mapping that changed under a registered range (the scan refuses it:
+the range is dropped) and file mappings (np.memmap) are unknown. Where userfaultfd or
+PAGEMAP_SCAN is missing (kernels before 6.7, a seccomp profile that refuses userfaultfd, other
+architectures) `open` says why and every save hashes. Not seen: pages emptied by
+madvise(MADV_DONTNEED) while an array lives in them, and writes by a device into memory pinned
+before the snapshot.
 """
 
 from __future__ import annotations
@@ -57,11 +59,14 @@ KEPT_SNAPSHOTS = 64
 
 
 class Base(NamedTuple):
-    """A committed save whose arrays later saves may reuse: the checkpoint's id, the snapshot it
-    was taken from, and (bytes, digest) of each array file by its `payloads.place`."""
+    """A committed save whose arrays later saves may reuse: the checkpoint's id, the snapshots
+    just before and just after the fork it saved (`snapshot`, `forked`: writes the second saw
+    may postdate the save, so they count as later), and (bytes, digest) of each array file by
+    its `payloads.place`."""
 
     id: str
     snapshot: int
+    forked: int
     places: Mapping[payloads.Place, tuple[int, str]]
 
 
@@ -108,10 +113,11 @@ class PageWrites:
             return None, "no PAGEMAP_SCAN (Linux 6.7 or newer has it)"
         return tracker, ""
 
-    def snapshot(self, *, register: bool = True) -> Snapshot:
+    def snapshot(self, *, register: bool = False) -> Snapshot:
         """The pages written since the last snapshot, protected again; with `register`, memory
-        mapped since is tracked from now on. Call where the user's code does not run (the main
-        thread at a cell boundary, just before the fork; the flush)."""
+        mapped since is tracked from now on. A save child's fork takes one just before (the main
+        thread's writes, from the main thread: `register`) and one just after (whatever a thread
+        wrote meanwhile, which the child may or may not hold); the flush takes one."""
         with self._lock:
             self._number += 1
             written: list[tuple[int, int]] = []
@@ -132,10 +138,11 @@ class PageWrites:
                 self._written[:2] = [(number, first + second)]  # as if all came later: safe
             return Snapshot(self._number, tuple(self._tracked), tuple(self._written))
 
-    def forget(self, through: int) -> None:
-        """A save taken at snapshot `through` committed: it is the base; older writes are moot."""
+    def forget(self, before: int) -> None:
+        """A save committed whose fork snapshot `before` followed: writes seen earlier are in
+        it (`Base.forked`)."""
         with self._lock:
-            self._written = [(n, ranges) for n, ranges in self._written if n > through]
+            self._written = [(n, ranges) for n, ranges in self._written if n >= before]
 
     def close(self) -> None:
         """Stop tracking (the kernel unregisters every range with the descriptor)."""
@@ -221,8 +228,10 @@ class Snapshot(NamedTuple):
     written: tuple[tuple[int, list[tuple[int, int]]], ...]
 
     def history(self, base: Base) -> ArrayHistory:
-        """What a save of this snapshot, incremental on `base`, knows of each array."""
-        ranges = sorted(r for n, found in self.written if n > base.snapshot for r in found)
+        """What a save of this snapshot, incremental on `base`, knows of each array: unchanged
+        where the pages were tracked from before `base`'s fork and no snapshot from the one
+        just after it on saw a write."""
+        ranges = sorted(r for n, found in self.written if n >= base.forked for r in found)
         merged: list[tuple[int, int]] = []
         for start, end in ranges:
             if merged and start <= merged[-1][1]:

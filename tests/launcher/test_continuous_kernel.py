@@ -200,8 +200,19 @@ payloads.digest_of = counted
 """
 
 
+@pytest.mark.parametrize(
+    "beside",
+    [
+        pytest.param("", id="alone"),
+        pytest.param(
+            "import threading\n"
+            "threading.Thread(target=threading.Event().wait, daemon=True).start()",
+            id="beside-a-thread-of-the-users",  # as tqdm's monitor: the fork may race a write
+        ),
+    ],
+)
 def test_after_a_cell_changed_one_array_in_place_the_next_save_hashes_no_array(
-    start_kernel: StartKernel, tmp_path: Path
+    start_kernel: StartKernel, tmp_path: Path, beside: str
 ) -> None:
     # The save knows from the kernel's page tracking which arrays the cell wrote: the others
     # are linked without reading them, the changed one written without a look for its old file.
@@ -210,7 +221,7 @@ def test_after_a_cell_changed_one_array_in_place_the_next_save_hashes_no_array(
     store, hashes = tmp_path / "store", tmp_path / "hashes"
     kernel, _, client = started(start_kernel, store)
     arrays = "import numpy as np\na, b, c = np.ones(2**18), np.ones(2**18), np.ones(2**18)"
-    setup = f"exec({COUNT_HASHES.format(path=str(hashes))!r}, {{}})\n{arrays}"
+    setup = f"exec({COUNT_HASHES.format(path=str(hashes))!r}, {{}})\n{arrays}\n{beside}"
     run_and_save(client, store, setup, what="the first cell's checkpoint")
 
     assert run(client, "b[0] = 5.0").reply["status"] == "ok"

@@ -70,10 +70,15 @@ def mappings() -> Iterator[Mappings]:
     found.close()
 
 
-def base_of(snapshot: page_writes.Snapshot, *arrays: Any) -> page_writes.Base:
-    """A base checkpoint taken at `snapshot` that saved `arrays` (made-up digests)."""
+def saved(tracker: page_writes.PageWrites, *arrays: Any, commit: bool = True) -> page_writes.Base:
+    """A save's fork as the kernel makes it: the snapshot before (registering), the one after;
+    the base it makes of `arrays` (made-up digests), forgotten up to it if it `commit`s."""
+    before = tracker.snapshot(register=True)
+    after = tracker.snapshot()
+    if commit:
+        tracker.forget(after.number)
     places = {payloads.place(a): (a.nbytes, f"digest-{i}") for i, a in enumerate(arrays)}
-    return page_writes.Base("base", snapshot.number, places)  # type: ignore[arg-type]
+    return page_writes.Base("base", before.number, after.number, places)  # type: ignore[arg-type]
 
 
 def verdicts(history: page_writes.ArrayHistory, *arrays: Any) -> list[str]:
@@ -92,7 +97,7 @@ def test_an_array_written_in_place_reads_as_written_and_the_others_as_unchanged(
     arrays = [mappings.array() for _ in range(4)]
     for array in arrays:
         array[:] = 1.0
-    base = base_of(tracker.snapshot(), *arrays)
+    base = saved(tracker, *arrays)
 
     arrays[1][-1] = 5.0  # one element, on the array's last page
     arrays[3][:] = 1.0
@@ -108,7 +113,7 @@ def test_a_write_the_kernel_makes_for_the_process_reads_as_written(
 ) -> None:
     array = mappings.array()
     array[:] = 1.0
-    base = base_of(tracker.snapshot(), array)
+    base = saved(tracker, array)
     source = tmp_path / "bytes"
     source.write_bytes(b"\x07" * 4096)
 
@@ -123,7 +128,7 @@ def test_writes_while_a_forked_child_shares_the_pages_are_seen_and_the_childs_ar
 ) -> None:
     first, second = mappings.array(), mappings.array()
     first[:] = second[:] = 1.0
-    base = base_of(tracker.snapshot(), first, second)
+    base = saved(tracker, first, second)
     (to_parent, wrote), (to_child, go) = os.pipe(), os.pipe()
     pid = os.fork()
     if pid == 0:  # the child writes its copy, then lives on until the parent has written
@@ -141,30 +146,46 @@ def test_writes_while_a_forked_child_shares_the_pages_are_seen_and_the_childs_ar
     assert verdicts(tracker.snapshot().history(base), first, second) == ["written", "unchanged"]
 
 
+def test_a_write_racing_a_fork_reads_as_written_to_its_save_and_to_the_next(
+    tracker: page_writes.PageWrites, mappings: Mappings
+) -> None:
+    # A thread of the user's may write between the snapshot before the fork and the fork: the
+    # save may hold that write or not, and the next save must not take it as saved.
+    array, other = mappings.array(), mappings.array()
+    base = saved(tracker, array, other)
+    before = tracker.snapshot(register=True)
+    array[0] = 2.0  # between the two snapshots of a fork
+    after = tracker.snapshot()
+
+    assert verdicts(after.history(base), array, other) == ["written", "unchanged"]
+    tracker.forget(after.number)  # that save committed
+    then = page_writes.Base("then", before.number, after.number, base.places)
+    assert verdicts(tracker.snapshot().history(then), array, other) == ["written", "unchanged"]
+
+
 def test_an_array_on_a_new_mapping_at_the_same_address_is_never_unchanged(
     tracker: page_writes.PageWrites, mappings: Mappings
 ) -> None:
     old = mappings.array()
     old[:] = 1.0
-    base = base_of(tracker.snapshot(), old)
+    base = saved(tracker, old)
     address = mappings.unmap(old)
     new = mappings.array(address)  # zeros, untouched: not one page of it was written
 
     assert payloads.place(new) == payloads.place(old)
-    assert verdicts(tracker.snapshot().history(base), new) == ["unknown"]
+    assert verdicts(tracker.snapshot(register=True).history(base), new) == ["unknown"]
 
 
 def test_memory_mapped_after_the_base_is_unknown_then_followed(
     tracker: page_writes.PageWrites, mappings: Mappings
 ) -> None:
-    base = base_of(tracker.snapshot())
+    base = saved(tracker)
     array = mappings.array()
     array[:] = 1.0
-    later = tracker.snapshot()
+    later = tracker.snapshot(register=True)
 
     assert verdicts(later.history(base), array) == ["unknown"]
-    tracker.forget(later.number)  # a save of `later` committed: it is the base now
-    newer = base_of(later, array)
+    newer = saved(tracker, array)
     assert verdicts(tracker.snapshot().history(newer), array) == ["unchanged"]
 
 
@@ -172,14 +193,13 @@ def test_writes_before_the_base_do_not_count_but_writes_since_any_later_snapshot
     tracker: page_writes.PageWrites, mappings: Mappings
 ) -> None:
     array = mappings.array()
-    tracker.snapshot()
+    tracker.snapshot(register=True)
     array[0] = 2.0  # before the base: its file has this
-    base = base_of(tracker.snapshot(), array)
-    tracker.forget(base.snapshot)
+    base = saved(tracker, array)
 
     assert verdicts(tracker.snapshot().history(base), array) == ["unchanged"]
     array[0] = 3.0
-    tracker.snapshot()  # a save of this snapshot failed: nothing forgotten
+    saved(tracker, array, commit=False)  # a save that failed: nothing forgotten
     assert verdicts(tracker.snapshot().history(base), array) == ["written"]
 
 
@@ -187,7 +207,7 @@ def test_a_write_still_counts_after_many_snapshots_whose_saves_failed(
     tracker: page_writes.PageWrites, mappings: Mappings
 ) -> None:
     array, other = mappings.array(), mappings.array()
-    base = base_of(tracker.snapshot(), array, other)
+    base = saved(tracker, array, other)
     array[0] = 1.0
     for _ in range(page_writes.KEPT_SNAPSHOTS + 5):  # no save commits: nothing is forgotten
         tracker.snapshot()
