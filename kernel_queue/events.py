@@ -110,7 +110,7 @@ def status_payload(
         "position": place.position if place else None,
         "queue_length": place.length if place else None,
         "estimated_wait_seconds": round(estimate) if estimate is not None else None,
-        "gpus": spec.gpus,
+        "gpus": spec.total_gpus if isinstance(spec, GroupSpec) else spec.gpus,
         "devices": list(status.devices),
         "preemptions": lifecycle.preemptions,
         "parks": lifecycle.parks,

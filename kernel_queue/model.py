@@ -107,6 +107,12 @@ class GroupSpec:
         """The group's name, the same in every backend: `group_name` of the whole kernel id."""
         return group_name(self.kernel_id)
 
+    @property
+    def total_gpus(self) -> int:
+        """The GPUs the whole kernel holds once admitted: `gpus` on each of its
+        `pod_group_size` pods."""
+        return self.gpus * self.pod_group_size
+
     def needs(self) -> str:
         """What the kernel asks for, as users read it: "1 GPU", "2 GPUs, 4 CPU, 8Gi memory";
         a group of several pods counts the whole group: "2 GPUs: 2 pods of 1 GPU", and without
@@ -117,7 +123,7 @@ class GroupSpec:
             return each
         if not self.gpus:
             return f"{size} pods of {each}" if self.cpu or self.memory else f"{size} pods, no GPU"
-        total = self.gpus * size
+        total = self.total_gpus
         return f"{total} GPU{'' if total == 1 else 's'}: {size} pods of {each}"
 
 
@@ -248,8 +254,9 @@ def group_name(kernel_id: str) -> str:
 class Noted:
     """What the user reads of a kernel that its group's status does not carry. Front ends that
     persist their kernels keep it (`get_provisioner_info`, EG's process info), so a kernel
-    reattached after a restart reads as before: its queue, GPUs and needs, whether it saves
-    checkpoints, and why and since when it is parked."""
+    reattached after a restart reads as before: its queue, GPUs (the whole group's, as the
+    parked sentence and the status event count them) and needs, whether it saves checkpoints,
+    and why and since when it is parked."""
 
     kernel_id: str
     queue: str
@@ -265,7 +272,7 @@ class Noted:
         return cls(
             group.kernel_id,
             group.queue,
-            gpus=group.gpus,
+            gpus=group.total_gpus,
             needs=group.needs(),
             checkpoints=group.checkpoint.enabled,
         )

@@ -114,6 +114,20 @@ def test_a_queued_kernel_says_what_it_needs_and_where_it_waits_as_fields() -> No
     )
 
 
+def test_a_kernel_of_two_pods_counts_the_gpus_of_its_whole_group() -> None:
+    """`gpus` is what the kernel holds once admitted: 1 GPU on each of 2 pods is 2, whether the
+    event is made from the kernel's spec (a failed launch) or from what a front end kept of it
+    (`Noted`, which the parked sentence reads too: '2 GPUs released')."""
+    group = GroupSpec(**{**SPEC.__dict__, "gpus": 1, "pod_group_size": 2})
+    status = GroupStatus(GroupPhase.QUEUED, place=QueuePlace("user-queue", 1, 1))
+    kept = events.status_payload(Noted.of(group), "kubernetes", Lifecycle(), status, "queued")
+    failed = events.failed_payload(group, "kubernetes", RuntimeError("boom"))
+    for data in (kept, failed):
+        SCHEMA.validate(data)
+        assert (data["gpus"], data["needs"]) == (2, "2 GPUs: 2 pods of 1 GPU")
+    assert Noted.of(SPEC).gpus == SPEC.gpus  # one pod: its own
+
+
 def test_a_kernel_that_never_fits_says_what_it_needs_and_what_the_queue_has() -> None:
     spec = GroupSpec(**{**SPEC.__dict__, "gpus": 3, "priority_class": "urgent"})
     error = errors.NeverFits(

@@ -23,6 +23,7 @@ from typing import Any
 
 from kernel_queue_fake_cluster.node import dns
 
+from kernel_queue.server import kernels
 from tests.conftest import KernelspecFactory, Server, skip_unless_ci
 from tests.kube.planes import Plane
 from tests.kube.support import CHECKPOINT, GPU_QUOTA, PVC, kube_spec, wait_clean
@@ -322,6 +323,47 @@ async def test_a_worker_command_that_ends_leaves_its_pod_and_the_group_running(
     now = plane.get("", "pods", "default", worker["metadata"]["name"])
     assert now is not None and now["status"]["phase"] == "Running", now
     assert set(pods_of(plane, kernel)) == {"head", "worker"}
+
+    await server.shutdown(kernel)
+    await wait_clean(server, plane, kernel)
+
+
+async def test_a_parked_group_gives_back_both_pods_and_wakes_whole_with_the_same_names(
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
+) -> None:
+    """Parking a multi-pod kernel stops every pod of it (the group's GPUs go back), and its
+    wake brings the group back whole: new pods under the same names, the head's variables
+    restored beside the group's."""
+    if dns.find_library() is None:
+        skip_unless_ci(f"{dns.LIBRARY} is missing: pods cannot resolve names ({dns.INSTALL})")
+    plane.set_quota("cluster-queue", "default-flavor", {**GPU_QUOTA, "nvidia.com/gpu": 2})
+    plane.apply(PVC)
+    spec = kube_spec(kernelspec, "parks", pod_group_size=2, gpus=1, checkpoint=CHECKPOINT)
+    kernel = await server.start(spec)
+    assert (await server.execute(kernel, "x = 41"))["status"] == "ok"
+    seen = await group_seen(server, kernel)
+    before = pods_of(plane, kernel)
+
+    session = kernels.session_of(server.app.kernel_manager.get_kernel(kernel))
+    assert session is not None
+    await session.park()
+    model = await server.wait_reason(kernel, "GPUs released")
+    assert model["reason"].startswith("parked on request; 2 GPUs released;"), model["reason"]
+    assert pods_of(plane, kernel) == {}  # no pod of the group runs while it is parked
+
+    await session.resume()
+    back = await server.execute(kernel, "x + 1", within=120)
+    assert back["data"] == "42", back
+    again = await group_seen(server, kernel)
+    assert again["env"] == seen["env"]
+    after = pods_of(plane, kernel)
+    assert set(after) == {"head", "worker"}
+    assert again["resolved"] == [
+        after["head"]["status"]["podIP"],
+        after["worker"]["status"]["podIP"],
+    ]
+    for role in ("head", "worker"):
+        assert after[role]["metadata"]["name"] != before[role]["metadata"]["name"]
 
     await server.shutdown(kernel)
     await wait_clean(server, plane, kernel)
