@@ -366,6 +366,9 @@ class Continuous:
                 while data:
                     data = data[os.write(tell_fd, data) :]
             return snapshot.number
+        except Exception as exc:  # the child saves without, hashing; this thread must reap
+            kernel_log.write(f"[kernel-queue checkpoint] no page snapshot for the save: {exc!r}")
+            return None
         finally:
             os.close(tell_fd)
 
