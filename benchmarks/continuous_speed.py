@@ -327,9 +327,10 @@ def per_cell(
         kernel = Kernel(base, f"cells-{index}", checkpoints=True, continuous=True)
         try:
             kernel.run(setup)
-            if not work:  # scaled to a 1 s cell in a kernel (cell code runs slower)
-                work = calibrate()
-                work = int(work / kernel.run(_cell(work)))
+            work = work or calibrate()
+            for _ in range(2):  # scaled to 1 s of the cell thread's CPU in the kernel: not to
+                kernel.run(_cell(work))  # wall time, which this machine's load stretches
+                work = int(work / float(kernel.printed))
             cell = _cell(work)
             kernel.wait_for_cell(kernel.count)
             caches = CACHES if index % 2 == 0 else tuple(reversed(CACHES))
