@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,15 +26,10 @@ from tornado.websocket import websocket_connect
 
 from tests import polling
 from tests.messages import run_cell
+from tests.ports import free_port as _free_port
 
 JUPYTER = str(Path(sys.executable).parent / "jupyter")
 TOKEN = "machine-queue-test"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def kernelspec(name: str, priority_class: str) -> dict[str, Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,12 +26,7 @@ from tests.browser.lab import (
 )
 from tests.cli_support import lab_command
 from tests.polling import until_sync
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.ports import free_port as _free_port
 
 
 @pytest.fixture

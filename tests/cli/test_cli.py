@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -20,6 +19,7 @@ from kernel_queue.cli.status import StatusError
 from tests.cli_support import JUPYTER, kernel_queue, lab_command, stop
 from tests.conftest import KernelspecFactory, Server
 from tests.polling import until_sync
+from tests.ports import free_port as _free_port
 
 KUBE = ["--backend", "kubernetes", "--image", "registry.example/kernel:1", "--queue", "q"]
 
@@ -235,12 +235,6 @@ def test_a_short_id_names_one_kernel_or_says_what_it_matches() -> None:
     assert str(ambiguous.value) == (
         "2 kernels start with '1a2b' (1a2b3c4d-0001, 1a2b3c4d-0002); give more of the kernel's id"
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _get(url: str, token: str, method: str = "GET", body: Any = None) -> Any:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -18,6 +17,7 @@ from typing import Any
 from tests.cli_support import stop
 from tests.conftest import KUEUE_CRDS, KUEUE_DATA, skip_unless_ci
 from tests.polling import until_sync
+from tests.ports import free_port as _free_port
 
 JUPYTER = str(Path(sys.executable).parent / "jupyter")
 TOKEN = "kernel-queue-test-token"
@@ -34,13 +34,6 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
         **extra,
     )
     return env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _api(url: str, method: str = "GET", body: Any = None) -> Any:

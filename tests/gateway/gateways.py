@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,12 +16,6 @@ from tests.kube.support import REPO
 from tests.polling import NeverSaw, until
 
 EG_ENV_SCRIPT = REPO / "scripts" / "enterprise-gateway-env"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def enterprise_gateway_python() -> Path:

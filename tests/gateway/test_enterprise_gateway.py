@@ -22,12 +22,12 @@ from tests.gateway.conftest import REQUEST_TIMEOUT, backend_options, served
 from tests.gateway.gateways import (
     GatewayProcess,
     enterprise_gateway_python,
-    free_port,
     gateway_env,
 )
 from tests.gateway.queueing import gated_kernels, requeued_and_kept_active, uids
 from tests.kube.support import REPO, labelled, ours, wait_clean
 from tests.polling import until
+from tests.ports import free_port
 
 EG_IMAGE = "kernel-queue/eg-kernel"
 """The kernels' image: the fake kubelet runs it with `.venv-eg`'s python."""

@@ -16,10 +16,11 @@ from kernel_queue_fake_cluster.cluster import FakeCluster
 
 from tests.conftest import KernelspecFactory, Server
 from tests.gateway.conftest import REQUEST_TIMEOUT, backend_options, served
-from tests.gateway.gateways import GatewayProcess, free_port, gateway_env
+from tests.gateway.gateways import GatewayProcess, gateway_env
 from tests.gateway.queueing import gated_kernels, position_reads, requeued_and_kept_active
 from tests.kube.support import kube_spec, wait_clean
 from tests.polling import until
+from tests.ports import free_port
 
 KERNEL_GATEWAY = Path(sys.executable).parent / "jupyter-kernelgateway"
 

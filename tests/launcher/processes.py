@@ -8,7 +8,6 @@ import json
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -23,23 +22,12 @@ from jupyter_client.blocking.client import BlockingKernelClient
 
 from kernel_queue.launcher import contract
 from tests.polling import until_sync
+from tests.ports import free_ports
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KEY = "test-key-0123456789abcdef"
 WAIT = 30.0
 """Seconds any single wait may take before the test fails."""
-
-
-def free_ports(count: int = 5) -> list[int]:
-    """Loopback ports that were free a moment ago (bound to port 0, read, closed)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def launcher_env(tmpdir: Path, **extra: str) -> dict[str, str]:

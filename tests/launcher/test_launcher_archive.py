@@ -8,7 +8,6 @@ import base64
 import io
 import re
 import signal
-import socket
 import subprocess
 import sys
 import zipfile
@@ -22,6 +21,7 @@ from kernel_queue.launcher import settings
 from tests.commands import ran
 from tests.kube import images
 from tests.kube_pieces.specs import GROUP, SPEC
+from tests.ports import free_port
 
 ALLOWED = {"ipykernel", "IPython", "traitlets", "zmq", "dill", "numpy", "blake3"}
 """Libraries the archive's own modules may import besides the stdlib and each other: what every
@@ -163,12 +163,6 @@ def test_every_pod_of_a_group_runs_the_delivered_archive_mounted_read_only() -> 
         assert container["command"] == command
         assert container["volumeMounts"] == [mount]
     assert head["spec"]["containers"][0]["args"][0] == "--"  # the kernel's argv is unchanged
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def run_archive(python: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -21,9 +21,9 @@ from tests.gateway.conftest import gateway_client, jp_server_config, served  # n
 from tests.gateway.gateways import (
     GatewayProcess,
     enterprise_gateway_python,
-    free_port,
     gateway_env,
 )
+from tests.ports import free_port
 from tests.recipes import network, rendering
 from tests.recipes.conftest import (
     labelled_in,

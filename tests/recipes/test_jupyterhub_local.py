@@ -25,7 +25,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -45,6 +44,7 @@ from tests import polling
 from tests.conftest import skip_unless_ci
 from tests.leftovers import SESSION_ENV
 from tests.messages import run_cell
+from tests.ports import free_port as _free_port
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -63,12 +63,6 @@ T = TypeVar("T")
 def until(check: Callable[[], Awaitable[T | None]], what: str, **options: Any) -> Awaitable[T]:
     """`polling.until` of an async check, typed (mypy cannot solve its T | Awaitable[T])."""
     return cast("Awaitable[T]", polling.until(cast(Any, check), what, **options))
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _namei(path: Path) -> str:
