@@ -182,11 +182,21 @@ class Kernel:
 
 
 def _files(directory: Path) -> list[Path]:
-    """The files of `directory`'s committed checkpoints (not those of a save in progress)."""
-    if not directory.exists():
+    """The files of `directory`'s committed checkpoints (not of a save in progress, nor of one
+    being deleted: the kernel's saves go on meanwhile)."""
+    found = []
+    try:
+        entries = list(directory.iterdir())
+    except FileNotFoundError:
         return []
-    found = directory.rglob("*")
-    return [p for p in found if p.is_file() and not p.parent.name.endswith(".partial")]
+    for entry in entries:
+        if entry.name.endswith((".partial", ".deleting")):
+            continue
+        try:
+            found += [p for p in entry.iterdir() if p.is_file()] if entry.is_dir() else [entry]
+        except (FileNotFoundError, NotADirectoryError):  # retired meanwhile
+            continue
+    return found
 
 
 def evict(directory: Path) -> None:
