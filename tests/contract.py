@@ -86,13 +86,19 @@ class Followed:
         return seen
 
     async def until(self, check: Callable[[Followed], bool], within: float = 60) -> None:
+        if not await self.reaches(check, within):
+            pytest.fail(f"the group never got there; it went through {self.phases()}")
+
+    async def reaches(self, check: Callable[[Followed], bool], within: float) -> bool:
+        """Whether `check` holds within `within` s (read at each status)."""
         try:
             async with asyncio.timeout(within):
                 while not check(self):
                     self._changed.clear()
                     await self._changed.wait()
         except TimeoutError:
-            pytest.fail(f"the group never got there; it went through {self.phases()}")
+            return False
+        return True
 
     async def running(self, ref: GroupRef) -> None:
         """Wait until the group runs and its kernel answers."""
