@@ -5,16 +5,15 @@ of the namespace for the cost of copying the page tables (a few ms for GBs): the
 copy-on-write image, writes an incremental checkpoint (``checkpoint.save`` with the newest
 committed one as its base, so unchanged arrays are hard links) and ``os._exit``s, while the
 parent runs the next cell at once (as Redis's BGSAVE). `page_writes` scans which pages were
-written just before the fork and, on the reaping thread, just after it (sent to the child
-through a pipe), so the child reads no array no one wrote since its base checkpoint's fork and
-hashes no array it must write anyway (where the kernel has no page tracking it hashes every
-array). One save runs at a time; cells that end meanwhile make one more save once it ends. The
-child never touches ZeroMQ, prints or takes the parent's locks: it resets its signals, writes to
-nothing but the store and pipes, dies with the kernel (``PR_SET_PDEATHSIG``), yields the CPU
-(niceness 19) once the user's code runs again and is killed after ``CHILD_TIMEOUT_SECONDS``; a
-child killed at any moment leaves the previous checkpoint intact (the store's commit protocol).
-Where a GPU context forbids fork (CUDA initialised by torch, cupy, jax), saves pause with one
-note.
+written just before the fork and just after it (sent to the child through a pipe), so the child
+reads no array no one wrote since its base checkpoint's fork and hashes no array it must write
+anyway (where the kernel has no page tracking it hashes every array). One save runs at a time;
+cells that end meanwhile make one more save once it ends. The child never touches ZeroMQ,
+prints or takes the parent's locks: it resets its signals, writes to nothing but the store and
+pipes, dies with the kernel (``PR_SET_PDEATHSIG``), yields the CPU (niceness 19) once the
+user's code runs again and is killed after ``CHILD_TIMEOUT_SECONDS``; a child killed at any
+moment leaves the previous checkpoint intact (the store's commit protocol). Where a GPU context
+forbids fork (CUDA initialised by torch, cupy, jax), saves pause with one note.
 
 On SIGTERM ``settle`` lets a save in flight finish (or kills it when the deadline nears); the
 preemption's own save is then incremental too, and told by a last page scan which arrays changed.
@@ -286,6 +285,9 @@ class Continuous:
                 os.close(read_fd)
                 os.close(tell_fd)
                 _child_main(preemption, write_fd, self._cell, self._base, told_fd)  # no return
+            # here, not on the reaping thread: its hundreds of GIL-releasing scan calls would
+            # each wait out the running cell's switch interval
+            after = self._after_fork()
             self.fork_ms = (time.perf_counter() - started) * 1000  # what the next cell waited
             self.scan_ms = (scanned - started) * 1000
             os.close(write_fd)
@@ -294,7 +296,7 @@ class Continuous:
             self._idle.clear()
         reaper = threading.Thread(
             target=self._reap,
-            args=(pid, read_fd, tell_fd, self._snapshot),
+            args=(pid, read_fd, tell_fd, self._snapshot, after),
             name="kq-reap",
             daemon=True,
         )
@@ -305,11 +307,18 @@ class Continuous:
             os.kill(pid, signal.SIGKILL)
             raise
 
-    def _reap(self, pid: int, read_fd: int, tell_fd: int, snapshot: int) -> None:
-        """Thread: tell the child the page snapshot just after its fork, read its record, reap
-        it, start the coalesced save if one is due (`snapshot`: the one just before the fork)."""
+    def _reap(
+        self,
+        pid: int,
+        read_fd: int,
+        tell_fd: int,
+        snapshot: int,
+        after: page_writes.Snapshot | None,
+    ) -> None:
+        """Thread: tell the child the page snapshot `after` its fork, read its record, reap it,
+        start the coalesced save if one is due (`snapshot`: the number of the one before)."""
         data, deadline = b"", time.monotonic() + CHILD_TIMEOUT_SECONDS
-        after = self._tell(tell_fd)
+        self._tell(tell_fd, after)
         try:
             while len(data) < RESULT_LIMIT:
                 ready, _, _ = select.select(
@@ -335,8 +344,8 @@ class Continuous:
             found = record.get("digests") or []
             self._trusted = (self._forked_at, {int(i): (int(n), str(d)) for i, n, d in found})
             if self._pages is not None and after is not None:
-                self._base = _base(record, snapshot, after)
-                self._pages.forget(after)
+                self._base = _base(record, snapshot, after.number)
+                self._pages.forget(after.number)
         self.last = record
         summary, forked = record["summary"], f"forked in {self.fork_ms:.1f} ms"
         if self._pages is not None:
@@ -353,22 +362,27 @@ class Continuous:
             with contextlib.suppress(Exception):
                 kernel.io_loop.add_callback(self._coalesced)
 
-    def _tell(self, tell_fd: int) -> int | None:
-        """Send the child the page snapshot taken now, just after its fork (so whatever a
-        thread wrote around the fork reads as written); its number, None without tracking."""
+    def _after_fork(self) -> page_writes.Snapshot | None:
+        """Main thread, just after the fork: the page snapshot the child gets (whatever a thread
+        wrote around the fork reads as written to it); None without tracking, or on failure."""
+        pages = self._pages
+        if pages is None:
+            return None
         try:
-            pages = self._pages
-            if pages is None:
-                return None
-            snapshot = pages.snapshot()
-            data = pickle.dumps(snapshot, pickle.HIGHEST_PROTOCOL)
-            with contextlib.suppress(OSError):  # the child died: it needs nothing
-                while data:
-                    data = data[os.write(tell_fd, data) :]
-            return snapshot.number
-        except Exception as exc:  # the child saves without, hashing; this thread must reap
+            return pages.snapshot()
+        except Exception as exc:  # the child saves without, hashing
             kernel_log.write(f"[kernel-queue checkpoint] no page snapshot for the save: {exc!r}")
             return None
+
+    @staticmethod
+    def _tell(tell_fd: int, after: page_writes.Snapshot | None) -> None:
+        """Send the child the snapshot taken just after its fork (end of file: none)."""
+        try:
+            if after is not None:
+                data = pickle.dumps(after, pickle.HIGHEST_PROTOCOL)
+                with contextlib.suppress(OSError):  # the child died: it needs nothing
+                    while data:
+                        data = data[os.write(tell_fd, data) :]
         finally:
             os.close(tell_fd)
 

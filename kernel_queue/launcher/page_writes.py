@@ -122,13 +122,19 @@ class PageWrites:
             self._number += 1
             written: list[tuple[int, int]] = []
             kept = []
-            for start, end, since in self._tracked:
-                found = self._scan(start, end)
-                if found is None:  # a mapping there is not ours any more: forget the range
-                    self._control(UFFDIO_UNREGISTER, start, end)
+            for run in _runs(self._tracked):  # adjacent ranges in one call
+                found = self._scan(run[0][0], run[-1][1])
+                if found is not None:
+                    written.extend(found)
+                    kept.extend(run)
                     continue
-                written.extend(found)
-                kept.append((start, end, since))
+                for start, end, since in run:  # which range is it
+                    found = self._scan(start, end)
+                    if found is None:  # a mapping there is not ours any more: forget the range
+                        self._control(UFFDIO_UNREGISTER, start, end)
+                        continue
+                    written.extend(found)
+                    kept.append((start, end, since))
             self._tracked = kept
             if register:
                 self._register(self._number)
@@ -292,6 +298,17 @@ def _state_of(
         return UNCHANGED
 
     return state
+
+
+def _runs(tracked: list[tuple[int, int, int]]) -> list[list[tuple[int, int, int]]]:
+    """`tracked` (sorted, disjoint) grouped into runs of ranges that touch."""
+    runs: list[list[tuple[int, int, int]]] = []
+    for entry in tracked:
+        if runs and runs[-1][-1][1] == entry[0]:
+            runs[-1].append(entry)
+        else:
+            runs.append([entry])
+    return runs
 
 
 def _uncovered(
