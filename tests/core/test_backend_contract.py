@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from kernel_queue import backends, heartbeat
+from kernel_queue.machine.client import user_socket_path
 from kernel_queue.model import GroupPhase, GroupRef, StopCause
+from tests import leftovers
 from tests.contract import ENDED, Contract, client_of, submitted
 from tests.kube.conftest import cluster, cluster_options  # noqa: F401 - shared fixtures
 from tests.kube.support import OWNER, SERVER_TOKEN
@@ -42,6 +44,16 @@ def contract(
         tested = Contract(backend, "user-queue", image="kernel-queue/test-kernel")
     yield tested
     jp_asyncio_loop.run_until_complete(tested.aclose())
+
+
+def test_a_local_backend_outside_a_server_queues_in_its_workers_own_runtime_dir() -> None:
+    """The local contract runs without pytest-jupyter's private Jupyter dirs: its queue service
+    lives in the runtime dir the suite gives each xdist worker. In the user's own runtime dir two
+    workers' kernels met in one queue (a waiting kernel was told place 2 of 2) and the user's
+    queue log grew with the tests' kernels."""
+    socket = user_socket_path()
+    assert socket.is_relative_to(leftovers.files_root()), socket
+    assert not socket.is_relative_to(Path.home()), socket
 
 
 async def test_a_kernel_runs_restarts_in_place_is_reattached_and_released(
