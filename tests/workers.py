@@ -6,7 +6,8 @@ of one unit one after another on one plane it starts once (`tests.kube.planes.Re
 release takes free ports, so its tests are split by module into `SHARES` units of about the same
 number of tests, which run at once on planes of their own (one unit held them all, 125 tests on
 one worker: the suite's longest line). A `*_real_plane.py` module runs on the newest release and
-is a unit of its own. The scheduler hands out the largest unit first, so these long units start
+is a unit of its own, and so is a module whose tests share a module-scoped fixture
+(`SHARED_SET_UP`). The scheduler hands out the largest unit first, so these long units start
 at once.
 
 At the end of a parallel run the controller prints, for each worker, how many tests it ran,
@@ -31,6 +32,20 @@ FIXED_PORTS = ("0.14",)
 """Releases of which two planes cannot run at once on one machine (a fixed port)."""
 SHARES = 2
 """Units the tests of any other release are split into, each on a plane of its own."""
+SHARED_SET_UP = (
+    "tests/checkpoint/test_restore_corpus.py",
+    "tests/recipes/test_base.py",
+    "tests/recipes/test_enterprise_gateway_recipe.py",
+    "tests/recipes/test_jupyterhub.py",
+    "tests/recipes/test_kubeflow.py",
+    "packages/fake-cluster/tests/test_conversion.py",
+    "packages/fake-cluster/tests/test_kubectl_surfaces.py",
+    "packages/fake-cluster/tests/test_schema.py",
+)
+"""Modules whose tests share a module-scoped fixture (a corpus run, a cluster with a recipe
+applied): each is one unit, so its set-up runs once, not once on every worker that gets one of
+its tests (the restore corpus's 14-36 s ran on two workers). `pytest_collection_modifyitems`
+fails a run where a module with such a fixture is missing here."""
 
 
 def on_real_plane(nodeid: str) -> bool:
@@ -47,6 +62,14 @@ def real_plane_unit(nodeid: str) -> str | None:
         return f"{REAL_PLANE_UNIT}-{module}"
     found = _RELEASE.search(rest.partition("[")[2])
     return f"{REAL_PLANE_UNIT}-{found.group(1)}" if found else None
+
+
+def unit(nodeid: str, shared: dict[str, str]) -> str:
+    """The unit of work of a test, given the real plane's `shares`: its real plane's (share),
+    its module for a module in `SHARED_SET_UP`, else the test alone."""
+    module = nodeid.partition("::")[0]
+    found = shared.get(nodeid) or real_plane_unit(nodeid)
+    return found or (module if module in SHARED_SET_UP else nodeid)
 
 
 def shares(nodeids: Iterable[str], count: int = SHARES) -> dict[str, str]:
@@ -76,22 +99,30 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class RealPlanesTogether(LoadScopeScheduling):  # type: ignore[misc]
         """Each test its own unit of work, but those on one real plane one unit (a release
-        without fixed ports: `SHARES` units)."""
+        without fixed ports: `SHARES` units), and those of a module in `SHARED_SET_UP`."""
 
         _shares: dict[str, str] | None = None
 
         def _split_scope(self, nodeid: str) -> str:
             if self._shares is None:
                 self._shares = shares(self.collection)
-            return self._shares.get(nodeid) or real_plane_unit(nodeid) or nodeid
+            return unit(nodeid, self._shares)
 
     return RealPlanesTogether(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that starts a real plane must say so in its id (`on_real_plane`), or it would run
-    on any worker, beside another's plane."""
+    on any worker, beside another's plane; a module whose tests share a module-scoped fixture
+    must be in `SHARED_SET_UP`."""
     for item in items:
+        module = item.nodeid.partition("::")[0]
+        shared = sorted(name for name, scope in _scopes(item) if scope in ("module", "package"))
+        if shared and module not in SHARED_SET_UP and not on_real_plane(item.nodeid):
+            raise pytest.UsageError(
+                f"{item.nodeid} uses the module-scoped fixture(s) {', '.join(shared)}: add "
+                f"{module} to SHARED_SET_UP in tests/workers.py, so its set-up runs once"
+            )
         callspec = getattr(item, "callspec", None)
         plane = callspec.params.get("plane") if callspec else None
         real = "real_planes" in getattr(item, "fixturenames", ()) or (plane and plane[0] == "real")
@@ -100,6 +131,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 f"{item.nodeid} uses the real control plane but its id does not say so: name "
                 "its module *_real_plane.py or its `plane` parameter real-<release>"
             )
+
+
+def _scopes(item: pytest.Item) -> list[tuple[str, str]]:
+    """(name, scope) of each fixture the test uses."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    return [(name, defs[-1].scope) for name, defs in info.name2fixturedefs.items() if defs]
 
 
 @dataclass

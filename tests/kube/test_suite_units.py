@@ -1,10 +1,11 @@
 """How the suite deals the real plane's tests to its workers (`tests/workers.py`): Kueue 0.14's
 tests stay one unit (its visibility server's fixed port), a later release's modules are dealt to
-`SHARES` units of about the same size, each test of a module in the same unit."""
+`SHARES` units of about the same size, each test of a module in the same unit; a module whose
+tests share a set-up is one unit."""
 
 from __future__ import annotations
 
-from tests.workers import SHARES, real_plane_unit, shares
+from tests.workers import SHARED_SET_UP, SHARES, real_plane_unit, shares, unit
 
 IDS = [
     *(f"tests/kube/test_a.py::t{i}[real-0.19-x]" for i in range(5)),
@@ -37,3 +38,15 @@ def test_a_release_without_fixed_ports_is_dealt_by_module_to_units_of_about_one_
 def test_three_units_take_the_three_modules_one_each() -> None:
     found = shares(IDS, count=3)
     assert sorted(set(found.values())) == [f"real-control-plane-0.19-{i}" for i in (1, 2, 3)]
+
+
+def test_a_module_with_a_shared_set_up_is_one_unit_and_other_tests_their_own() -> None:
+    corpus = "tests/checkpoint/test_restore_corpus.py"
+    assert corpus in SHARED_SET_UP
+    found = shares(IDS)
+    assert {unit(f"{corpus}::t[{case}]", found) for case in ("a", "b")} == {corpus}
+    assert unit("tests/core/test_e.py::t0", found) == "tests/core/test_e.py::t0"
+    assert unit("tests/kube/test_a.py::t0[real-0.19-x]", found) == "real-control-plane-0.19-1"
+    assert unit("tests/recipes/test_recipes_real_plane.py::t0", found) == (
+        "real-control-plane-tests/recipes/test_recipes_real_plane.py"
+    )
