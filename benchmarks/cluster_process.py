@@ -1,8 +1,11 @@
-"""The server's end of a fake cluster run in a child process by a benchmark.
+"""The clusters a benchmark's kernels run on, outside the benchmark's process.
 
-The benchmark script runs itself with `--serve-cluster ROOT`: that child starts the cluster,
-prints its kubeconfig path, then answers each line on its stdin with one line (JSON by each
-script's convention) and stops at the end of its input. Here: start it, ask it, stop it.
+The fake cluster: the benchmark script runs itself with `--serve-cluster ROOT`: that child
+starts the cluster, prints its kubeconfig path, then answers each line on its stdin with one
+line (JSON by each script's convention) and stops at the end of its input. `ClusterProcess`
+starts it, asks it, stops it; `serve_fake_cluster` is such a child for a script that needs
+nothing but the cluster. The real control plane (`RealPlane`): kube-apiserver, etcd, Kueue and
+the node agent, each a process of its own.
 """
 
 from __future__ import annotations
@@ -11,9 +14,13 @@ import asyncio
 import collections
 import json
 import sys
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+REPO = Path(__file__).resolve().parent.parent
+KUEUE = "kueue.x-k8s.io"
 STOP_WITHIN = 30.0
 """Seconds the child has to stop after its input ends, before it is killed."""
 
@@ -68,3 +75,109 @@ class ClusterProcess:
     def _stdout(self) -> asyncio.StreamReader:
         assert self.proc is not None and self.proc.stdout is not None
         return self.proc.stdout
+
+
+async def serve_fake_cluster(root: str, quota: Mapping[str, str | int]) -> None:
+    """The child's part for a script that asks nothing of the cluster but to serve: a
+    `FakeCluster` (Kueue admitting at once, its kubelet running the pods here) with `quota` in
+    `setup_queues`; prints its kubeconfig (the admin's, as the fake's tests use), then answers
+    each line with its request counts as `ClusterProcess.stats` reads them; stops at the end of
+    its input."""
+    from kernel_queue_fake_cluster.cluster import FakeCluster
+
+    cluster = FakeCluster(root_dir=root)
+    await cluster.start()
+    try:
+        cluster.setup_queues(quota=dict(quota))
+        print(cluster.kubeconfig, flush=True)
+        loop = asyncio.get_running_loop()
+        while await loop.run_in_executor(None, sys.stdin.readline):
+            requests = [[*key, n] for key, n in cluster.stats.requests.items()]
+            print(json.dumps({"requests": requests, "time": time.monotonic()}), flush=True)
+    finally:
+        await cluster.stop()
+
+
+def queues(quota: Mapping[str, str | int]) -> list[dict[str, Any]]:
+    """ResourceFlavor `default-flavor`, ClusterQueue `cluster-queue` with `quota` and LocalQueue
+    `user-queue` in namespace default, at Kueue's v1beta2 (Kueue 0.19's)."""
+
+    def kueue(kind: str, meta: dict[str, Any], **body: Any) -> dict[str, Any]:
+        return {"apiVersion": f"{KUEUE}/v1beta2", "kind": kind, "metadata": meta, **body}
+
+    resources = [{"name": name, "nominalQuota": amount} for name, amount in quota.items()]
+    spec = {
+        "namespaceSelector": {},
+        "resourceGroups": [
+            {
+                "coveredResources": list(quota),
+                "flavors": [{"name": "default-flavor", "resources": resources}],
+            }
+        ],
+    }
+    return [
+        kueue("ResourceFlavor", {"name": "default-flavor"}),
+        kueue("ClusterQueue", {"name": "cluster-queue"}, spec=spec),
+        kueue(
+            "LocalQueue",
+            {"name": "user-queue", "namespace": "default"},
+            spec={"clusterQueue": "cluster-queue"},
+        ),
+    ]
+
+
+class RealPlane:
+    """The real control plane (`kernel_queue_fake_cluster.control_plane`): kube-apiserver, etcd,
+    kube-scheduler, kube-controller-manager, Kueue 0.19 and the node agent, which runs each pod
+    as a process here with the image's `image_paths` directory first on its PATH. The server
+    authenticates as etc/kubernetes/rbac.yaml's service account `kernel-queue` of namespace
+    default, straight to the API server (`control.kubeconfig_for`)."""
+
+    def __init__(self) -> None:
+        self.control: Any = None
+        self.token = ""
+
+    @staticmethod
+    def missing() -> str | None:
+        """Words saying the plane is not built and how to build it; None when it is built."""
+        from kernel_queue_fake_cluster.control_plane import build
+
+        if build.built() is not None:
+            return None
+        return (
+            "the real control plane is not built (`python -m kernel_queue_fake_cluster."
+            "control_plane built` exits 1): build it with `scripts/control-plane build` (about "
+            "17 min the first time)"
+        )
+
+    async def start(
+        self,
+        root: Path,
+        *,
+        node: Any = None,
+        queues: list[dict[str, Any]] | None = None,
+        label_keys_to_copy: tuple[str, ...] = (),
+    ) -> str:
+        """Start the plane under `root` with `node` (a `NodeSpec`), apply RBAC and `queues`;
+        the server's kubeconfig path."""
+        import yaml
+        from kernel_queue_fake_cluster.control_plane.plane import ControlPlane
+
+        plane = ControlPlane(
+            kueue="0.19", root=root / "plane", node=node, label_keys_to_copy=label_keys_to_copy
+        )
+        self.control = await asyncio.to_thread(plane.start)
+        admin = self.control.admin
+        rbac = (REPO / "etc" / "kubernetes" / "rbac.yaml").read_text()
+        await asyncio.to_thread(admin.apply, [d for d in yaml.safe_load_all(rbac) if d])
+        if queues:
+            await asyncio.to_thread(admin.apply, queues)
+        self.token = await asyncio.to_thread(
+            self.control.service_account_token, "default", "kernel-queue"
+        )
+        return str(self.control.kubeconfig_for(self.token, name="server-kubeconfig"))
+
+    async def stop(self) -> None:
+        if self.control is not None:
+            await asyncio.to_thread(self.control.stop)
+            self.control = None

@@ -82,7 +82,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from cluster_process import ClusterProcess  # benchmarks/, beside this script
+from cluster_process import ClusterProcess, RealPlane, queues  # benchmarks/, beside this
 
 NAMESPACE, QUEUE = "default", "user-queue"
 IMAGE = "fleet.example/stand-in-kernel:1"
@@ -217,6 +217,7 @@ class RealCluster:
     and `apiserver_longrunning_requests` (open watches of pods and Workloads, theirs too)."""
 
     def __init__(self) -> None:
+        self.plane = RealPlane()
         self.control: Any = None
         self.proxy: Any = None
         self.peak = 0
@@ -225,7 +226,7 @@ class RealCluster:
     async def start(self, root: Path) -> str:
         import yaml
         from kernel_queue_fake_cluster.control_plane.fault_proxy import FaultProxy
-        from kernel_queue_fake_cluster.control_plane.plane import ControlPlane, NodeSpec
+        from kernel_queue_fake_cluster.control_plane.plane import NodeSpec
 
         stand_in = root / "stand-in-kernel" / "bin"
         stand_in.mkdir(parents=True)
@@ -233,23 +234,16 @@ class RealCluster:
         (stand_in / "python").chmod(0o755)
         node = NodeSpec(cpu="1000", memory="4000Gi", image_paths={IMAGE: str(stand_in)})
         copied = () if os.environ.get(UNCOPIED_ENV) else ("kernel-queue.dev/owner",)
-        plane = ControlPlane(
-            kueue="0.19", root=root / "plane", node=node, label_keys_to_copy=copied
-        )
-        self.control = await asyncio.to_thread(plane.start)
-        admin = self.control.admin
-        rbac = (Path(__file__).parent.parent / "etc" / "kubernetes" / "rbac.yaml").read_text()
-        await asyncio.to_thread(admin.apply, [d for d in yaml.safe_load_all(rbac) if d])
-        await asyncio.to_thread(admin.apply, queues())
-        token = await asyncio.to_thread(
-            self.control.service_account_token, NAMESPACE, "kernel-queue"
-        )
+        # the fleet's ClusterQueue: quota for every kernel
+        fleet_queues = queues({"cpu": 100_000, "memory": "100Ti", "nvidia.com/gpu": 1})
+        await self.plane.start(root, node=node, queues=fleet_queues, label_keys_to_copy=copied)
+        self.control = self.plane.control
         self.proxy = await FaultProxy(self.control.url, self.control.pki.ca.cert).start()
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "real", "cluster": {"server": self.proxy.url}}],
-            "users": [{"name": "server", "user": {"token": token}}],
+            "users": [{"name": "server", "user": {"token": self.plane.token}}],
             "contexts": [
                 {"name": "real", "context": {"cluster": "real", "user": "server"}},
             ],
@@ -304,8 +298,7 @@ class RealCluster:
     async def stop(self) -> None:
         if self.proxy is not None:
             await self.proxy.stop()
-        if self.control is not None:
-            await asyncio.to_thread(self.control.stop)
+        await self.plane.stop()
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -330,34 +323,6 @@ def metric_values(text: str) -> dict[str, dict[Any, float]]:
 class _Labels(dict[str, str]):
     def __hash__(self) -> int:  # type: ignore[override]
         return hash(tuple(sorted(self.items())))
-
-
-def queues() -> list[dict[str, Any]]:
-    """The fleet's ResourceFlavor, ClusterQueue (quota for every kernel) and LocalQueue."""
-
-    def kueue(kind: str, meta: dict[str, Any], **body: Any) -> dict[str, Any]:
-        return {"apiVersion": f"{KUEUE}/v1beta2", "kind": kind, "metadata": meta, **body}
-
-    quota = {"cpu": 100_000, "memory": "100Ti", "nvidia.com/gpu": 1}
-    resources = [{"name": name, "nominalQuota": amount} for name, amount in quota.items()]
-    spec = {
-        "namespaceSelector": {},
-        "resourceGroups": [
-            {
-                "coveredResources": list(quota),
-                "flavors": [{"name": "default-flavor", "resources": resources}],
-            }
-        ],
-    }
-    return [
-        kueue("ResourceFlavor", {"name": "default-flavor"}),
-        kueue("ClusterQueue", {"name": "cluster-queue"}, spec=spec),
-        kueue(
-            "LocalQueue",
-            {"name": QUEUE, "namespace": NAMESPACE},
-            spec={"clusterQueue": "cluster-queue"},
-        ),
-    ]
 
 
 # -- a worker process: some of the fleet's servers, driven by JSON lines on stdin ---------------

@@ -1,19 +1,31 @@
 """Start-to-ready of a queued kernel vs jupyter_client's local provisioner, side by side.
 
-Kinds run alternately in one process; each kind's min/median/max and its ratio of medians to the
+Kinds run alternately, run by run; each kind's min/median/max and its ratio of medians to the
 plain kernel are printed beside the project's "launch overhead" targets (local backend <= 1.05 x
-plain, kubernetes on the fake cluster <= 1.10 x plain). "queued" is the local backend with a
-pretend GPU; "kubernetes" is the kubernetes backend on the fake cluster with instant admission
-(the pod's kernel runs on this machine, reached through its Service, from the launcher archive;
-the fake reads Kueue's CRDs from $KERNEL_QUEUE_FAKE_CLUSTER_CRDS, which scripts/env sets).
+plain, kubernetes <= 1.10 x plain). "queued" is the local backend with a pretend GPU. The
+kubernetes kinds are the kubernetes backend on a cluster outside this process, as a Jupyter
+server meets its API server in production (never in its own process), with instant admission
+(quota: 8 CPU, 32Gi, 8 GPUs):
+- "kubernetes (fake cluster)" (`--plane fake`, the default): the fake cluster in a child process
+  (this script run with `--serve-cluster`, through `cluster_process.ClusterProcess`): its API
+  server, Kueue and kubelet on their own loop and CPU. The pod's kernel runs on this machine,
+  reached through its Service, from the launcher archive. The fake reads Kueue's CRDs from
+  $KERNEL_QUEUE_FAKE_CLUSTER_CRDS, which scripts/env sets.
+- "kubernetes (real plane)" (`--plane real`): the real control plane
+  (`cluster_process.RealPlane`: kube-apiserver, etcd, kube-scheduler, kube-controller-manager,
+  Kueue 0.19 and the node agent, each a process of its own; `scripts/control-plane build` first,
+  else this plane is skipped, saying so). The server authenticates as etc/kubernetes/rbac.yaml's
+  service account; the node agent runs the pod's launcher archive with this environment's
+  python (the kernelspec's image mapped to its bin dir), as the fake's kubelet does.
+`--plane both` runs both, each a kind of its own with its own backend; `--no-kubernetes` neither.
 kernel_queue's bytecode is written first, as pip writes it at install: under
 PYTHONDONTWRITEBYTECODE the local backend's launcher and kernel would otherwise compile an edited
 checkout's modules from source at every launch, which the plain kernel's installed ipykernel never
-does (the fake cluster's pods run the launcher archive, which carries its own bytecode).
+does (the clusters' pods run the launcher archive, which carries its own bytecode).
 For the queued kinds it also prints where the time went, from the provisioner's status events:
 start to admitted, admitted to running (the launcher's kernel has bound its ports; on Kubernetes
 the pod is Ready), running to the first kernel_info reply.
-Usage: python benchmarks/launch_overhead.py [--runs 7] [--no-kubernetes]
+Usage: python benchmarks/launch_overhead.py [--runs 7] [--plane fake|real|both] [--no-kubernetes]
 """
 
 from __future__ import annotations
@@ -28,6 +40,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+from cluster_process import ClusterProcess, RealPlane, queues, serve_fake_cluster  # benchmarks/
 
 import kernel_queue
 from kernel_queue.cli.install import kernel_json
@@ -49,24 +64,30 @@ QUEUED = {
         }
     },
 }
-
-
+IMAGE = "any"
+"""The kubernetes kernel's image: on the real plane's node, this environment's bin dir."""
 KUBE = kernel_json(
-    display_name="kubernetes", backend="kubernetes", queue="user-queue", gpus=1, image="any"
+    display_name="kubernetes", backend="kubernetes", queue="user-queue", gpus=1, image=IMAGE
 )
+QUOTA: dict[str, str | int] = {"cpu": 8, "memory": "32Gi", "nvidia.com/gpu": 8}
+"""Both planes' ClusterQueue quota: each kernel is admitted at once."""
+KERNELS = {"plain": "plain", "queued": "queued", "fake": "kubernetes", "real": "kubernetes"}
+"""Kind -> its kernelspec's name."""
 
 
 PHASES = ("admitted", "running", "ready")
-"""The queued kinds' phases, each from the previous (the first from the start): the queue's
-admission, the launcher's report that its kernel runs (on Kubernetes: its pod Ready), and the
-kernel's first kernel_info reply."""
+"""The queued kinds' phases, each from the previous one seen (the first from the start): the
+queue's admission, the launcher's report that its kernel runs (on Kubernetes: its pod Ready),
+and the kernel's first kernel_info reply. A phase whose event did not come is reported so, its
+time counted in the next phase's."""
 
 
 async def start_to_ready(
-    name: str, config: object = None, phases: dict[str, list[float]] | None = None
+    name: str, parent: Any = None, phases: dict[str, list[float]] | None = None
 ) -> float:
     """One start of kernel `name` to its kernel_info reply; where `phases` is given, the time
-    of each of `PHASES` is added to it, read from the provisioner's status events."""
+    of each of `PHASES` is added to it, read from the provisioner's status events. `parent`
+    (as the server's multi-kernel manager is) carries the config and owns the backend."""
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_events import EventLogger
 
@@ -80,7 +101,7 @@ async def start_to_ready(
         seen.setdefault(str(data["state"]), time.perf_counter())  # jupyter_events: keywords
 
     event_logger.add_listener(schema_id=events.SCHEMA_ID, listener=heard)
-    km = AsyncKernelManager(kernel_name=name, config=config)
+    km = AsyncKernelManager(kernel_name=name, parent=parent)
     km.event_logger = event_logger  # what jupyter_server's kernel manager has, and our events go to
     started = time.perf_counter()
     await km.start_kernel()
@@ -96,45 +117,60 @@ async def start_to_ready(
         seen["ready"] = ready
         previous = started
         for phase in PHASES:
-            at = seen.get(phase, previous)
-            phases.setdefault(phase, []).append(at - previous)
-            previous = at
+            if phase in seen:
+                phases.setdefault(phase, []).append(seen[phase] - previous)
+                previous = seen[phase]
     return ready - started
 
 
-async def main(runs: int, kubernetes: bool) -> None:
-    from traitlets.config import Config
+def owner(kubeconfig: str) -> Any:
+    """What a kind's kernel managers hang from: its config (the plane's kubeconfig) and the
+    owner of its own kubernetes backend, as a server's multi-kernel manager is (kernel managers
+    without one would share one backend per event loop, the first plane's)."""
+    from traitlets.config import Config, LoggingConfigurable
+
+    return LoggingConfigurable(config=Config({"KubernetesBackend": {"kubeconfig": kubeconfig}}))
+
+
+async def main(runs: int, planes: list[str], root: Path) -> None:
+    from kernel_queue import backends
 
     times: dict[str, list[float]] = {"plain": [], "queued": []}
-    phases: dict[str, dict[str, list[float]]] = {"queued": {}, "kubernetes": {}}
-    config = None
-    if kubernetes:
-        from kernel_queue_fake_cluster.cluster import FakeCluster
-
-        cluster = FakeCluster()
-        await cluster.start()
-        cluster.setup_queues(quota={"cpu": 8, "memory": "32Gi", "nvidia.com/gpu": 8})
-        config = Config({"KubernetesBackend": {"kubeconfig": str(cluster.kubeconfig)}})
-        times["kubernetes"] = []
+    phases: dict[str, dict[str, list[float]]] = {"queued": {}}
+    parents: dict[str, Any] = {}
+    fake, real = ClusterProcess(__file__), RealPlane()
     try:
-        for _ in range(runs):
-            for name in times:
-                times[name].append(await start_to_ready(name, config, phases.get(name)))
-    finally:
-        from kernel_queue import backends
+        if "fake" in planes:
+            parents["fake"] = owner(await fake.start(root / "cluster"))
+        if "real" in planes:
+            from kernel_queue_fake_cluster.control_plane.plane import NodeSpec
 
+            # the pod's `python` is this environment's, as the fake's kubelet runs it
+            node = NodeSpec(gpus=8, image_paths={IMAGE: str(Path(sys.executable).parent)})
+            parents["real"] = owner(await real.start(root, node=node, queues=queues(QUOTA)))
+        for kind in parents:
+            times[kind], phases[kind] = [], {}
+        for _ in range(runs):
+            for kind in times:
+                times[kind].append(
+                    await start_to_ready(KERNELS[kind], parents.get(kind), phases.get(kind))
+                )
+    finally:
         await backends.aclose_all(asyncio.get_running_loop())
-        if kubernetes:
-            await cluster.stop()
+        for parent in parents.values():
+            await backends.aclose_all(parent)
+        await fake.stop()
+        await real.stop()
     report(times, phases)
 
 
 LABELS = {
     "plain": "plain (LocalProvisioner)",
     "queued": "queued (local backend)",
-    "kubernetes": "kubernetes (fake cluster)",
+    "fake": "kubernetes (fake cluster)",
+    "real": "kubernetes (real plane)",
 }
-TARGETS = {"queued": 1.05, "kubernetes": 1.10}
+TARGETS = {"queued": 1.05, "fake": 1.10, "real": 1.10}
 """The most a kind's median start-to-ready may be, as a multiple of the plain kernel's."""
 
 
@@ -143,6 +179,10 @@ def report(times: dict[str, list[float]], phases: dict[str, dict[str, list[float
     queued kind's time went (the median of each phase)."""
     plain = statistics.median(times["plain"])
     print(f"start-to-ready, {len(times['plain'])} runs per kind (min / median / max)")
+    where = {"fake": "the fake cluster in a child process", "real": "the real control plane"}
+    clusters = [where[kind] for kind in where if kind in times]
+    if clusters:
+        print(f"kubernetes on {' and on '.join(clusters)}")
     for name, samples in times.items():
         median = statistics.median(samples)
         spread = "/".join(f"{value * 1000:.0f}" for value in (min(samples), median, max(samples)))
@@ -152,15 +192,40 @@ def report(times: dict[str, list[float]], phases: dict[str, dict[str, list[float
         print(line)
     for name, spent in phases.items():
         if spent:
-            parts = ", ".join(f"{p} +{statistics.median(spent[p]) * 1000:.0f}" for p in PHASES)
+            parts = ", ".join(phase_text(spent.get(p, []), len(times[name]), p) for p in PHASES)
             print(f"  {LABELS[name]} phases (median ms): {parts}")
+
+
+def phase_text(samples: list[float], runs: int, phase: str) -> str:
+    """A phase's median, and in how many runs its event came if not in every one."""
+    if not samples:
+        return f"{phase} (no event)"
+    text = f"{phase} +{statistics.median(samples) * 1000:.0f}"
+    return text if len(samples) == runs else f"{text} (in {len(samples)} of {runs} runs)"
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--no-kubernetes", action="store_true", help="skip the fake cluster")
+    parser.add_argument(
+        "--plane",
+        choices=["fake", "real", "both"],
+        default="fake",
+        help="the kubernetes kind's cluster: the fake one (in a child process), the real "
+        "control plane, or both (each a kind of its own)",
+    )
+    parser.add_argument("--no-kubernetes", action="store_true", help="no kubernetes kind")
+    parser.add_argument("--serve-cluster", metavar="ROOT", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_cluster:
+        asyncio.run(serve_fake_cluster(args.serve_cluster, QUOTA))
+        sys.exit()
+    planes = (
+        [] if args.no_kubernetes else ["fake", "real"] if args.plane == "both" else [args.plane]
+    )
+    if "real" in planes and (missing := RealPlane.missing()) is not None:
+        print(f"Skipping the real plane: {missing}.", flush=True)
+        planes.remove("real")
     compileall.compile_dir(Path(kernel_queue.__file__).parent, quiet=1)
     with tempfile.TemporaryDirectory() as data:
         for spec in (PLAIN, QUEUED, KUBE):
@@ -170,4 +235,4 @@ if __name__ == "__main__":
         os.environ["JUPYTER_PATH"] = data
         os.environ["KERNEL_QUEUE_PRETEND_GPUS"] = "1"
         os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        asyncio.run(main(args.runs, not args.no_kubernetes))
+        asyncio.run(main(args.runs, planes, Path(data)))
