@@ -331,8 +331,8 @@ class _Labels(dict[str, str]):
 class Server:
     """One server of the fleet: its backend and what its informers received."""
 
-    def __init__(self, backend: Any, owner: str) -> None:
-        self.backend, self.owner = backend, owner
+    def __init__(self, backend: Any, owner: str, index: int) -> None:
+        self.backend, self.owner, self.index = backend, owner, index
         self.refs: list[Any] = []
         self.groups: set[str] = set()  # every group this server ever made
         self.events = self.own_events = 0
@@ -413,7 +413,7 @@ async def worker() -> None:
                 backend = KubernetesBackend(
                     kubeconfig=order["kubeconfig"], owner_id=owner, namespace=NAMESPACE
                 )
-                servers.append(Server(backend, owner))
+                servers.append(Server(backend, owner, i))
             # As a first kernel would: `submit` starts the namespace's informers this way.
             await asyncio.gather(*(s.backend._watch_namespace(NAMESPACE) for s in servers))
             for s in servers:
@@ -423,12 +423,17 @@ async def worker() -> None:
             answer(rss_kib=rss_kib() - rss_base)
         elif what == "submit":
 
-            async def submit(s: Server, kernels: int) -> None:
+            async def submit(s: Server, kernels: int, after: float) -> None:
+                await asyncio.sleep(after)
                 specs = [group_spec(s.owner) for _ in range(kernels)]
                 s.groups.update(spec.name for spec in specs)
                 s.refs += await asyncio.gather(*(s.backend.submit(spec) for spec in specs))
 
-            await asyncio.gather(*(submit(s, order["kernels"]) for s in servers))
+            # Server i of n submits i/n of the way into the stagger window (0: all at once).
+            window, n = order["stagger"], order["of"]
+            await asyncio.gather(
+                *(submit(s, order["kernels"], window * s.index / n) for s in servers)
+            )
             answer(ok=True)
         elif what == "release":
 
@@ -522,13 +527,19 @@ async def fleet_figures(workers: list[Worker]) -> tuple[list[dict[str, Any]], li
 
 
 async def cycle(
-    cluster: ClusterProcess | RealCluster, workers: list[Worker], n: int, k: int, idle: float
+    cluster: ClusterProcess | RealCluster,
+    workers: list[Worker],
+    n: int,
+    k: int,
+    idle: float,
+    stagger: float,
 ) -> dict[str, Any]:
-    """One round: start every kernel, idle, end every kernel; its figures."""
+    """One round: start every kernel (the servers' submits spread over `stagger` s), idle, end
+    every kernel; its figures."""
     total = n * k
     s0 = await settle(cluster, workers)
     before_servers, _ = await fleet_figures(workers)
-    await asyncio.gather(*(w.ask(do="submit", kernels=k) for w in workers))
+    await asyncio.gather(*(w.ask(do="submit", kernels=k, stagger=stagger, of=n) for w in workers))
     s1, started = await wait_for(cluster, lambda s: s["running"] >= total)
     print(f"  {s1['running']} running after {s1['time'] - s0['time']:.1f} s", file=sys.stderr)
     s2 = await settle(cluster, workers)  # every server has seen every start
@@ -593,7 +604,9 @@ async def cycle(
     }
 
 
-async def run(n: int, k: int, processes: int, repeat: int, idle: float, plane: str) -> None:
+async def run(
+    n: int, k: int, processes: int, repeat: int, idle: float, plane: str, stagger: float
+) -> None:
     processes = max(1, min(processes, n))
     with tempfile.TemporaryDirectory() as root:
         cluster: ClusterProcess | RealCluster = (
@@ -615,11 +628,11 @@ async def run(n: int, k: int, processes: int, repeat: int, idle: float, plane: s
             rss_empty = [a["rss_kib"] / len(range(p, n, processes)) for p, a in enumerate(started)]
             for r in range(repeat):
                 print(f"round {r + 1} of {repeat} ...", file=sys.stderr, flush=True)
-                rounds.append(await cycle(cluster, workers, n, k, idle))
+                rounds.append(await cycle(cluster, workers, n, k, idle, stagger))
         finally:
             await asyncio.gather(*(w.stop() for w in workers))
             await cluster.stop()
-    print(report(n, k, processes, idle, up, rss_empty, rounds))
+    print(report(n, k, processes, idle, stagger, up, rss_empty, rounds))
 
 
 def spread(values: list[float], form: str = ".2f") -> str:
@@ -630,7 +643,14 @@ def spread(values: list[float], form: str = ".2f") -> str:
 
 
 def report(
-    n: int, k: int, processes: int, idle: float, up: float, rss_empty: list[float], rounds: list
+    n: int,
+    k: int,
+    processes: int,
+    idle: float,
+    stagger: float,
+    up: float,
+    rss_empty: list[float],
+    rounds: list,
 ) -> str:
     servers = [s for r in rounds for s in r["servers"]]
 
@@ -646,7 +666,9 @@ def report(
     ends = [r["ends"] for r in rounds]
     lines = [
         f"{n} servers x {k} kernels ({n * k} kernels) in one namespace, {processes} worker "
-        f"processes, {len(rounds)} rounds; figures min / median / max",
+        f"processes, {len(rounds)} rounds, "
+        + (f"the servers' submits spread over {stagger:g} s" if stagger else "all submits at once")
+        + "; figures min / median / max",
         f"  servers made and their informers synced in {up:.1f} s; every round's kernels "
         f"running: {[r['started'] for r in rounds]}, all gone after: {[r['gone'] for r in rounds]}",
         "per server (over servers x rounds; with its kernels running):",
@@ -746,6 +768,13 @@ if __name__ == "__main__":
         help="Kueue copies no owner label onto Workloads: every server watches them all",
     )
     parser.add_argument("--plane", choices=["fake", "real"], default="fake")
+    parser.add_argument(
+        "--stagger",
+        type=float,
+        default=0.0,
+        help="seconds over which the servers' submits are spread (server i at i/n of it; "
+        "default 0: every server at once)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--serve-cluster", metavar="ROOT", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -766,5 +795,6 @@ if __name__ == "__main__":
                 args.repeat,
                 args.idle,
                 args.plane,
+                args.stagger,
             )
         )
