@@ -1,37 +1,38 @@
 """A fleet of servers in one namespace: what each server's informers cost it and the API server.
 
-Measured on this repository's 2-core machine shared with test runs (load 5 to 8), one round,
-so each min/median/max is over the servers (they agree to the last digit):
+Measured on this repository's 2-core machine (load about 1 for the 200 x 4 run, 5 to 8 for the
+others), one round, so each min/median/max is over the servers (they agree to the last digit):
 
-    per server                               fake, 100 x 4   real plane, 20 x 2   target (issue 29)
+    per server                               fake, 200 x 4   real plane, 20 x 2   target (issue 29)
       objects cached (pods + Workloads)          8                 4
       cached / own                               1.0               1.0            <= 2           met
       watch streams open (1 namespace)           2                 2              <= 2           met
       events received per own-kernel change      1.0               1.0
-      RSS: informers synced, no kernel         963 KiB          1008 KiB
-      RSS: its kernels running                1671 KiB          1659 KiB
+      RSS: informers synced, no kernel         943 KiB          1008 KiB
+      RSS: its kernels running                1186 KiB          1659 KiB
       requests/s idle (65 s)                     0.045             0.046          <= 0.05        met
                                             (one sweep of the reaper: Services, Secrets and
                                              launcher ConfigMaps; its pods come from the cache)
     API server
-      watch streams open                       200 (ours)         47 (40 ours)
-      requests/s while the kernels start        41.3 (56 s)       18.6 (14 s)
-      requests/s idle                            4.49              0.91 (ours)
+      watch streams open                       400 (ours)         47 (40 ours)
+      requests/s while the kernels start        63.9 (76 s)       18.6 (14 s)
+      requests/s idle                            9.08              0.91 (ours)
       events the servers were sent per change    1.0               0.7            <= 2           met
       events delivered per pod change, every
         watcher (Kueue's, the node's too)        1.0               6.0
       changes per kernel start              3 pod, 4 Workload  5.8 pod, 8 Workload
 
-`python benchmarks/fleet.py --servers 100 --processes 4 --repeat 1 --idle 65` and
-`--plane real --servers 20 --kernels-per-server 2 --processes 2 --repeat 1 --idle 65`. Before
-owner selection (Kueue copying no label: `--uncopied` shows it again) the fake's 100 x 4 gave
-800 objects cached per server (100 x its own), 100 events delivered per pod change, 0.064
-requests/s idle per server (the reaper listed pods too), and the servers saw the 400 starts
-453 s after they ran (each change written 100 times); every figure grew with the fleet. The
-200 x 4 run asked for did not finish here: its 800 submits at once met the fake's timeouts on
-this loaded machine; on a machine of its own run `python benchmarks/fleet.py` (200 x 4, 4
-processes, 2 rounds). The real plane's pods change more per start than the fake's stand-in
-kubelet makes them (its scheduler binds, its node reports each condition).
+`python benchmarks/fleet.py --servers 200 --processes 4 --repeat 1 --idle 65 --stagger 60` (the
+800 kernels running 76 s after the first submit, every server had seen its own 3.8 s later) and
+`--plane real --servers 20 --kernels-per-server 2 --processes 2 --repeat 1 --idle 65`. 100 x 4
+with every submit at once met the same targets with the same figures. Before owner selection (Kueue
+copying no label: `--uncopied` shows it again) the fake's 100 x 4 gave 800 objects cached per
+server (100 x its own), 100 events delivered per pod change, 0.064 requests/s idle per server
+(the reaper listed pods too), and the servers saw the 400 starts 453 s after they ran (each
+change written 100 times); every figure grew with the fleet. 200 x 4 with all 800 submits at
+once met the fake's timeouts on a loaded machine; `--stagger` spreads them as a hub's users
+would. The real plane's pods change more per start than the fake's stand-in kubelet makes them
+(its scheduler binds, its node reports each condition).
 
 What runs. The fake cluster in a process of its own (`--serve-cluster`, through
 `cluster_process.ClusterProcess`), no node agent: a stand-in kubelet in that process marks each
@@ -63,7 +64,7 @@ that only listens on the readiness probe's port, and the API server's own figure
 /metrics.
 
 Usage: python benchmarks/fleet.py [--servers 200] [--kernels-per-server 4] [--processes 4]
-       [--repeat 2] [--idle 60] [--quick] [--plane fake|real] [--uncopied]
+       [--repeat 2] [--idle 60] [--stagger 0] [--quick] [--plane fake|real] [--uncopied]
 """
 
 from __future__ import annotations
