@@ -1,37 +1,40 @@
 """A fleet of servers in one namespace: what each server's informers cost it and the API server.
 
-Measured on this repository's 2-core machine (load about 1 for the 200 x 4 run, 5 to 8 for the
-others), one round, so each min/median/max is over the servers (they agree to the last digit):
+Measured on this repository's 2-core machine (load about 1 for the runs of 200 servers, 5 to 8
+for the others), one round, so each min/median/max is over the servers (they agree to the last
+digit):
 
-    per server                               fake, 200 x 4   real plane, 20 x 2   target (issue 29)
+    per server                               fake, 200 x 4   real plane, 200 x 2  target (issue 29)
       objects cached (pods + Workloads)          8                 4
       cached / own                               1.0               1.0            <= 2           met
       watch streams open (1 namespace)           2                 2              <= 2           met
       events received per own-kernel change      1.0               1.0
-      RSS: informers synced, no kernel         943 KiB          1008 KiB
-      RSS: its kernels running                1186 KiB          1659 KiB
-      requests/s idle (65 s)                     0.045             0.046          <= 0.05        met
+      RSS: informers synced, no kernel         943 KiB           944 KiB
+      RSS: its kernels running                1186 KiB          1445 KiB
+      requests/s idle (65 s)                     0.045             0.045          <= 0.05        met
                                             (one sweep of the reaper: Services, Secrets and
                                              launcher ConfigMaps; its pods come from the cache)
     API server
-      watch streams open                       400 (ours)         47 (40 ours)
-      requests/s while the kernels start        63.9 (76 s)       18.6 (14 s)
-      requests/s idle                            9.08              0.91 (ours)
+      watch streams open                       400 (ours)        407 (400 ours)
+      requests/s while the kernels start        63.9 (76 s)       33.1 (95 s)
+      requests/s idle                            9.08              9.00 (ours)
       events the servers were sent per change    1.0               0.7            <= 2           met
       events delivered per pod change, every
-        watcher (Kueue's, the node's too)        1.0               6.0
-      changes per kernel start              3 pod, 4 Workload  5.8 pod, 8 Workload
+        watcher (Kueue's, the node's too)        1.0               6.1
+      changes per kernel start              3 pod, 4 Workload  6 pod, 8 Workload
 
 `python benchmarks/fleet.py --servers 200 --processes 4 --repeat 1 --idle 65 --stagger 60` (the
 800 kernels running 76 s after the first submit, every server had seen its own 3.8 s later) and
-`--plane real --servers 20 --kernels-per-server 2 --processes 2 --repeat 1 --idle 65`. 100 x 4
-with every submit at once met the same targets with the same figures. Before owner selection (Kueue
-copying no label: `--uncopied` shows it again) the fake's 100 x 4 gave 800 objects cached per
-server (100 x its own), 100 events delivered per pod change, 0.064 requests/s idle per server
-(the reaper listed pods too), and the servers saw the 400 starts 453 s after they ran (each
-change written 100 times); every figure grew with the fleet. 200 x 4 with all 800 submits at
-once met the fake's timeouts on a loaded machine; `--stagger` spreads them as a hub's users
-would. The real plane's pods change more per start than the fake's stand-in kubelet makes them
+`--plane real --servers 200 --kernels-per-server 2 --processes 4 --repeat 1 --idle 65
+--stagger 90` (400 running after 95 s, seen 3.1 s later; its node offers a pod for each kernel,
+the kubelet's default of 110 would hold the rest Pending). 100 x 4 with every submit at once and
+20 x 2 on the real plane met the same targets. Before owner selection
+(Kueue copying no label: `--uncopied` shows it again) the fake's 100 x 4 gave 800 objects
+cached per server (100 x its own), 100 events delivered per pod change, 0.064 requests/s idle
+per server (the reaper listed pods too), and the servers saw the 400 starts 453 s after they ran
+(each change written 100 times); every figure grew with the fleet. 200 x 4 with all 800
+submits at once met the fake's timeouts on a loaded machine; `--stagger` spreads them as a hub's
+users would. The real plane's pods change more per start than the fake's stand-in kubelet makes them
 (its scheduler binds, its node reports each condition).
 
 What runs. The fake cluster in a process of its own (`--serve-cluster`, through
@@ -217,8 +220,9 @@ class RealCluster:
     Kueue's and the node agent's too), `apiserver_watch_cache_events_received_total` (changes)
     and `apiserver_longrunning_requests` (open watches of pods and Workloads, theirs too)."""
 
-    def __init__(self) -> None:
+    def __init__(self, pods: int) -> None:
         self.plane = RealPlane()
+        self.pods = pods  # the node's pods: the kubelet's 110 would hold the fleet back
         self.control: Any = None
         self.proxy: Any = None
         self.peak = 0
@@ -233,7 +237,9 @@ class RealCluster:
         stand_in.mkdir(parents=True)
         (stand_in / "python").write_text(STAND_IN.format(python=sys.executable))
         (stand_in / "python").chmod(0o755)
-        node = NodeSpec(cpu="1000", memory="4000Gi", image_paths={IMAGE: str(stand_in)})
+        node = NodeSpec(
+            cpu="1000", memory="4000Gi", pods=self.pods, image_paths={IMAGE: str(stand_in)}
+        )
         copied = () if os.environ.get(UNCOPIED_ENV) else ("kernel-queue.dev/owner",)
         # the fleet's ClusterQueue: quota for every kernel
         fleet_queues = queues({"cpu": 100_000, "memory": "100Ti", "nvidia.com/gpu": 1})
@@ -611,7 +617,7 @@ async def run(
     processes = max(1, min(processes, n))
     with tempfile.TemporaryDirectory() as root:
         cluster: ClusterProcess | RealCluster = (
-            RealCluster() if plane == "real" else ClusterProcess(__file__)
+            RealCluster(pods=max(110, n * k + 10)) if plane == "real" else ClusterProcess(__file__)
         )
         kubeconfig = await cluster.start(Path(root) / "cluster")
         workers = [Worker() for _ in range(processes)]

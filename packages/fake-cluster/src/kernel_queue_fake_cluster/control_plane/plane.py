@@ -79,6 +79,8 @@ class NodeSpec:
     gpus: int = 2
     cpu: str = "16"
     memory: str = "64Gi"
+    pods: int = 110
+    """Pods the Node offers (the kubelet's default maxPods)."""
     image_paths: dict[str, str] = field(default_factory=dict)
     """Image (fnmatch pattern) -> a folder put first on the container's PATH."""
     missing_images: tuple[str, ...] = ()
@@ -522,6 +524,7 @@ class ControlPlane:
             f"--gpus={node.gpus}",
             f"--cpu={node.cpu}",
             f"--memory={node.memory}",
+            f"--pods={node.pods}",
             f"--kubelet-port={self.ports['agent']}",
         ]
         argv += [f"--image-path={pattern}={path}" for pattern, path in node.image_paths.items()]
