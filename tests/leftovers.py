@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 
 SESSION_ENV = "KERNEL_QUEUE_TEST_SESSION"
-
-
 RUNTIME_DIR_ENV = "JUPYTER_RUNTIME_DIR"
+GRACE_SECONDS = 8.0
+"""How long the session's processes get to end after its last test."""
 
 
 def files_root() -> Path:
@@ -38,10 +38,6 @@ def files_root() -> Path:
     it at the end."""
     session = os.environ[SESSION_ENV].split("-gw")[0]
     return Path(tempfile.gettempdir()) / f"kernel-queue-tests-{session}"
-
-
-GRACE_SECONDS = 8.0
-"""How long the session's processes get to end after its last test."""
 
 
 def _marked(marker: bytes) -> dict[int, str]:
