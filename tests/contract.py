@@ -87,7 +87,19 @@ class Followed:
 
     async def until(self, check: Callable[[Followed], bool], within: float = 60) -> None:
         if not await self.reaches(check, within):
-            pytest.fail(f"the group never got there; it went through {self.phases()}")
+            pytest.fail(
+                f"the group never got there; it went through {self.phases()}, the last "
+                f"statuses saying {self.said()}"
+            )
+
+    def said(self, last: int = 4) -> str:
+        """The phase and message of the `last` distinct statuses seen (why a group ended)."""
+        told: list[str] = []
+        for status in self.statuses:
+            text = f"{status.phase.value}: {status.message}".rstrip(": ")
+            if not told or told[-1] != text:
+                told.append(text)
+        return "; ".join(told[-last:])
 
     async def reaches(self, check: Callable[[Followed], bool], within: float) -> bool:
         """Whether `check` holds within `within` s (read at each status)."""
