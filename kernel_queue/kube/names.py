@@ -120,6 +120,12 @@ def pod_name(group: str, role: str, index: int, attempt: int) -> str:
     return dns_label(f"{group}-{member}-{attempt}")
 
 
+def pod_attempt(name: str) -> int:
+    """The replacement round ``pod_name`` put in a pod's name; -1 for a name not of that form."""
+    _, _, attempt = name.rpartition("-")
+    return int(attempt) if attempt.isdigit() else -1
+
+
 def member_hostname(index: int) -> str:
     """The host name of the group's pod of rank `index` in its headless Service: ``head`` for
     0, ``w<index>`` for a worker (as in its pod's name), the same in every replacement round."""

@@ -207,3 +207,18 @@ def test_saved_message(
     wl: dict[str, Any] | None, pods: list[dict[str, Any]], expected: str
 ) -> None:
     assert saved_message(wl, pods) == expected
+
+
+def test_a_replacement_made_in_the_second_its_parked_head_ended_is_the_head() -> None:
+    """A kernel parked and woken within one second: its old head pod ended (Failed, 143) and
+    was written to after its replacement was made, so its resourceVersion is the higher one,
+    and creationTimestamp counts whole seconds. The replacement round (`-head-1`) is the head:
+    read from the old pod, the woken kernel was told 'the kernel ended' (2 runs in 16 of the
+    park test with expired watches, on the fake plane)."""
+    old = pod("Failed", exit_code=143)
+    old["metadata"]["resourceVersion"] = "120"
+    new = pod()  # ungated once Kueue admitted the woken Workload; starting
+    new["metadata"] |= {"name": "kq-1-head-1", "resourceVersion": "95"}
+    for pods in ([old, new], [new, old]):
+        status = group_status(workload(*ADMITTED), pods, was_running=True)
+        assert (status.phase, status.message) == (P.ADMITTED, "")

@@ -199,6 +199,12 @@ def test_group_name_rejects_a_negative_launch() -> None:
 )
 def test_pod_name(group: str, role: str, index: int, attempt: int, expected: str) -> None:
     assert names.pod_name(group, role, index, attempt) == expected
+    assert names.pod_attempt(expected) == attempt  # the round read back (which head is newest)
+
+
+def test_a_pod_name_not_of_ours_has_no_round() -> None:
+    assert names.pod_attempt("kq-1a2b3c4d-head") == -1
+    assert names.pod_attempt("") == -1
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kernel_queue.kube import kueue
+from kernel_queue.kube import kueue, names
 from kernel_queue.kube.queueing import launch_failures
 from kernel_queue.model import GroupPhase, GroupStatus, QueuePlace
 
@@ -44,9 +44,12 @@ def head(pods: Sequence[Obj]) -> Obj | None:
     return max(heads, key=_created, default=None)
 
 
-def _created(pod: Obj) -> tuple[str, str]:
+def _created(pod: Obj) -> tuple[str, int]:
+    """When a pod was made, in whole seconds, then its replacement round (within one second).
+    Not its resourceVersion: that is its last write's, and a pod that ended after its
+    replacement was made carries the higher one."""
     meta = pod.get("metadata") or {}
-    return (str(meta.get("creationTimestamp", "")), str(meta.get("resourceVersion", "")).zfill(20))
+    return (str(meta.get("creationTimestamp", "")), names.pod_attempt(str(meta.get("name", ""))))
 
 
 def needs_replacement(workload: Obj | None, pods: Sequence[Obj]) -> bool:
