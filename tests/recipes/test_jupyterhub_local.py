@@ -122,7 +122,9 @@ class Users:
         return found
 
     def processes(self) -> dict[int, str]:
-        """pid -> command line of every process running as one of these users."""
+        """pid -> command line of every process running as one of these users; not a zombie
+        (one that has ended and waits for its parent to read its status: CI once found one,
+        its command line already empty, in the moment after the hub stopped)."""
         uids, found = self.uids(), {}
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -132,8 +134,10 @@ class Users:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            uid = next(int(line.split()[1]) for line in status.splitlines() if line[:4] == "Uid:")
-            if uid in uids:
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            if fields.get("State", "").split()[:1] == ["Z"]:
+                continue
+            if int(fields["Uid"].split()[0]) in uids:
                 found[int(entry.name)] = cmdline.strip()
         return found
 
