@@ -52,6 +52,14 @@ class Mappings:
         memory = (ctypes.c_char * self.SIZE).from_address(found)
         return np.frombuffer(memory, dtype=np.float64)
 
+    def reserve(self, count: int) -> int:
+        """An address with room for `count` arrays side by side (mapped, then given back)."""
+        size, rw = count * self.SIZE, mmap.PROT_READ | mmap.PROT_WRITE
+        found = self.libc.mmap(None, size, rw, mmap.MAP_PRIVATE | mmap.MAP_ANON, -1, 0)
+        assert found not in (None, ctypes.c_void_p(-1).value)
+        assert self.libc.munmap(found, size) == 0
+        return int(found)
+
     def unmap(self, array: np.ndarray[Any, Any]) -> int:
         address = int(array.__array_interface__["data"][0])
         assert self.libc.munmap(address, self.SIZE) == 0
@@ -174,6 +182,27 @@ def test_an_array_on_a_new_mapping_at_the_same_address_is_never_unchanged(
 
     assert payloads.place(new) == payloads.place(old)
     assert verdicts(tracker.snapshot(register=True).history(base), new) == ["unknown"]
+
+
+def test_a_mapping_replaced_beside_another_tracked_range_leaves_the_others_writes_seen(
+    tracker: page_writes.PageWrites, mappings: Mappings
+) -> None:
+    """Registered ranges that touch are scanned in one call; where the scan refuses such a run
+    (one of its mappings changed), each range is scanned alone: the changed one is dropped
+    (unknown) and its neighbour's writes are still seen."""
+    address = mappings.reserve(2)  # room for two mappings side by side
+    first = mappings.array(address)
+    first[:] = 1.0
+    saved(tracker, first)  # registers the first range
+    second = mappings.array(address + Mappings.SIZE)
+    second[:] = 1.0
+    base = saved(tracker, first, second)  # registers the second, touching the first
+
+    second[0] = 2.0
+    new = mappings.array(mappings.unmap(first))  # a new mapping where the first was
+    later = tracker.snapshot(register=True)
+
+    assert verdicts(later.history(base), new, second) == ["unknown", "written"]
 
 
 def test_memory_mapped_after_the_base_is_unknown_then_followed(
