@@ -111,11 +111,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return RealPlanesTogether(config, log)
 
 
+REAL_PLANE_MARK = "real_plane"
+"""The mark every test on the real control plane gets (`-m "not real_plane"` leaves them out)."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that starts a real plane must say so in its id (`on_real_plane`), or it would run
-    on any worker, beside another's plane; a module whose tests share a module-scoped fixture
-    must be in `SHARED_SET_UP`."""
+    on any worker, beside another's plane; each such test is marked `real_plane`. A module
+    whose tests share a module-scoped fixture must be in `SHARED_SET_UP`."""
     for item in items:
+        if on_real_plane(item.nodeid):
+            item.add_marker(REAL_PLANE_MARK)
         module = item.nodeid.partition("::")[0]
         shared = sorted(name for name, scope in _scopes(item) if scope in ("module", "package"))
         if shared and module not in SHARED_SET_UP and not on_real_plane(item.nodeid):
@@ -180,5 +187,8 @@ class WorkerTimes:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{REAL_PLANE_MARK}: runs on the real control plane (given by tests/workers.py)"
+    )
     if not hasattr(config, "workerinput"):  # the controller, or a run without workers
         config.pluginmanager.register(WorkerTimes(), "kernel-queue-worker-times")

@@ -5,7 +5,14 @@ tests share a set-up is one unit."""
 
 from __future__ import annotations
 
-from tests.workers import SHARED_SET_UP, SHARES, real_plane_unit, shares, unit
+import os
+import sys
+
+import pytest
+
+from tests.commands import ran
+from tests.conftest import REPO
+from tests.workers import SHARED_SET_UP, SHARES, on_real_plane, real_plane_unit, shares, unit
 
 IDS = [
     *(f"tests/kube/test_a.py::t{i}[real-0.19-x]" for i in range(5)),
@@ -50,3 +57,19 @@ def test_a_module_with_a_shared_set_up_is_one_unit_and_other_tests_their_own() -
     assert unit("tests/recipes/test_recipes_real_plane.py::t0", found) == (
         "real-control-plane-tests/recipes/test_recipes_real_plane.py"
     )
+
+
+@pytest.mark.parametrize("selected", ["real_plane", "not real_plane"])
+def test_the_real_plane_mark_selects_exactly_the_tests_on_the_real_plane(selected: str) -> None:
+    """`-m "not real_plane"` is how the README leaves the real plane out (`-k "not real"`
+    also left out seven fake-cluster tests with "real" in their names)."""
+    module = "tests/kube/test_kube_waiting.py"  # tests on both planes
+    collect = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q"]
+    done = ran(
+        [*collect, "-m", selected, module],
+        env=os.environ,
+        cwd=REPO,
+    )
+    ids = [line for line in done.stdout.splitlines() if "::" in line]
+    assert done.returncode == 0 and ids, done.stdout + done.stderr
+    assert all(on_real_plane(i) == (selected == "real_plane") for i in ids), ids
