@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-KUEUE = "kueue.x-k8s.io"
 STOP_WITHIN = 30.0
 """Seconds the child has to stop after its input ends, before it is killed."""
 
@@ -99,31 +98,20 @@ async def serve_fake_cluster(root: str, quota: Mapping[str, str | int]) -> None:
 
 
 def queues(quota: Mapping[str, str | int]) -> list[dict[str, Any]]:
-    """ResourceFlavor `default-flavor`, ClusterQueue `cluster-queue` with `quota` and LocalQueue
-    `user-queue` in namespace default, at Kueue's v1beta2 (Kueue 0.19's)."""
+    """The project's sample queues (`jupyter kernel-queue fake-cluster`'s, etc/kubernetes/
+    queues.yaml's: ResourceFlavor `default-flavor`, ClusterQueue `cluster-queue`, LocalQueue
+    `user-queue` in namespace default, the priority classes) with `quota` for the ClusterQueue."""
+    from kernel_queue.cli.fake_cluster import sample_queue_objects
 
-    def kueue(kind: str, meta: dict[str, Any], **body: Any) -> dict[str, Any]:
-        return {"apiVersion": f"{KUEUE}/v1beta2", "kind": kind, "metadata": meta, **body}
-
-    resources = [{"name": name, "nominalQuota": amount} for name, amount in quota.items()]
-    spec = {
-        "namespaceSelector": {},
-        "resourceGroups": [
-            {
-                "coveredResources": list(quota),
-                "flavors": [{"name": "default-flavor", "resources": resources}],
-            }
-        ],
-    }
-    return [
-        kueue("ResourceFlavor", {"name": "default-flavor"}),
-        kueue("ClusterQueue", {"name": "cluster-queue"}, spec=spec),
-        kueue(
-            "LocalQueue",
-            {"name": "user-queue", "namespace": "default"},
-            spec={"clusterQueue": "cluster-queue"},
-        ),
-    ]
+    objects: list[dict[str, Any]] = sample_queue_objects()  # made anew at each call
+    for queue in objects:
+        if queue["kind"] == "ClusterQueue":
+            group = queue["spec"]["resourceGroups"][0]
+            group["coveredResources"] = list(quota)
+            group["flavors"][0]["resources"] = [
+                {"name": name, "nominalQuota": amount} for name, amount in quota.items()
+            ]
+    return objects
 
 
 class RealPlane:
