@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -207,19 +211,36 @@ async def test_an_unwritable_checkpoint_path_is_refused_at_launch(
     assert not where.exists()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into any directory")
+@contextlib.contextmanager
+def read_only(directory: Path) -> Iterator[None]:
+    """`directory` made unwritable for this process: mode 0500, and for root, who writes
+    through any mode, the immutable attribute (`chattr +i`), taken off again after."""
+    directory.mkdir(mode=0o500)
+    if os.geteuid() != 0:
+        yield
+        return
+    chattr = shutil.which("chattr")
+    assert chattr, "as root, this test needs chattr (Debian's e2fsprogs) to lock a directory"
+    subprocess.run([chattr, "+i", str(directory)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run([chattr, "-i", str(directory)], check=True)
+
+
 async def test_a_read_only_checkpoint_directory_is_refused_at_launch(
     server: Server, kernelspec: KernelspecFactory, tmp_path: Path
 ) -> None:
     locked = tmp_path / "locked"
-    locked.mkdir(mode=0o500)
     where = locked / "checkpoints"
-    model = await _failure(server, kernelspec(checkpoint={"enabled": True, "path": str(where)}))
-    assert (
-        f"`checkpoint.path` is '{where}', but this server cannot write in {locked}"
-        in (model["reason"])
-    )
-    assert not where.exists()
+    with read_only(locked):
+        spec = kernelspec(checkpoint={"enabled": True, "path": str(where)})
+        model = await _failure(server, spec)
+        assert (
+            f"`checkpoint.path` is '{where}', but this server cannot write in {locked}"
+            in (model["reason"])
+        )
+        assert not where.exists()
 
 
 async def test_admission_timeout_ends_the_wait_and_frees_the_place(
