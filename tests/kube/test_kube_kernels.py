@@ -230,3 +230,23 @@ def _workload(plane: Plane, kernel: str) -> dict[str, Any]:
     workloads = plane.objects("kueue.x-k8s.io", "workloads", "default")
     (workload,) = [w for w in workloads if w["metadata"]["name"].startswith(f"kq-{kernel[:8]}")]
     return workload
+
+
+async def test_a_kernel_runs_as_soon_as_it_listens_not_when_the_kubelet_next_probes(
+    server: Server, kernelspec: KernelspecFactory, plane: Plane
+) -> None:
+    # The node agent probes readiness as a kubelet does: at the container's start, then every
+    # periodSeconds (1 s), so a pod is Ready up to 1 s after its kernel listens. The server
+    # reaches the kernel itself and connects through the Service, which publishes the pod
+    # before it is Ready. Waiting for Ready, every cell below would meet a Ready pod; with the
+    # server's own look, a pod is Ready by the first answer in about one start in ten.
+    name = kube_spec(kernelspec)
+    ready_at_first_answer = []
+    for _ in range(5):
+        kernel = await server.start_running(name)
+        (pod,) = plane.objects("", "pods", "default", f"kernel-queue.dev/kernel-id={kernel}")
+        conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
+        ready_at_first_answer.append(conditions.get("Ready"))
+        await server.shutdown(kernel)
+        await wait_clean(server, plane, kernel)
+    assert "False" in ready_at_first_answer, ready_at_first_answer

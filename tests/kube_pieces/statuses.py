@@ -37,6 +37,7 @@ def pod(
     created: str = "2026-11-30T00:00:00Z",
     ip: str = "127.10.0.5",
     said: str = "",
+    uid: str = "uid-1",
 ) -> dict[str, Any]:
     state: dict[str, Any] = {"running": {}}
     if waiting:
@@ -45,6 +46,7 @@ def pod(
         state = {"terminated": {"exitCode": exit_code, "message": said}}
     meta: dict[str, Any] = {
         "name": "kq-1-head-0",
+        "uid": uid,
         "creationTimestamp": created,
         "labels": {"kernel-queue.dev/role": "head"},
     }
@@ -52,7 +54,12 @@ def pod(
         meta["deletionTimestamp"] = created
     return {
         "metadata": meta,
-        "spec": {"schedulingGates": [{"name": ADMISSION}] if gated else []},
+        "spec": {
+            "schedulingGates": [{"name": ADMISSION}] if gated else [],
+            "containers": [
+                {"name": "kernel", "ports": [{"name": "shell", "containerPort": 50100}]}
+            ],
+        },
         "status": {
             "phase": phase,
             "podIP": ip,

@@ -6,7 +6,12 @@ from typing import Any
 
 import pytest
 
-from kernel_queue.kube.queueing.status import group_status, needs_replacement, saved_message
+from kernel_queue.kube.queueing.status import (
+    group_status,
+    kernel_endpoint,
+    needs_replacement,
+    saved_message,
+)
 from kernel_queue.model import GroupPhase, QueuePlace
 from tests.kube_pieces.statuses import cond, pod, workload
 
@@ -207,6 +212,35 @@ def test_saved_message(
     wl: dict[str, Any] | None, pods: list[dict[str, Any]], expected: str
 ) -> None:
     assert saved_message(wl, pods) == expected
+
+
+def test_a_head_whose_kernel_the_server_reached_runs_before_it_is_ready() -> None:
+    wl = workload(*ADMITTED)
+    started = pod("Running", ip="127.10.3.4")
+    assert group_status(wl, [started]).phase is P.ADMITTED
+    reached = group_status(wl, [started], listening="uid-1", pod_ip_address=True)
+    assert (reached.phase, reached.kernel_alive, reached.address) == (P.RUNNING, True, "127.10.3.4")
+    # another pod's answer (the head before a replacement) says nothing of this one
+    assert group_status(wl, [started], listening="uid-0").phase is P.ADMITTED
+    # a head that ended is the kernel's end or failure whatever was reached before
+    ended = group_status(wl, [pod("Failed", exit_code=3)], listening="uid-1")
+    assert ended.phase is P.FAILED
+
+
+@pytest.mark.parametrize(
+    ("head", "endpoint"),
+    [
+        pytest.param(pod("Running", ip="127.10.3.4"), ("127.10.3.4", 50100), id="started"),
+        pytest.param(pod("Running", ready=True), None, id="ready-its-probe-speaks"),
+        pytest.param(pod("Running", deleting=True), None, id="being-deleted"),
+        pytest.param(pod("Running", ip=""), None, id="no-ip-yet"),
+        pytest.param(pod(gated=True), None, id="gated"),
+        pytest.param(pod("Running", waiting=("ContainerCreating", "")), None, id="not-started"),
+        pytest.param(pod("Failed", exit_code=1), None, id="ended"),
+    ],
+)
+def test_kernel_endpoint(head: dict[str, Any], endpoint: tuple[str, int] | None) -> None:
+    assert kernel_endpoint(head) == endpoint
 
 
 def test_a_replacement_made_in_the_second_its_parked_head_ended_is_the_head() -> None:

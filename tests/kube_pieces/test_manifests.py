@@ -612,7 +612,7 @@ def test_the_service() -> None:
                 {"name": "control", "port": 50103, "targetPort": 50103, "protocol": "TCP"},
                 {"name": "hb", "port": 50104, "targetPort": 50104, "protocol": "TCP"},
             ],
-            "publishNotReadyAddresses": False,
+            "publishNotReadyAddresses": True,
         },
     }
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
@@ -33,6 +34,7 @@ from kernel_queue.kube.client.verbs import KubeApi
 from kernel_queue.kube.deletion import cleanup, janitor, reaper
 from kernel_queue.kube.objects import delivery, ownership, preflight, submission
 from kernel_queue.kube.queueing import activation, capacity
+from kernel_queue.kube.queueing import status as group_status
 from kernel_queue.model import (
     GroupPhase,
     GroupRef,
@@ -44,6 +46,9 @@ from kernel_queue.model import (
 
 Obj = dict[str, Any]
 Action = group_state.Action
+PREVIOUS_STOP_MARGIN, PREVIOUS_STOP_POLL = 5, 0.05
+"""Seconds beyond its pods' grace a relaunch waits for the previous launch's pods to stop, and
+between its looks at the pod cache."""
 
 
 class KubernetesBackend(settings.BackendSettings):
@@ -132,6 +137,8 @@ class KubernetesBackend(settings.BackendSettings):
         launch = self._launches.get(spec.kernel_id, 0)
         self._launches[spec.kernel_id] = launch + 1
         name = names.group_name(spec.kernel_id, launch)
+        if launch > 0:
+            await self._previous_stopped(namespace, names.group_name(spec.kernel_id, launch - 1))
         progress = submission.Progress()
 
         async def create(kind: kueue.Kind, body: Obj) -> Obj:
@@ -169,6 +176,36 @@ class KubernetesBackend(settings.BackendSettings):
         self._statuses.refresh(name)
         self._check_copied(api, namespace, name)
         return ref
+
+    async def _previous_stopped(self, namespace: str, previous: str) -> None:
+        """Wait until the kernel's previous launch's pods have stopped (a stop's pods may still
+        save within their grace): the kernel's Service publishes pods before they are Ready, so
+        a head of the new launch beside a stopping one would share its clients with it. Bounded
+        by those pods' grace and `PREVIOUS_STOP_MARGIN` (then the launch goes on, logged)."""
+
+        def stopping() -> list[Obj]:
+            return [
+                pod
+                for pod in self._caches.pods(namespace, previous)
+                if (pod.get("status") or {}).get("phase") not in group_status.TERMINAL_PHASES
+                and not kueue.is_gated(pod)
+            ]
+
+        pods = stopping()
+        if not pods:
+            return
+        grace = max(int(p["spec"].get("terminationGracePeriodSeconds") or 30) for p in pods)
+        deadline = time.monotonic() + grace + PREVIOUS_STOP_MARGIN
+        while stopping():
+            if time.monotonic() > deadline:
+                self.log.warning(
+                    "pod group %s/%s still has pods %s s after its stop; the next launch goes on",
+                    namespace,
+                    previous,
+                    grace + PREVIOUS_STOP_MARGIN,
+                )
+                return
+            await asyncio.sleep(PREVIOUS_STOP_POLL)
 
     def _check_copied(self, api: KubeApi, namespace: str, group: str) -> None:
         """Find out whether Kueue gives the group's Workload our owner label (once per

@@ -13,6 +13,7 @@ owner-checked `create`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -41,6 +42,10 @@ LOG_LINES = 20
 """Log lines of a pod that failed before it was ready, added to the kernel's error."""
 LOG_SECONDS = 5.0
 """Seconds the API may take to give those lines; the error is published without them after."""
+LOOK_INTERVAL = 0.025
+"""Seconds between the server's tries to reach a started kernel on its shell port, for
+`LOOK_FAST_SECONDS`; then `LOOK_SLOW_INTERVAL` (a kernel that never listens fails its start)."""
+LOOK_FAST_SECONDS, LOOK_SLOW_INTERVAL = 10.0, 0.5
 
 
 @dataclass(eq=False)
@@ -64,6 +69,9 @@ class Group:
     replacement: asyncio.Task[None] | None = None  # the round of replacement pods being made
     saved: str = ""  # what the last stopped pod's checkpoint saved; kept after it is deleted
     refused_wake: str = ""  # why the API server refused its last wake: said while it is parked
+    listening: str = ""  # the head pod (uid) whose kernel the server reached before its Ready
+    looking: str = ""  # the head pod (uid) whose kernel the server is trying to reach
+    was_ready: str = ""  # the last head pod (uid) seen Ready: its readiness speaks from then on
     since: float = field(default_factory=time.monotonic)  # submitted (or adopted): Kueue's clock
 
     def step(self, event: group_state.Event) -> frozenset[group_state.Action]:
@@ -148,6 +156,9 @@ class Statuses:
         workload = self.caches.workload(namespace, name)
         pods = self.caches.pods(namespace, name)
         pod_ip = group.spec is not None and group.spec.connect == "pod-ip"
+        lead = group_status.head(pods)
+        if lead is not None and kueue.pod_ready(lead):  # its readiness speaks from now on
+            group.was_ready, group.listening = str(lead["metadata"].get("uid", "")), ""
         group.saved = group_status.saved_message(workload, pods) or group.saved
         status = group_status.group_status(
             workload,
@@ -157,6 +168,7 @@ class Statuses:
             had_workload=group.state.had_workload,
             pod_ip_address=pod_ip,
             saved=group.saved,
+            listening=group.listening,
         )
         if status.phase in (GroupPhase.QUEUED, GroupPhase.PENDING):
             status = self.waits.explain(
@@ -171,6 +183,7 @@ class Statuses:
             )
         if status.phase is GroupPhase.ADMITTED:
             status = self._launcher_check(group, name, namespace, pods, status)
+            self._look_for_kernel(group, name, namespace, pods)
         if status.phase is GroupPhase.PARKED and group.refused_wake:
             status = status.evolve(message=group.refused_wake)
         if status.phase is GroupPhase.RUNNING:
@@ -232,6 +245,44 @@ class Statuses:
             check = self._check_launcher(group, name, namespace, configmap)
             self.tasks.spawn(check, f"launcher of {name}")
         return status
+
+    def _look_for_kernel(self, group: Group, name: str, namespace: str, pods: list[Obj]) -> None:
+        """An admitted group whose head's kernel container runs but is not Ready: try to reach
+        the kernel on its shell port (the readiness probe's check), so that the group runs as
+        soon as the kernel listens, not when the kubelet next probes (every periodSeconds). Only
+        for a head pod never seen Ready: after that its readiness speaks (a restart in place)."""
+        lead = group_status.head(pods)
+        if lead is None:
+            return
+        uid = str(lead["metadata"].get("uid", ""))
+        endpoint = group_status.kernel_endpoint(lead)
+        if endpoint is None or uid in (group.was_ready, group.listening, group.looking):
+            return
+        group.looking = uid
+        self.tasks.spawn(self._look(group, name, namespace, uid, endpoint), f"look {name}")
+
+    async def _look(
+        self, group: Group, name: str, namespace: str, uid: str, endpoint: tuple[str, int]
+    ) -> None:
+        """Connect to `endpoint` until it answers (then the group runs: `refresh`), or until the
+        head pod is no longer that pod, started and not Ready, or the group ends."""
+        started = time.monotonic()
+        try:
+            while not group.ending:
+                lead = group_status.head(self.caches.pods(namespace, name))
+                if lead is None or lead["metadata"].get("uid") != uid:
+                    return
+                if group_status.kernel_endpoint(lead) != endpoint:
+                    return  # Ready, restarted or ending: the pod's status speaks
+                if await _answers(*endpoint):
+                    group.listening = uid
+                    self.refresh(name)
+                    return
+                fast = time.monotonic() - started < LOOK_FAST_SECONDS
+                await asyncio.sleep(LOOK_INTERVAL if fast else LOOK_SLOW_INTERVAL)
+        finally:
+            if group.looking == uid:
+                group.looking = ""
 
     async def _check_launcher(
         self, group: Group, name: str, namespace: str, configmap: str
@@ -366,6 +417,20 @@ def replacing(group: Group) -> bool:
 def unlisted(group: Group) -> bool:
     """The last round's replacement pods are not all listed yet, and were made lately."""
     return bool(group.unlisted) and time.monotonic() - group.made_at < UNLISTED_SECONDS
+
+
+async def _answers(host: str, port: int) -> bool:
+    """Whether a TCP connection to host:port opens within a second (a ZeroMQ socket takes a
+    connection that closes at once without a word)."""
+    try:
+        async with asyncio.timeout(1.0):
+            _, writer = await asyncio.open_connection(host, port)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
 
 
 def _without(who: str, text: str) -> str:

@@ -102,7 +102,10 @@ def secret(spec: GroupSpec, *, owner: str = "") -> dict[str, Any]:
 
 
 def service(spec: GroupSpec, *, owner: str = "") -> dict[str, Any]:
-    """The ClusterIP Service selecting the head pod: the kernel's address across pod replacement."""
+    """The ClusterIP Service selecting the head pod: the kernel's address across pod replacement.
+    It publishes the head before the pod is Ready: the server connects once it reached the
+    kernel itself, not a kubelet's readiness period later (at most one head pod runs at a time:
+    a replacement is made once its predecessor stopped)."""
     labels = common_labels(spec, owner)
     return {
         "apiVersion": "v1",
@@ -118,7 +121,7 @@ def service(spec: GroupSpec, *, owner: str = "") -> dict[str, Any]:
                 {"name": name, "port": port, "targetPort": port, "protocol": "TCP"}
                 for name, port in KERNEL_PORTS.items()
             ],
-            "publishNotReadyAddresses": False,
+            "publishNotReadyAddresses": True,
         },
     }
 

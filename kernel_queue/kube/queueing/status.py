@@ -96,12 +96,15 @@ def group_status(
     had_workload: bool = False,
     pod_ip_address: bool = False,
     saved: str = "",
+    listening: str = "",
 ) -> GroupStatus:
-    """The group's status. `was_running`: its head has been ready before (a later failure is the
+    """The group's status. `was_running`: its head has run before (a later failure is the
     kernel ending, not a failed start). `had_workload`: Kueue made its Workload before, so its
     absence now means someone deleted it. `pod_ip_address`: report the head pod's IP. `saved`:
     the last `saved_message` the caller saw (kept after the pod is gone), shown while a preempted
-    group waits."""
+    group waits. `listening`: the uid of a head pod whose kernel the caller reached on its shell
+    port (`kernel_endpoint`): that pod runs before it is Ready, which a kubelet's readiness probe
+    says up to one periodSeconds after the kernel listens."""
     lead = head(pods)
     if workload is None:
         if had_workload or (not pods and was_running):
@@ -140,12 +143,42 @@ def group_status(
     if waiting is not None:
         said = f"{waiting[0]}: {waiting[1]}".rstrip(": ")
         return admitted.evolve(message=_with_claims(lead, said))
-    if kueue.pod_ready(lead):
+    if kueue.pod_ready(lead) or (listening and listening == _uid(lead)):
         address = (lead.get("status") or {}).get("podIP", "") if pod_ip_address else ""
         return GroupStatus(
             GroupPhase.RUNNING, flavor=flavor, kernel_alive=True, address=str(address or "")
         )
     return admitted
+
+
+def kernel_endpoint(pod: Obj) -> tuple[str, int] | None:
+    """Where the head pod's kernel answers, once its kernel container runs and the pod is not
+    Ready yet: the pod's IP and the container's `shell` port, the readiness probe's target.
+    None before that, once Ready, and for a pod ending or being deleted."""
+    status = pod.get("status") or {}
+    ip = status.get("podIP")
+    meta = pod.get("metadata") or {}
+    if not ip or status.get("phase") != "Running" or meta.get("deletionTimestamp"):
+        return None
+    if kueue.pod_ready(pod) or not _kernel_runs(status):
+        return None
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == "kernel":
+            for port in container.get("ports") or []:
+                if port.get("name") == "shell" and isinstance(port.get("containerPort"), int):
+                    return str(ip), int(port["containerPort"])
+    return None
+
+
+def _kernel_runs(status: Obj) -> bool:
+    return any(
+        c.get("name") == "kernel" and (c.get("state") or {}).get("running") is not None
+        for c in status.get("containerStatuses") or []
+    )
+
+
+def _uid(pod: Obj) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or "")
 
 
 UNBOUND_CLAIMS = "pod has unbound immediate PersistentVolumeClaims"

@@ -78,7 +78,7 @@ async def serving() -> AsyncIterator[tuple[Store, Server]]:
 async def cluster(root: Path, **options: Any) -> AsyncIterator[tuple[Store, NodeAgent]]:
     """`serving()` and a node agent on it that binds pods itself; closed on exit."""
     async with serving() as (store, server):
-        options.setdefault("probe_floor", 0.02)
+        options.setdefault("restart_backoff", 0.02)
         options.setdefault("pull_backoff", 0.2)
         options.setdefault("bind", True)
         kubelet = NodeAgent(server.url, root / "cluster", **options)
@@ -810,6 +810,70 @@ async def test_a_service_reaches_the_ready_pod_and_then_its_replacement_at_the_s
         assert second_ip != first_ip
         subsets = store.get("", "endpoints", NS, "kernel")["subsets"]
         assert [a["ip"] for a in subsets[0]["addresses"]] == [second_ip]
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_readiness_is_probed_as_a_kubelet_does_at_the_start_then_every_period(
+    tmp_path: Path,
+) -> None:
+    # The kernel listens 0.3 s after its start; the probe at the start failed, the next comes
+    # periodSeconds (5) later: Ready comes then, not as soon as the port opens.
+    async with cluster(tmp_path) as (store, kubelet):
+        pod = python_pod(
+            "slow-probe",
+            SERVE,
+            "0.3",
+            container={
+                "ports": [{"name": "shell", "containerPort": 8765}],
+                "readinessProbe": {"tcpSocket": {"port": "shell"}, "periodSeconds": 5},
+            },
+        )
+        store.create("", "pods", NS, pod)
+        await logged(kubelet, "slow-probe", "listening")
+        await asyncio.sleep(0.5)
+        assert condition(find(store, "slow-probe"), "Ready")["status"] == "False"
+        await until(
+            lambda: condition(find(store, "slow-probe"), "Ready")["status"] == "True",
+            what="Ready at the next period",
+        )
+
+
+async def test_a_service_publishing_not_ready_pods_reaches_one_before_it_is_ready_and_a_refusal_closes_at_once(
+    tmp_path: Path,
+) -> None:
+    async with cluster(tmp_path) as (store, kubelet):
+        service = store.create(
+            "",
+            "services",
+            NS,
+            {
+                "metadata": {"name": "early"},
+                "spec": {
+                    "selector": {"kernel": "k1"},
+                    "ports": [{"name": "shell", "port": 5000, "targetPort": 8765}],
+                    "publishNotReadyAddresses": True,
+                },
+            },
+        )
+        ip = service["spec"]["clusterIP"]
+        pod = kernel_pod("early", "1.5")
+        pod["spec"]["containers"][0]["readinessProbe"]["periodSeconds"] = 30
+        store.create("", "pods", NS, pod)
+        await until(lambda: kubelet.network.listening(NS, "early"), what="the listener")
+        await until(lambda: phase(store, "early") == "Running", what="Running")
+        # the pod runs, nothing listens yet: the connection ends at once (not held 30 s)
+        reader, writer = await asyncio.open_connection(ip, 5000)
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+        await logged(kubelet, "early", "listening")
+        reader, writer = await asyncio.open_connection(ip, 5000)
+        assert await asyncio.wait_for(reader.readline(), 5) == b"early\n"
+        assert condition(find(store, "early"), "Ready")["status"] == "False"
+        endpoints = store.get("", "endpoints", NS, "early")
+        assert [a["ip"] for a in endpoints["subsets"][0]["addresses"]] == [
+            find(store, "early")["status"]["podIP"]
+        ]
         writer.close()
         await writer.wait_closed()
 

@@ -61,8 +61,8 @@ def write(store: Store, service: Obj) -> None:
             continue
         if not status.get("podIP") or status.get("phase") in ("Succeeded", "Failed"):
             continue
-        if pod["metadata"].get("deletionTimestamp"):
-            continue
+        if pod["metadata"].get("deletionTimestamp") and not spec.get("publishNotReadyAddresses"):
+            continue  # a Service publishing not-ready pods keeps terminating ones too
         ports = []
         for port in spec.get("ports") or []:
             target = target_port(port, pod)

@@ -89,8 +89,9 @@ class NodeAgent:
     resource limits (no OOMKilled), activeDeadlineSeconds, Service env links, updates of mounted
     Secrets, other nodes (pods bound elsewhere are left alone).
 
-    `probe_floor`: seconds between readiness checks until the first success (then periodSeconds),
-    and the base of the restart backoff (Always/OnFailure). `pull_backoff`: ErrImagePull to
+    Readiness probes run as a kubelet runs them: as the container starts, then every
+    periodSeconds (`StatusManager.probe`). `restart_backoff`: the base of the restart backoff
+    (Always/OnFailure; a kubelet's is 10 s). `pull_backoff`: ErrImagePull to
     ImagePullBackOff. `logs_port`: serve `/containerLogs/...` over HTTPS on 127.0.0.1 at this
     port (0: any free one), the Node's kubelet endpoint, for a real API server's `kubectl logs`;
     None: no such server (the fake API server asks `logs()` in-process). `lease_interval`:
@@ -108,7 +109,7 @@ class NodeAgent:
         capacity: Capacity | None = None,
         image_paths: Mapping[str, str] | None = None,
         pod_ip_pool: str = "127.10.0.0/16",
-        probe_floor: float = 0.05,
+        restart_backoff: float = 0.05,
         pull_backoff: float = 0.5,
         service_hold_seconds: float = 30.0,
         logs_port: int | None = None,
@@ -119,7 +120,7 @@ class NodeAgent:
         self.client = Client(self.config)
         self.root, self.node_name, self.bind = Path(root_dir), node_name, bind
         self.capacity, self.logs_port = capacity or Capacity(), logs_port
-        self.probe_floor, self.pull_backoff = probe_floor, pull_backoff
+        self.restart_backoff, self.pull_backoff = restart_backoff, pull_backoff
         self.pod_ips = addresses.AddressPool(pod_ip_pool)
         self.informers = {plural: Informer(self.client, plural) for plural in WATCHED}
         self.pods = self.informers["pods"]
@@ -137,9 +138,7 @@ class NodeAgent:
             ),
             library=library,
         )
-        self.status = StatusManager(
-            self.client, self.pods.get, node_name=node_name, probe_floor=probe_floor, bind=bind
-        )
+        self.status = StatusManager(self.client, self.pods.get, node_name=node_name, bind=bind)
         self.startup = PodStarter(
             self.client,
             Caches(self.informers),
@@ -434,7 +433,7 @@ class NodeAgent:
                 return
             container.last_state = {"terminated": container.terminated()}
             container.restarts += 1
-            delay = min(self.probe_floor * 2**container.restarts, 2.0)
+            delay = min(self.restart_backoff * 2**container.restarts, 2.0)
             why = f"back-off {delay:g}s restarting failed container={container.name}"
             container.waiting = ("CrashLoopBackOff", f"{why} pod={record.name}_{record.namespace}")
             self.status.publish(record)

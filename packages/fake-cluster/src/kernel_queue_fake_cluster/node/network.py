@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from kernel_queue_fake_cluster.common import selectors
 from kernel_queue_fake_cluster.common.objects import Obj
-from kernel_queue_fake_cluster.common.pods import pod_ready, target_port
+from kernel_queue_fake_cluster.common.pods import pod_ready, target_port, terminal
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,11 @@ class Objects(Protocol):
 class ServiceNetwork:
     """TCP forwarding for every Service the agent sees whose ClusterIP is a loopback address.
 
-    A connection to clusterIP:port goes to a ready endpoint (round robin); with none ready it is
-    held up to `hold_seconds` for one, then closed. Forwarded connections close when their pod
+    A connection to clusterIP:port goes to a ready endpoint (round robin; with
+    `publishNotReadyAddresses`, every pod with an IP that has not terminated, as kube-proxy
+    reads its EndpointSlices); with none it is held up to `hold_seconds` for one, then closed.
+    An endpoint that refuses closes the connection at once, as kube-proxy's NAT lets the client
+    meet the refusal (a ZeroMQ client reconnects). Forwarded connections close when their pod
     is removed or terminates. Headless (`clusterIP: None`) and ExternalName Services, and
     ClusterIPs outside 127.0.0.0/8, get no listener; UDP ports are not forwarded. Feed it the
     informers' events (`on_service`, `on_pod`).
@@ -91,7 +94,8 @@ class ServiceNetwork:
         return sorted(state.servers) if state else []
 
     def ready_backends(self, namespace: str, name: str, port: int) -> list[tuple[str, str, int]]:
-        """(pod uid, pod IP, target port) of the Service's ready endpoints for `port`."""
+        """(pod uid, pod IP, target port) of the Service's ready endpoints for `port` (with
+        `publishNotReadyAddresses`: of each pod with an IP that has not terminated)."""
         service = self.services.get(namespace, name)
         if service is None:
             return []
@@ -100,9 +104,10 @@ class ServiceNetwork:
         if entry is None or not selector:
             return []
         match = selectors.selector_dict({"matchLabels": selector})
+        serving = _published if service["spec"].get("publishNotReadyAddresses") else pod_ready
         found = []
         for pod in self.pods.objects():
-            if pod["metadata"].get("namespace") == namespace and match(pod) and pod_ready(pod):
+            if pod["metadata"].get("namespace") == namespace and match(pod) and serving(pod):
                 target = target_port(entry, pod)
                 if target is not None:
                     found.append((pod["metadata"]["uid"], pod["status"]["podIP"], target))
@@ -253,6 +258,7 @@ class ServiceNetwork:
                         async with asyncio.timeout(self.connect_timeout):
                             streams = await asyncio.open_connection(ip, target)
                         return uid, streams
+                return None  # every endpoint refused: the client meets it, as through NAT
             remaining = deadline - loop.time()
             if remaining <= 0 or state is None:
                 return None
@@ -271,6 +277,12 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             writer.write_eof()
     except (ConnectionError, OSError, RuntimeError):
         writer.close()
+
+
+def _published(pod: Obj) -> bool:
+    """An endpoint of a Service publishing not-ready addresses: an IP, not terminated (being
+    deleted included)."""
+    return bool((pod.get("status") or {}).get("podIP")) and not terminal(pod)
 
 
 def _loopback(ip: Any) -> bool:

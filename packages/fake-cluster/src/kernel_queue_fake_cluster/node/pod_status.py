@@ -123,9 +123,9 @@ class PodRecord:
 
 class StatusManager:
     """The agent's reads and writes of its pods' status: the live object from `live_pod`
-    (the pod cache), `.status` patches, readiness from probes (`probe_floor` as in
-    `NodeAgent`) and Events (from `node_name`). `bind`: the agent is also the scheduler (it
-    writes PodScheduled while a pod cannot be bound, and SchedulingGated)."""
+    (the pod cache), `.status` patches, readiness from probes (`probe`) and Events (from
+    `node_name`). `bind`: the agent is also the scheduler (it writes PodScheduled while a pod
+    cannot be bound, and SchedulingGated)."""
 
     def __init__(
         self,
@@ -133,11 +133,10 @@ class StatusManager:
         live_pod: Callable[[str, str], Obj | None],
         *,
         node_name: str,
-        probe_floor: float,
         bind: bool,
     ) -> None:
         self.client, self.live_pod, self.node_name = client, live_pod, node_name
-        self.probe_floor, self.bind = probe_floor, bind
+        self.bind = bind
         self.closed = False  # set by `NodeAgent.aclose`: every pod reads as gone
         self._events: asyncio.Queue[tuple[str, Obj]] = asyncio.Queue()
         self._sender: asyncio.Task[None] | None = None
@@ -306,8 +305,10 @@ class StatusManager:
     # -- readiness -------------------------------------------------------------------------
 
     async def probe(self, record: PodRecord, container: ContainerRecord) -> None:
-        """Readiness: initialDelaySeconds, then every `probe_floor` s until the first success,
-        then every periodSeconds; failureThreshold failures make the container unready."""
+        """Readiness as a kubelet probes it: once as the container starts (a kubelet triggers a
+        probe on the status update that says so) or after initialDelaySeconds, then every
+        periodSeconds, before and after the first success, so a container is Ready up to one
+        period after it listens; failureThreshold failures make it unready."""
         process, probe = container.process, container.spec.get("readinessProbe")
 
         def alive() -> bool:
@@ -318,7 +319,7 @@ class StatusManager:
             self.publish(record)
             return
         await asyncio.sleep(float(probe.get("initialDelaySeconds") or 0))
-        period = max(float(probe.get("periodSeconds") or 10), self.probe_floor)
+        period = float(probe.get("periodSeconds") or 10)
         threshold, failures = int(probe.get("failureThreshold") or 3), 0
         while alive() and not record.gone:
             ok = await self._check(record, container, probe)
@@ -328,7 +329,7 @@ class StatusManager:
             if ok != container.ready and (ok or failures >= threshold):
                 container.ready = ok
                 self.publish(record)
-            await asyncio.sleep(period if container.ready else self.probe_floor)
+            await asyncio.sleep(period)
 
     async def _check(self, record: PodRecord, container: ContainerRecord, probe: Obj) -> bool:
         """One TCP connect within timeoutSeconds (httpGet probes are reduced to this; exec and
