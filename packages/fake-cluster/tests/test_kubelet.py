@@ -839,7 +839,7 @@ async def test_readiness_is_probed_as_a_kubelet_does_at_the_start_then_every_per
         )
 
 
-async def test_a_service_publishing_not_ready_pods_reaches_one_before_it_is_ready_and_a_refusal_closes_at_once(
+async def test_a_service_publishing_not_ready_pods_reaches_one_early_and_a_refusal_ends_at_once(
     tmp_path: Path,
 ) -> None:
     async with cluster(tmp_path) as (store, kubelet):
