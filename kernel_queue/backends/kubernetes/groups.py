@@ -42,7 +42,7 @@ LOG_LINES = 20
 """Log lines of a pod that failed before it was ready, added to the kernel's error."""
 LOG_SECONDS = 5.0
 """Seconds the API may take to give those lines; the error is published without them after."""
-LOOK_INTERVAL = 0.025
+LOOK_INTERVAL = 0.01
 """Seconds between the server's tries to reach a started kernel on its shell port, for
 `LOOK_FAST_SECONDS`; then `LOOK_SLOW_INTERVAL` (a kernel that never listens fails its start)."""
 LOOK_FAST_SECONDS, LOOK_SLOW_INTERVAL = 10.0, 0.5

@@ -1,5 +1,5 @@
 """Creating one launch of a kernel: its Secret and Service (once per kernel; a group of several
-pods also its headless group Service), then its pods.
+pods also its headless group Service) and its pods, all at once.
 
 `create_launch` makes each object through `create` (the backend's owner-checked create) and
 records in a `Progress` what it made and what it was doing, so that a failure can be undone and
@@ -9,12 +9,13 @@ the kernel's connection info at the Service. Nothing here keeps state.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kernel_queue import errors
-from kernel_queue.kube import kueue
+from kernel_queue.kube import kueue, names
 from kernel_queue.kube.objects import manifests, preflight
 from kernel_queue.model import ConnectionInfo, GroupSpec, short_id
 
@@ -54,19 +55,12 @@ async def create_launch(
     and leaves them out of `progress.created`. `launcher`: the ConfigMap of the delivered
     launcher the pods run (`manifests.pods`)."""
     who, namespace = f"kernel {short_id(spec.kernel_id)}", spec.namespace
-    made: dict[str, Obj] = {}
     ours = [
         (kueue.SECRETS, manifests.secret(spec, owner=owner), "Secret"),
         (kueue.SERVICES, manifests.service(spec, owner=owner), "Service"),
     ]
     if spec.pod_group_size > 1:  # each pod's stable name, for the others
         ours.append((kueue.SERVICES, manifests.group_service(spec, owner=owner), "group Service"))
-    for kind, body, word in ours:
-        progress.doing = f"create its {word} {body['metadata']['name']}"
-        made[word] = await create(kind, body)
-        if launch == 0:  # a relaunch keeps the key and the addresses of the first
-            progress.created.append((kind, body["metadata"]["name"]))
-    address = _address(spec, made["Service"], who)
     pods = manifests.pods(
         spec,
         group,
@@ -76,14 +70,32 @@ async def create_launch(
         owner=owner,
         launcher=launcher,
     )
+    objects = [*ours, *((kueue.PODS, pod, "pod") for pod in pods)]
+
+    async def one(kind: kueue.Kind, body: Obj) -> Obj:
+        made = await create(kind, body)
+        if kind is kueue.PODS or launch == 0:  # a relaunch keeps the key and the addresses
+            progress.created.append((kind, body["metadata"]["name"]))
+        return made
+
+    # All at once: a pod waits behind Kueue's gate until its group is admitted, by when its
+    # Secret exists (a kubelet would retry until it did). A failure waits for the others, so
+    # that `progress` holds everything made.
+    results = await asyncio.gather(
+        *(one(kind, body) for kind, body, _ in objects), return_exceptions=True
+    )
+    made: dict[str, Obj] = {}
+    for (_, body, word), result in zip(objects, results, strict=True):
+        if isinstance(result, BaseException):
+            progress.doing = f"create its {word} {body['metadata']['name']}"
+            raise result
+        made[body["metadata"]["name"]] = result
+    address = _address(spec, made[names.service_name(spec.kernel_id)], who)
+    labels = (made[pods[0]["metadata"]["name"]].get("metadata") or {}).get("labels") or {}
+    progress.priority_class = labels.get(kueue.PRIORITY_CLASS_LABEL) or None
     for pod in pods:
-        progress.doing = f"create its pod {pod['metadata']['name']}"
-        made = await create(kueue.PODS, pod)
-        progress.created.append((kueue.PODS, made["metadata"]["name"]))
-        if pod is pods[0]:
-            labels = (made.get("metadata") or {}).get("labels") or {}
-            progress.priority_class = labels.get(kueue.PRIORITY_CLASS_LABEL) or None
-        if not kueue.is_gated(made) and not kueue.is_managed(made):
+        found = made[pod["metadata"]["name"]]
+        if not kueue.is_gated(found) and not kueue.is_managed(found):
             raise errors.ConfigError(
                 f"{who}: namespace {namespace!r} is not managed by Kueue (its pod was created "
                 "without Kueue's admission gate, so it would run unqueued); nothing was left "
