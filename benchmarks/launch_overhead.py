@@ -24,7 +24,8 @@ checkout's modules from source at every launch, which the plain kernel's install
 does (the clusters' pods run the launcher archive, which carries its own bytecode).
 For the queued kinds it also prints where the time went, from the provisioner's status events:
 start to admitted, admitted to running (the launcher's kernel has bound its ports; on Kubernetes
-the pod is Ready), running to the first kernel_info reply.
+the server reached the started kernel on its shell port), running to the first kernel_info
+reply. The node agents of both planes probe readiness as a kubelet does, every periodSeconds.
 Usage: python benchmarks/launch_overhead.py [--runs 7] [--plane fake|real|both] [--no-kubernetes]
 """
 
@@ -77,8 +78,8 @@ KERNELS = {"plain": "plain", "queued": "queued", "fake": "kubernetes", "real": "
 
 PHASES = ("admitted", "running", "ready")
 """The queued kinds' phases, each from the previous one seen (the first from the start): the
-queue's admission, the launcher's report that its kernel runs (on Kubernetes: its pod Ready),
-and the kernel's first kernel_info reply. A phase whose event did not come is reported so, its
+queue's admission, the launcher's report that its kernel runs (on Kubernetes: the server
+reached it), and the kernel's first kernel_info reply. A phase whose event did not come is reported so, its
 time counted in the next phase's."""
 
 
