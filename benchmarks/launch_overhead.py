@@ -79,8 +79,8 @@ KERNELS = {"plain": "plain", "queued": "queued", "fake": "kubernetes", "real": "
 PHASES = ("admitted", "running", "ready")
 """The queued kinds' phases, each from the previous one seen (the first from the start): the
 queue's admission, the launcher's report that its kernel runs (on Kubernetes: the server
-reached it), and the kernel's first kernel_info reply. A phase whose event did not come is reported so, its
-time counted in the next phase's."""
+reached it), and the kernel's first kernel_info reply. A phase whose event did not come is
+reported so, its time counted in the next phase's."""
 
 
 async def start_to_ready(
