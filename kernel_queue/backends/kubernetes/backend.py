@@ -194,7 +194,7 @@ class KubernetesBackend(settings.BackendSettings):
         pods = stopping()
         if not pods:
             return
-        grace = max(int(p["spec"].get("terminationGracePeriodSeconds") or 30) for p in pods)
+        grace = max(_grace(pod) for pod in pods)
         deadline = time.monotonic() + grace + PREVIOUS_STOP_MARGIN
         while stopping():
             if time.monotonic() > deadline:
@@ -459,3 +459,9 @@ class KubernetesBackend(settings.BackendSettings):
         self._statuses.refresh(ref.name)
         self._check_copied(await self._client(), namespace, ref.name)
         return group
+
+
+def _grace(pod: Obj) -> int:
+    """A pod's terminationGracePeriodSeconds (Kubernetes' default 30 where it has none)."""
+    seconds = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return seconds if isinstance(seconds, int) else 30
