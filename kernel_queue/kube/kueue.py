@@ -47,6 +47,8 @@ Kueue's own deactivations read `DeactivatedDueTo<cause>` (`pkg/workload/evict/ev
 
 # --- Kubernetes pod conditions and reasons we read ---
 POD_READY = "Ready"
+TERMINATION_TARGET = "TerminationTarget"
+"""The pod condition Kueue sets on each pod it stops for an eviction."""
 POD_SCHEDULED = "PodScheduled"
 UNSCHEDULABLE = "Unschedulable"
 STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
@@ -177,6 +179,12 @@ def _reason_message(obj: Mapping[str, Any], type_: str) -> tuple[str, str] | Non
         return None
     entry = condition(obj, type_) or {}
     return str(entry.get("reason") or ""), str(entry.get("message") or "")
+
+
+def stopped_by_kueue(pod: Mapping[str, Any]) -> bool:
+    """True when Kueue stopped the pod for its Workload's eviction (a preemption, a
+    deactivation: a park): its ``TerminationTarget`` condition, set before the DELETE."""
+    return is_true(pod, TERMINATION_TARGET)
 
 
 def pod_ready(pod: Mapping[str, Any]) -> bool:

@@ -256,3 +256,19 @@ def test_a_replacement_made_in_the_second_its_parked_head_ended_is_the_head() ->
     for pods in ([old, new], [new, old]):
         status = group_status(workload(*ADMITTED), pods, was_running=True)
         assert (status.phase, status.message) == (P.ADMITTED, "")
+
+
+def test_a_head_kueue_stopped_is_no_end_of_the_kernel_while_its_replacement_is_not_listed() -> None:
+    """A woken (or requeued and admitted) group whose replacement the pod cache has not listed
+    yet: the only head is the one Kueue's eviction stopped (TerminationTarget), which is not
+    the kernel ending. The park test with expired watches went parked -> finished ('the kernel
+    ended') about 1 run in 17 on the fake plane."""
+    stopped = pod("Failed", exit_code=143)
+    stopped["status"]["conditions"].append(
+        cond("TerminationTarget", reason="WorkloadEvictedDueToDeactivated")
+    )
+    status = group_status(workload(*ADMITTED), [stopped], was_running=True)
+    assert status.phase is P.ADMITTED
+    # a head that ended by itself is still the kernel's end
+    crashed = group_status(workload(*ADMITTED), [pod("Failed", exit_code=1)], was_running=True)
+    assert (crashed.phase, crashed.message) == (P.FINISHED, "the kernel ended")

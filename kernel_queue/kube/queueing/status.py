@@ -135,6 +135,8 @@ def group_status(
         return admitted
     phase = (lead.get("status") or {}).get("phase")
     if phase in TERMINAL_PHASES:
+        if kueue.stopped_by_kueue(lead):  # an eviction's stop: its replacement is not listed
+            return admitted  # yet (the Workload is admitted again), not the kernel's end
         code = kueue.container_exit_code(lead, "kernel")
         if was_running:
             return GroupStatus(GroupPhase.FINISHED, message="the kernel ended", exit_code=code)
