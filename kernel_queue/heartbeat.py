@@ -1,8 +1,9 @@
 """Ask a kernel's heartbeat channel whether a kernel process answers at an address.
 
 Used where a backend cannot see kernel processes (a pod's launcher restarts its kernel in place
-without the API server noticing): the provisioner waits for the old kernel to stop answering and
-the new one to answer. ZeroMQ REQ/REP echo, as jupyter_client's own heartbeat; asyncio only.
+without the API server noticing): the provisioner waits for the old kernel's end (`gone`: a TCP
+connection to it closes) and for the new one to answer (ZeroMQ REQ/REP echo, as jupyter_client's
+own heartbeat). asyncio only.
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ async def beats(ip: str, port: int, *, within: float = PING_TIMEOUT) -> bool:
 
 
 async def wait_for(ip: str, port: int, *, alive: bool, within: float) -> bool:
-    """Wait until the heartbeat answers (`alive`) or stops answering; False if `within` passed."""
+    """Wait until the heartbeat answers (`alive`) or the kernel answering now is gone (`gone`);
+    False if `within` passed."""
+    if not alive:
+        return await gone(ip, port, within=within)
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         remaining = deadline - time.monotonic()
@@ -46,3 +50,31 @@ async def wait_for(ip: str, port: int, *, alive: bool, within: float) -> bool:
             return True
         await asyncio.sleep(min(PING_INTERVAL, max(deadline - time.monotonic(), 0)))
     return False
+
+
+async def gone(ip: str, port: int, *, within: float) -> bool:
+    """Wait until the kernel process serving ip:port now has ended: a TCP connection opened to
+    it closes when the process does (refused: nothing listens there). Pings cannot tell: a ZeroMQ
+    client reconnects while a pod's launcher restarts its kernel, and a ping sent into the gap is
+    answered by the next kernel once it binds (through kube-proxy, a refused connection reaches
+    the client at once). The kernel never reads from the connection (no ZeroMQ greeting comes);
+    False if it is still open after `within` seconds."""
+    deadline = time.monotonic() + within
+    try:
+        async with asyncio.timeout(within):
+            reader, writer = await asyncio.open_connection(ip, port)
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+    try:
+        async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
+            while await reader.read(4096):
+                pass  # a greeting of its own; the end is what counts
+        return True
+    except TimeoutError:
+        return False
+    except OSError:  # reset as the process ended
+        return True
+    finally:
+        writer.close()
