@@ -1,5 +1,5 @@
 """Creating one launch of a kernel: its Secret and Service (once per kernel; a group of several
-pods also its headless group Service) and its pods, all at once.
+pods also its headless group Service) at once, then its pods at once.
 
 `create_launch` makes each object through `create` (the backend's owner-checked create) and
 records in a `Progress` what it made and what it was doing, so that a failure can be undone and
@@ -70,26 +70,30 @@ async def create_launch(
         owner=owner,
         launcher=launcher,
     )
-    objects = [*ours, *((kueue.PODS, pod, "pod") for pod in pods)]
+    made: dict[str, Obj] = {}
 
     async def one(kind: kueue.Kind, body: Obj) -> Obj:
-        made = await create(kind, body)
+        found = await create(kind, body)
         if kind is kueue.PODS or launch == 0:  # a relaunch keeps the key and the addresses
             progress.created.append((kind, body["metadata"]["name"]))
-        return made
+        return found
 
-    # All at once: a pod waits behind Kueue's gate until its group is admitted, by when its
-    # Secret exists (a kubelet would retry until it did). A failure waits for the others, so
-    # that `progress` holds everything made.
-    results = await asyncio.gather(
-        *(one(kind, body) for kind, body, _ in objects), return_exceptions=True
-    )
-    made: dict[str, Obj] = {}
-    for (_, body, word), result in zip(objects, results, strict=True):
-        if isinstance(result, BaseException):
-            progress.doing = f"create its {word} {body['metadata']['name']}"
-            raise result
-        made[body["metadata"]["name"]] = result
+    async def together(objects: list[tuple[kueue.Kind, Obj, str]]) -> None:
+        """Create `objects` at once; a failure waits for the others (so that `progress`
+        holds everything made), then the first is raised."""
+        results = await asyncio.gather(
+            *(one(kind, body) for kind, body, _ in objects), return_exceptions=True
+        )
+        for (_, body, word), result in zip(objects, results, strict=True):
+            if isinstance(result, BaseException):
+                progress.doing = f"create its {word} {body['metadata']['name']}"
+                raise result
+            made[body["metadata"]["name"]] = result
+
+    # The Secret and Services first, then the pods: a pod once made gets a Workload from Kueue,
+    # and a failed start's clean-up deletes what it made, not that Workload.
+    await together(ours)
+    await together([(kueue.PODS, pod, "pod") for pod in pods])
     address = _address(spec, made[names.service_name(spec.kernel_id)], who)
     labels = (made[pods[0]["metadata"]["name"]].get("metadata") or {}).get("labels") or {}
     progress.priority_class = labels.get(kueue.PRIORITY_CLASS_LABEL) or None
