@@ -494,3 +494,22 @@ def test_a_resume_while_parking_and_replacing_wakes_once_parked_with_its_pods_li
         if PA.WAKE in moved.actions:
             woke.append(label)
     assert woke == ["listed"]
+
+
+def test_the_server_looks_once_at_a_started_head_and_its_readiness_speaks_after() -> None:
+    look = pod.HeadLook()
+    assert look.reached == ""
+    trying = look.start("a")
+    assert trying is not None and trying.look is pod.Look.LOOKING
+    assert trying.start("a") is None  # one try at a time
+    reached = trying.answered("a")
+    assert (reached.look, reached.reached) == (pod.Look.REACHED, "a")
+    assert reached.start("a") is None and reached.ended("a") == reached  # the try is over
+    ready = reached.seen_ready("a")
+    assert (ready.reached, ready.start("a")) == ("", None)  # a restart in place: Ready speaks
+    # a replacement head is another pod: looked at afresh
+    replaced = ready.start("b")
+    assert replaced is not None and replaced.uid == "b"
+    # a try that ends without an answer may run again; an old pod's answer changes nothing
+    assert replaced.ended("b").start("b") is not None
+    assert replaced.answered("a") == replaced

@@ -4,11 +4,13 @@ a group that the cluster no longer shows, and what each new look at the cluster 
 Kueue owns a pod group's phase (queued, admitted, running, evicted, parking, parked): the backend
 recomputes it from the informers' caches on every event. What it keeps is what those caches
 cannot say again: whether Kueue made the group's Workload (its absence then means someone
-deleted it), whether its head was ever ready (a later pod exit is the kernel's end, not a failed
+deleted it), whether its head ever ran (a later pod exit is the kernel's end, not a failed
 start), whether its failure was said, whether a round of replacement pods is being made, whether
 a resume waits for the park to end, and whether its deletion began. `step(state, event)` answers
-the next state and the actions `groups.Statuses` and `KubernetesBackend` carry out. No I/O, no
-clock (how long unlisted replacement pods hold a wake back is the caller's reading), no asyncio.
+the next state and the actions `groups.Statuses` and `KubernetesBackend` carry out. Beside it,
+`HeadLook`: how far the server got reaching the current head pod's kernel itself before the pod
+is Ready. No I/O, no clock (how long unlisted replacement pods hold a wake back is the caller's
+reading), no asyncio.
 """
 
 from __future__ import annotations
@@ -193,3 +195,46 @@ def _done(current: State, done: Done) -> Transition:
     if current.stage is _S.ENDING:
         return Transition(replace(current, stage=_S.ENDED, wake=False), _NOTHING)
     return Transition(current, _NOTHING)
+
+
+class Look(enum.StrEnum):
+    """How far the server got reaching one head pod's kernel before the pod's Ready."""
+
+    NONE = "none"  # not tried (or a try ended without an answer: tried again on the next look)
+    LOOKING = "looking"  # a try runs (`groups.Statuses._look`)
+    REACHED = "reached"  # its kernel answered: the group runs though the pod is not Ready yet
+    READY = "ready"  # the pod was seen Ready: its readiness speaks from then on (a restart)
+
+
+@dataclass(frozen=True)
+class HeadLook:
+    """The server's own look at the group's current head pod (`uid`); a new head pod (a
+    replacement) starts at `Look.NONE`. Pure: the caller starts and ends the tries."""
+
+    uid: str = ""
+    look: Look = Look.NONE
+
+    def _of(self, uid: str) -> Look:
+        return self.look if uid == self.uid else Look.NONE
+
+    def seen_ready(self, uid: str) -> HeadLook:
+        """The pod `uid` is Ready."""
+        return HeadLook(uid, Look.READY)
+
+    def start(self, uid: str) -> HeadLook | None:
+        """A try at the started, not Ready pod `uid`: the new state, or None when none is due
+        (one runs, its kernel answered, or the pod was Ready before)."""
+        return HeadLook(uid, Look.LOOKING) if self._of(uid) is Look.NONE else None
+
+    def answered(self, uid: str) -> HeadLook:
+        """The try at `uid` reached its kernel (nothing, if that pod is no longer looked at)."""
+        return HeadLook(uid, Look.REACHED) if self._of(uid) is Look.LOOKING else self
+
+    def ended(self, uid: str) -> HeadLook:
+        """The try at `uid` ended without an answer (the pod changed, the group ended)."""
+        return HeadLook(uid, Look.NONE) if self._of(uid) is Look.LOOKING else self
+
+    @property
+    def reached(self) -> str:
+        """The head pod whose kernel answered before its Ready, or ""."""
+        return self.uid if self.look is Look.REACHED else ""

@@ -69,9 +69,8 @@ class Group:
     replacement: asyncio.Task[None] | None = None  # the round of replacement pods being made
     saved: str = ""  # what the last stopped pod's checkpoint saved; kept after it is deleted
     refused_wake: str = ""  # why the API server refused its last wake: said while it is parked
-    listening: str = ""  # the head pod (uid) whose kernel the server reached before its Ready
-    looking: str = ""  # the head pod (uid) whose kernel the server is trying to reach
-    was_ready: str = ""  # the last head pod (uid) seen Ready: its readiness speaks from then on
+    # the server's own look at its head's kernel before the pod is Ready
+    head_look: group_state.HeadLook = field(default_factory=group_state.HeadLook)
     since: float = field(default_factory=time.monotonic)  # submitted (or adopted): Kueue's clock
 
     def step(self, event: group_state.Event) -> frozenset[group_state.Action]:
@@ -158,7 +157,7 @@ class Statuses:
         pod_ip = group.spec is not None and group.spec.connect == "pod-ip"
         lead = group_status.head(pods)
         if lead is not None and kueue.pod_ready(lead):  # its readiness speaks from now on
-            group.was_ready, group.listening = str(lead["metadata"].get("uid", "")), ""
+            group.head_look = group.head_look.seen_ready(str(lead["metadata"].get("uid", "")))
         group.saved = group_status.saved_message(workload, pods) or group.saved
         status = group_status.group_status(
             workload,
@@ -168,7 +167,7 @@ class Statuses:
             had_workload=group.state.had_workload,
             pod_ip_address=pod_ip,
             saved=group.saved,
-            listening=group.listening,
+            listening=group.head_look.reached,
         )
         if status.phase in (GroupPhase.QUEUED, GroupPhase.PENDING):
             status = self.waits.explain(
@@ -256,9 +255,10 @@ class Statuses:
             return
         uid = str(lead["metadata"].get("uid", ""))
         endpoint = group_status.kernel_endpoint(lead)
-        if endpoint is None or uid in (group.was_ready, group.listening, group.looking):
+        looking = group.head_look.start(uid) if endpoint is not None else None
+        if endpoint is None or looking is None:
             return
-        group.looking = uid
+        group.head_look = looking
         self.tasks.spawn(self._look(group, name, namespace, uid, endpoint), f"look {name}")
 
     async def _look(
@@ -275,14 +275,18 @@ class Statuses:
                 if group_status.kernel_endpoint(lead) != endpoint:
                     return  # Ready, restarted or ending: the pod's status speaks
                 if await _answers(*endpoint):
-                    group.listening = uid
+                    group.head_look = group.head_look.answered(uid)
+                    self.log.debug(
+                        "kernel %s answers at %s:%s before its pod is Ready: running",
+                        short_id(group.ref.kernel_id),
+                        *endpoint,
+                    )
                     self.refresh(name)
                     return
                 fast = time.monotonic() - started < LOOK_FAST_SECONDS
                 await asyncio.sleep(LOOK_INTERVAL if fast else LOOK_SLOW_INTERVAL)
         finally:
-            if group.looking == uid:
-                group.looking = ""
+            group.head_look = group.head_look.ended(uid)
 
     async def _check_launcher(
         self, group: Group, name: str, namespace: str, configmap: str
