@@ -733,6 +733,14 @@ async def test_aclose_leaves_no_process_and_no_listener(tmp_path: Path) -> None:
         await asyncio.open_connection(ip, 7000)
 
 
+def kernel_service(store: Store, name: str, **spec: Any) -> Obj:
+    """A Service `name` of kernel `k1`'s pods: port 5000 to their `shell` port."""
+    ports = [{"name": "shell", "port": 5000, "targetPort": "shell"}]
+    body = {"metadata": {"name": name}, "spec": {"selector": {"kernel": "k1"}, "ports": ports}}
+    body["spec"].update(spec)
+    return store.create("", "services", NS, body)
+
+
 def kernel_pod(name: str, delay: str) -> Obj:
     """A pod of kernel `k1` serving its name on the `shell` port after `delay` seconds."""
     return python_pod(
@@ -752,18 +760,7 @@ async def test_a_service_reaches_the_ready_pod_and_then_its_replacement_at_the_s
     tmp_path: Path,
 ) -> None:
     async with cluster(tmp_path) as (store, kubelet):
-        service = store.create(
-            "",
-            "services",
-            NS,
-            {
-                "metadata": {"name": "kernel"},
-                "spec": {
-                    "selector": {"kernel": "k1"},
-                    "ports": [{"name": "shell", "port": 5000, "targetPort": "shell"}],
-                },
-            },
-        )
+        service = kernel_service(store, "kernel")
         ip = service["spec"]["clusterIP"]
         assert ip.startswith("127.20.")
         assert service["spec"]["clusterIPs"] == [ip]
@@ -843,19 +840,7 @@ async def test_a_service_publishing_not_ready_pods_reaches_one_early_and_a_refus
     tmp_path: Path,
 ) -> None:
     async with cluster(tmp_path) as (store, kubelet):
-        service = store.create(
-            "",
-            "services",
-            NS,
-            {
-                "metadata": {"name": "early"},
-                "spec": {
-                    "selector": {"kernel": "k1"},
-                    "ports": [{"name": "shell", "port": 5000, "targetPort": 8765}],
-                    "publishNotReadyAddresses": True,
-                },
-            },
-        )
+        service = kernel_service(store, "early", publishNotReadyAddresses=True)
         ip = service["spec"]["clusterIP"]
         pod = kernel_pod("early", "1.5")
         pod["spec"]["containers"][0]["readinessProbe"]["periodSeconds"] = 30
