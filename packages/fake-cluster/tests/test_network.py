@@ -284,3 +284,22 @@ async def test_aclose_ends_a_connection_held_for_a_ready_pod_quietly(
     await writer.wait_closed()
     await asyncio.sleep(0.05)  # the handler's done callback
     assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+
+
+async def test_a_service_publishing_not_ready_pods_keeps_a_terminating_one_as_slices_do() -> None:
+    # EndpointSlices mark a terminating pod ready where the Service publishes not-ready
+    # addresses, and kube-proxy routes to it; the Endpoints controller keeps it too.
+    async with services() as (store, net), backend(b"going") as (ip, port):
+        store.create("", "services", NS, service())
+        store.create("", "services", NS, service("early", publishNotReadyAddresses=True))
+        held = pod("going", ip, port)
+        held["metadata"]["finalizers"] = ["example.com/hold"]  # a delete leaves it terminating
+        uid = store.create("", "pods", NS, held)["metadata"]["uid"]
+        await until(lambda: subsets(store))
+        store.delete("", "pods", NS, "going")
+        assert store.get("", "pods", NS, "going")["metadata"].get("deletionTimestamp")
+        await until(lambda: not subsets(store))  # the plain Service drops it
+        early = store.get("", "endpoints", NS, "early")
+        assert [a["ip"] for a in early["subsets"][0]["addresses"]] == [ip]
+        assert net.ready_backends(NS, "early", 5000) == [(uid, ip, port)]
+        assert net.ready_backends(NS, "kernel", 5000) == []
