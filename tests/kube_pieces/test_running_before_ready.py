@@ -1,6 +1,7 @@
-"""A relaunch of a kernel waits for its previous launch's pods to stop: the kernel's Service
-publishes a head before it is Ready, so a new head beside a stopping one would share its
-clients with the kernel that is saving and going."""
+"""What comes with a kubernetes kernel running before its pod is Ready: a relaunch waits for
+its previous launch's pods to stop (the kernel's Service publishes a head before it is Ready,
+so a new head beside a stopping one would share its clients with the kernel that is saving and
+going), and the server's tries to reach started kernels stay within a budget."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from kernel_queue.backends.kubernetes import backend as kube_backend
+from kernel_queue.backends.kubernetes import groups
 from kernel_queue.backends.kubernetes.backend import KubernetesBackend
 
 Obj = dict[str, Any]
@@ -69,3 +71,18 @@ async def test_a_previous_head_that_never_stops_holds_the_relaunch_only_past_its
     backend._caches = Pods({("ns", "kq-old"): [pod("Running", grace=0)]})  # type: ignore[assignment]
     await asyncio.wait_for(backend._previous_stopped("ns", "kq-old"), 3)
     assert "pod group ns/kq-old still has pods" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("looking", "elapsed", "interval"),
+    [
+        pytest.param(1, 0.0, 0.01, id="one-look"),
+        pytest.param(10, 0.5, 0.01, id="ten-at-full-speed"),
+        pytest.param(100, 0.5, 0.1, id="a-hundred-share-1000-tries-a-second"),
+        pytest.param(1, 10.0, 0.5, id="a-kernel-slow-to-listen"),
+    ],
+)
+def test_the_server_looks_for_started_kernels_often_but_within_a_budget(
+    looking: int, elapsed: float, interval: float
+) -> None:
+    assert groups.look_interval(looking, elapsed) == pytest.approx(interval)
