@@ -57,8 +57,10 @@ async def gone(ip: str, port: int, *, within: float) -> bool:
     it closes when the process does (refused: nothing listens there). Pings cannot tell: a ZeroMQ
     client reconnects while a pod's launcher restarts its kernel, and a ping sent into the gap is
     answered by the next kernel once it binds (through kube-proxy, a refused connection reaches
-    the client at once). The kernel never reads from the connection (no ZeroMQ greeting comes);
-    False if it is still open after `within` seconds."""
+    the client at once). The kernel's ZeroMQ socket sends its greeting and waits for ours, which
+    never comes, so the connection stays open while the process lives (ZeroMQ gives up on a
+    handshake after 30 s; a restart's wait is shorter). False if it is still open after
+    `within` seconds."""
     deadline = time.monotonic() + within
     try:
         async with asyncio.timeout(within):
