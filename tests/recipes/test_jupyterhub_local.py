@@ -25,6 +25,7 @@ import os
 import pwd
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -474,14 +475,37 @@ def queue_service(root: Path) -> Iterator[tuple[Path, Any]]:
 
 
 @contextlib.contextmanager
+def traversable(*paths: Path) -> Iterator[None]:
+    """Every folder above `paths` searchable by other users (o+x, never read) while the test
+    runs, each mode as it was after: the hub users import kernel-queue from this checkout's
+    environment, which CI clones under a private temporary folder (`mktemp -d`, 0700)."""
+    changed: dict[Path, int] = {}
+    for path in paths:
+        for folder in path.parents:
+            mode = folder.stat().st_mode
+            if folder not in changed and not mode & stat.S_IXOTH:
+                changed[folder] = stat.S_IMODE(mode)
+    try:
+        for folder, mode in changed.items():
+            folder.chmod(mode | stat.S_IXOTH)
+        yield
+    finally:
+        for folder, mode in changed.items():
+            folder.chmod(mode)
+
+
+@contextlib.contextmanager
 def box() -> Iterator[tuple[Users, Path]]:
     """The machine's temp root (0755 under /tmp: a short socket path every user reaches) and
-    its users; both gone at the end."""
+    its users; both gone at the end. This checkout and its environment are reachable by them
+    meanwhile (`traversable`)."""
     root = Path(tempfile.mkdtemp(prefix="kq-hub-", dir="/tmp"))
     root.chmod(0o755)
     users = Users()
+    purelib = Path(sysconfig.get_paths()["purelib"])
     try:
-        yield users, root
+        with traversable(REPO / "pyproject.toml", purelib / "x"):
+            yield users, root
     finally:
         problems = users.remove()
         shutil.rmtree(root, ignore_errors=True)
