@@ -311,15 +311,7 @@ async def test_adding_a_gate_or_changing_the_command_is_rejected_but_a_new_image
 
 async def test_readiness_follows_a_tcp_probe_on_the_pod_ip_by_named_port(tmp_path: Path) -> None:
     async with cluster(tmp_path) as (store, _):
-        pod = python_pod(
-            "probed",
-            SERVE,
-            "0.5",
-            container={
-                "ports": [{"name": "shell", "containerPort": 8765}],
-                "readinessProbe": {"tcpSocket": {"port": "shell"}, "periodSeconds": 1},
-            },
-        )
+        pod = kernel_pod("probed", "0.5")
         store.create("", "pods", NS, pod)
         await until(lambda: phase(store, "probed") == "Running", what="Running")
         early = store.get("", "pods", NS, "probed")
@@ -741,8 +733,9 @@ def kernel_service(store: Store, name: str, **spec: Any) -> Obj:
     return store.create("", "services", NS, body)
 
 
-def kernel_pod(name: str, delay: str) -> Obj:
-    """A pod of kernel `k1` serving its name on the `shell` port after `delay` seconds."""
+def kernel_pod(name: str, delay: str, *, period: int = 1) -> Obj:
+    """A pod of kernel `k1` serving its name on the `shell` port after `delay` seconds, probed
+    for readiness there every `period` seconds."""
     return python_pod(
         name,
         SERVE,
@@ -751,7 +744,7 @@ def kernel_pod(name: str, delay: str) -> Obj:
         terminationGracePeriodSeconds=1,
         container={
             "ports": [{"name": "shell", "containerPort": 8765}],
-            "readinessProbe": {"tcpSocket": {"port": "shell"}, "periodSeconds": 1},
+            "readinessProbe": {"tcpSocket": {"port": "shell"}, "periodSeconds": period},
         },
     )
 
@@ -817,15 +810,7 @@ async def test_readiness_is_probed_as_a_kubelet_does_at_the_start_then_every_per
     # The kernel listens 0.3 s after its start; the probe at the start failed, the next comes
     # periodSeconds (5) later: Ready comes then, not as soon as the port opens.
     async with cluster(tmp_path) as (store, kubelet):
-        pod = python_pod(
-            "slow-probe",
-            SERVE,
-            "0.3",
-            container={
-                "ports": [{"name": "shell", "containerPort": 8765}],
-                "readinessProbe": {"tcpSocket": {"port": "shell"}, "periodSeconds": 5},
-            },
-        )
+        pod = kernel_pod("slow-probe", "0.3", period=5)
         store.create("", "pods", NS, pod)
         await logged(kubelet, "slow-probe", "listening")
         await asyncio.sleep(0.5)
@@ -842,8 +827,7 @@ async def test_a_service_publishing_not_ready_pods_reaches_one_early_and_a_refus
     async with cluster(tmp_path) as (store, kubelet):
         service = kernel_service(store, "early", publishNotReadyAddresses=True)
         ip = service["spec"]["clusterIP"]
-        pod = kernel_pod("early", "1.5")
-        pod["spec"]["containers"][0]["readinessProbe"]["periodSeconds"] = 30
+        pod = kernel_pod("early", "1.5", period=30)
         store.create("", "pods", NS, pod)
         await until(lambda: kubelet.network.listening(NS, "early"), what="the listener")
         await until(lambda: phase(store, "early") == "Running", what="Running")
