@@ -73,6 +73,15 @@ PLACE = QueuePlace("user-queue", 2, 3)
             "Preempted to fit",
             id="evicted-while-pods-stop",
         ),
+        pytest.param(  # its pod's delete can reach the server before its Workload's eviction:
+            # the kernel still saves its checkpoint; "requeued" now would skip "preempted"
+            workload(*ADMITTED, cond("Evicted", reason="Preempted", message="Preempted to fit")),
+            [pod("Running", ready=True, deleting=True)],
+            {"was_running": True},
+            P.EVICTED,
+            "Preempted to fit",
+            id="evicted-while-its-only-pod-is-being-deleted",
+        ),
         pytest.param(
             workload(cond("Evicted", reason="Preempted"), cond("Requeued", reason="Preempted")),
             [

@@ -23,13 +23,15 @@ PARKING_MESSAGE = "saving its variables, then giving its admission back"
 """While a parked group's pods stop (they save within their grace) and Kueue still counts it."""
 
 
-def live_pods(pods: Sequence[Obj]) -> list[Obj]:
-    """Pods that are neither terminal nor being deleted."""
+def stopping_pods(pods: Sequence[Obj]) -> list[Obj]:
+    """Pods of an evicted or parked group that have not ended: not terminal and not gated (gated
+    pods are replacements, already queued). A pod being deleted counts: its kernel still saves
+    within its grace, and its delete may reach the server before the Workload's eviction (two
+    watch streams), so leaving it out would read a preemption as a plain requeue."""
     return [
         pod
         for pod in pods
-        if (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
-        and not (pod.get("metadata") or {}).get("deletionTimestamp")
+        if (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES and not kueue.is_gated(pod)
     ]
 
 
@@ -119,12 +121,12 @@ def group_status(
             code = 0 if finished[0] == kueue.REASON_SUCCEEDED else 1
         return GroupStatus(GroupPhase.FINISHED, message=finished[1], exit_code=code)
     evicted = kueue.workload_evicted(workload)
-    stopping = [pod for pod in live_pods(pods) if not kueue.is_gated(pod)]
+    stopping = stopping_pods(pods)
     if kueue.parked(workload):  # parked: an eviction, but not a preemption
         if kueue.holds_quota(workload) or stopping:
             return GroupStatus(GroupPhase.PARKING, message=PARKING_MESSAGE)
         return GroupStatus(GroupPhase.PARKED, message=saved if evicted is not None else "")
-    if evicted is not None and stopping:  # gated pods are the replacements, already queued
+    if evicted is not None and stopping:
         return GroupStatus(GroupPhase.EVICTED, message=evicted[1] or evicted[0])
     if not kueue.workload_admitted(workload):
         saved = saved if evicted is not None else ""
