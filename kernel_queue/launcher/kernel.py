@@ -15,7 +15,6 @@ import json
 import os
 import sys
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -82,6 +81,7 @@ class RestartAwareKernel(IPythonKernel):
             shell = parent or self.get_parent("shell")  # type: ignore[no-untyped-call]
             header = (shell or {}).get("header") or {}
             SUBSCRIPTIONS.message(str(header.get("session", "")), str(header.get("msg_id", "")))
+            SUBSCRIPTIONS.busy(str(header.get("msg_id", "")))
         super()._publish_status(status, channel, parent)  # type: ignore[no-untyped-call]
 
     async def execute_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
@@ -91,11 +91,11 @@ class RestartAwareKernel(IPythonKernel):
         lost. A client's first request in this process also waits (briefly) for the
         subscription a blocking client sends only once it reads its output
         (``subscriptions.LATE_WAIT``). A client that subscribed since ipykernel said `busy`
-        (just before this) is told again.
+        (just before this; `Subscriptions.asked`) is told again.
         """
-        asked = time.monotonic()
         header = parent.get("header") or {}
         session, msg_id = str(header.get("session", "")), str(header.get("msg_id", ""))
+        asked = SUBSCRIPTIONS.asked(msg_id)
         if SUBSCRIPTIONS.opens_session(session, msg_id):
             await SUBSCRIPTIONS.late(asked)
         await SUBSCRIPTIONS.settled()

@@ -49,6 +49,7 @@ class Subscriptions:
         self._lock = threading.Condition()  # notified at each subscription
         self._openers: dict[str, str] = {}  # client session -> id of its first shell message
         self._known = True  # subscriptions are reported (``unknowable``)
+        self._busy = ("", 0.0)  # the shell request ipykernel said `busy` for last, and when
 
     def seen(self) -> None:
         """A client subscribed (called on the IOPub thread)."""
@@ -56,6 +57,19 @@ class Subscriptions:
             self._last = time.monotonic()
             self._lock.notify_all()
         self._first.set()
+
+    def busy(self, msg_id: str) -> None:
+        """ipykernel is about to say `busy` for shell request `msg_id` (on the shell thread)."""
+        with self._lock:
+            self._busy = (msg_id, time.monotonic())
+
+    def asked(self, msg_id: str) -> float:
+        """When request `msg_id`'s output began: just before its `busy` was said, else now. A
+        client that subscribed after that missed the `busy`, even if it subscribed before the
+        request's handler ran (a loaded machine may run other threads between the two)."""
+        with self._lock:
+            said, when = self._busy
+        return when if msg_id and said == msg_id else time.monotonic()
 
     def since(self, when: float) -> bool:
         """A client subscribed after ``when`` (``time.monotonic()``)."""

@@ -67,3 +67,19 @@ async def test_a_late_subscriber_ends_the_wait_for_it_and_none_ends_it_after_the
     started = time.monotonic()
     await subscriptions.late(time.monotonic(), within=0.2)
     assert time.monotonic() - started >= 0.2
+
+
+def test_a_subscription_between_a_requests_busy_and_its_handler_missed_the_busy() -> None:
+    """A CI run lost a first cell's busy status this way (1 of 20 returns): the blocking client
+    subscribed after ipykernel said `busy` and before the request's handler ran, which then
+    took its own start as the request's and did not say `busy` again."""
+    subscriptions = Subscriptions()
+    subscriptions.busy("execute-1")  # said to no one: the client has not subscribed again yet
+    time.sleep(0.01)
+    subscriptions.seen()  # it subscribes...
+    time.sleep(0.01)
+    asked = subscriptions.asked("execute-1")  # ...before the handler runs
+    assert subscriptions.since(asked)  # so the handler says `busy` again
+    before = time.monotonic()
+    assert subscriptions.asked("execute-2") >= before  # no busy said for it: now
+    assert subscriptions.asked("") >= before
