@@ -2,7 +2,9 @@
 
 Kinds run alternately, run by run; each kind's min/median/max and its ratio of medians to the
 plain kernel are printed beside the project's "launch overhead" targets (local backend <= 1.05 x
-plain, kubernetes <= 1.10 x plain). "queued" is the local backend with a pretend GPU. The
+plain, kubernetes <= 1.10 x plain). "queued" is the local backend with a pretend GPU, which
+keeps a launcher started ahead (`c.LocalBackend.spare_launcher`); "queued, no spare launcher" is
+the same backend with that off, so the spare's share shows beside it. The
 kubernetes kinds are the kubernetes backend on a cluster outside this process, as a Jupyter
 server meets its API server in production (never in its own process), with instant admission
 (quota: 8 CPU, 32Gi, 8 GPUs):
@@ -72,7 +74,13 @@ KUBE = kernel_json(
 )
 QUOTA: dict[str, str | int] = {"cpu": 8, "memory": "32Gi", "nvidia.com/gpu": 8}
 """Both planes' ClusterQueue quota: each kernel is admitted at once."""
-KERNELS = {"plain": "plain", "queued": "queued", "fake": "kubernetes", "real": "kubernetes"}
+KERNELS = {
+    "plain": "plain",
+    "queued": "queued",
+    "cold": "queued",
+    "fake": "kubernetes",
+    "real": "kubernetes",
+}
 """Kind -> its kernelspec's name."""
 
 
@@ -134,11 +142,15 @@ def owner(kubeconfig: str) -> Any:
 
 
 async def main(runs: int, planes: list[str], root: Path) -> None:
+    from traitlets.config import Config, LoggingConfigurable
+
     from kernel_queue import backends
 
-    times: dict[str, list[float]] = {"plain": [], "queued": []}
-    phases: dict[str, dict[str, list[float]]] = {"queued": {}}
-    parents: dict[str, Any] = {}
+    times: dict[str, list[float]] = {"plain": [], "queued": [], "cold": []}
+    phases: dict[str, dict[str, list[float]]] = {"queued": {}, "cold": {}}
+    # the local backend without its spare launcher: a backend of its own (its own owner)
+    cold = Config({"LocalBackend": {"spare_launcher": False}})
+    parents: dict[str, Any] = {"cold": LoggingConfigurable(config=cold)}
     fake, real = ClusterProcess(__file__), RealPlane()
     try:
         if "fake" in planes:
@@ -149,8 +161,9 @@ async def main(runs: int, planes: list[str], root: Path) -> None:
             # the pod's `python` is this environment's, as the fake's kubelet runs it
             node = NodeSpec(gpus=8, image_paths={IMAGE: str(Path(sys.executable).parent)})
             parents["real"] = owner(await real.start(root, node=node, queues=queues(QUOTA)))
-        for kind in parents:
-            times[kind], phases[kind] = [], {}
+        for kind in ("fake", "real"):
+            if kind in parents:
+                times[kind], phases[kind] = [], {}
         for _ in range(runs):
             for kind in times:
                 times[kind].append(
@@ -168,6 +181,7 @@ async def main(runs: int, planes: list[str], root: Path) -> None:
 LABELS = {
     "plain": "plain (LocalProvisioner)",
     "queued": "queued (local backend)",
+    "cold": "queued, no spare launcher",
     "fake": "kubernetes (fake cluster)",
     "real": "kubernetes (real plane)",
 }

@@ -414,27 +414,34 @@ def server(jp_fetch: Any, jp_ws_fetch: Any, jp_serverapp: Any) -> Server:
 
 
 def launcher_pids(kernel_ids: tuple[str, ...] = ()) -> set[int]:
-    """Launcher processes that are children of this test process (of these kernels, if given)."""
-    found = set()
+    """Launcher processes that are children of this test process (of these kernels, if given).
+
+    A spare launcher (`--spare`, started ahead by the local backend) counts once it runs a
+    kernel, and is known by that kernel's KERNEL_ID: its own /proc environ is the one it
+    started with, before it took its kernel's."""
+    processes = {}  # pid -> (ppid, cmdline, environ)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
             stat = (entry / "stat").read_text()
+            environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        processes[int(entry.name)] = (int(stat.rsplit(")", 1)[1].split()[1]), cmdline, environ)
+    found = set()
+    for pid, (ppid, cmdline, environ) in processes.items():
         if ppid != os.getpid() or b"kernel_queue.launcher" not in cmdline:
             continue
-        if kernel_ids:
-            try:
-                environ = (entry / "environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if not any(f"KERNEL_ID={k}".encode() in environ for k in kernel_ids):
-                continue
-        found.add(int(entry.name))
+        kernels = [env for p, (parent, _, env) in processes.items() if parent == pid]
+        if b"--spare" in cmdline and not kernels:
+            continue  # a spare waiting for a kernel
+        if kernel_ids and not any(
+            f"KERNEL_ID={k}".encode() in env for env in [environ, *kernels] for k in kernel_ids
+        ):
+            continue
+        found.add(pid)
     return found
 
 

@@ -34,6 +34,7 @@ from kernel_queue.backends.local import (
     quota,
     records,
     settings,
+    spare_launcher,
 )
 from kernel_queue.launcher import contract
 from kernel_queue.machine import protocol
@@ -72,6 +73,7 @@ class LocalBackend(settings.LocalSettings):
         self._ledger = records.Ledger(
             Path(jupyter_runtime_dir()) / "kernel-queue" / "kernels", self.log
         )
+        self._spares = spare_launcher.Keeper(self.log)
 
     # -- ClusterBackend --------------------------------------------------------------------
 
@@ -219,6 +221,7 @@ class LocalBackend(settings.LocalSettings):
         self._closed = True
         await asyncio.gather(*(self.release(g.ref) for g in list(self._groups.values())))
         await self._tasks.aclose()
+        await self._spares.aclose()
         await self._machine.aclose()
         await self._ledger.aclose()
 
@@ -353,8 +356,11 @@ class LocalBackend(settings.LocalSettings):
             lambda event: group.on_launcher_event(event, started=started, log=self.log)
         )
         group.step(Event.LAUNCH)
+        spare = self._spares.take(request.env)
+        if self.spare_launcher:  # for the next launch, once this one is under way
+            self._spares.prepare(request.env, request.log_path.parent)
         try:
-            code = await group.process.run(request)
+            code = await group.process.run(request, spare)
         except OSError as exc:
             group.process = None
             if Action.END in group.step(Event.END):

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_queue import launcher
+from kernel_queue.backends.local import spare_launcher
 from kernel_queue.launcher import contract
 
 LOG_TAIL_LINES = 20
@@ -57,19 +58,26 @@ class LauncherProcess:
         """The launcher's pid once it was spawned."""
         return self._process.pid if self._process is not None else None
 
-    async def run(self, request: LaunchRequest) -> int:
-        """Start the launcher and follow it until it exits; OSError if it cannot start.
+    async def run(self, request: LaunchRequest, spare: spare_launcher.Spare | None = None) -> int:
+        """Start the launcher (or hand the launch to `spare`, started ahead) and follow it until
+        it exits; OSError if it cannot start.
 
         `exited` is set however this ends, so a caller waiting for the exit never hangs."""
         try:
-            read_fd, write_fd = os.pipe()
-            try:
-                self._process = await _spawn(request, write_fd)
-            except BaseException:
-                os.close(read_fd)
-                raise
-            finally:
-                os.close(write_fd)
+            if spare is not None and not await _hand_over(request, spare):
+                spare = None  # it died before it could take the launch: start one now
+            if spare is not None:
+                read_fd = spare.status_read
+                self._process = spare.process
+            else:
+                read_fd, write_fd = os.pipe()
+                try:
+                    self._process = await _spawn(request, write_fd)
+                except BaseException:
+                    os.close(read_fd)
+                    raise
+                finally:
+                    os.close(write_fd)
             for signum in self._early:
                 self.signal(signum)
             try:
@@ -109,9 +117,10 @@ class LauncherProcess:
             transport.close()
 
 
-async def _spawn(request: LaunchRequest, status_fd: int) -> asyncio.subprocess.Process:
+def _launcher_env(request: LaunchRequest, status_fd: int) -> dict[str, str]:
+    """The launcher's environment: the kernel's, its launch settings, its GPUs and its id."""
     launch = request.launch._replace(status_fd=status_fd)
-    env = {
+    return {
         # The devices are numbered as NVML and nvidia-smi number them (by PCI bus); CUDA's own
         # default is fastest first, which on a box of mixed GPUs is another card for an index.
         # A kernelspec's env may choose otherwise.
@@ -121,6 +130,26 @@ async def _spawn(request: LaunchRequest, status_fd: int) -> asyncio.subprocess.P
         "CUDA_VISIBLE_DEVICES": ",".join(request.devices),
         "KERNEL_ID": request.kernel_id,
     }
+
+
+async def _hand_over(request: LaunchRequest, spare: spare_launcher.Spare) -> bool:
+    """Hand the launch to `spare`; False (the spare closed and reaped) if it is gone."""
+    request.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    env = _launcher_env(request, spare.status_fd)
+    try:
+        await spare.hand_over(["--", *request.argv], env, request.cwd, request.log_path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.close(spare.status_read)
+        await spare.close()
+        if isinstance(exc, OSError):
+            return False
+        raise
+    return True
+
+
+async def _spawn(request: LaunchRequest, status_fd: int) -> asyncio.subprocess.Process:
+    env = _launcher_env(request, status_fd)
     argv = [sys.executable, "-m", "kernel_queue.launcher", "--", *request.argv]
     request.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     log_fd = os.open(request.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir, jupyter_runtime_dir
-from traitlets import Dict, Float, Int, List, Unicode, default, validate
+from traitlets import Bool, Dict, Float, Int, List, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
 from kernel_queue import admission, errors, ids, quantities
@@ -95,6 +95,14 @@ class LocalSettings(LoggingConfigurable):
         help="""Seconds between two looks (at a kernel's submit) for what a Jupyter server of
         this user that died left behind: its kernels' logs and checkpoints are deleted once its
         launchers are gone too. The first submit always looks.""",
+    )
+    spare_launcher = Bool(
+        True,
+        config=True,
+        help="""Keep one kernel launcher started ahead (an idle Python process of a few MiB,
+        ended with the server), so that an admitted kernel does not wait for a launcher's own
+        start (about 40 ms). The spare is started a second after each launch; one started with
+        other PYTHON*, LD_*, HOME or locale variables than a kernel's is not used for it.""",
     )
 
     @default("pretend_gpus")
