@@ -100,10 +100,11 @@ async def test_a_spare_that_died_gives_way_to_a_launcher_started_then(tmp_path: 
     assert req.log_path.read_text().splitlines()[1] == "yes"
 
 
-async def test_a_spare_that_exits_before_it_reads_its_launch_ends_that_launch(
+async def test_a_spare_stopped_as_it_is_handed_its_launch_never_leaves_the_launch_hanging(
     tmp_path: Path,
 ) -> None:
-    """A spare stopped after its hand-over began: the launch's launcher exited, as any would."""
+    """Stopped as its launch is handed over: either the hand-over fails and a launcher started
+    then runs the kernel (3), or the spare took it and ended as a stopped launcher does (143)."""
     req = request(tmp_path)
     (tmp_path / "logs").mkdir()
     spare = await spare_launcher.start(dict(os.environ), tmp_path / "logs")
