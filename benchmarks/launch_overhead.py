@@ -27,7 +27,9 @@ does (the clusters' pods run the launcher archive, which carries its own bytecod
 For the queued kinds it also prints where the time went, from the provisioner's status events:
 start to admitted, admitted to running (the launcher's kernel has bound its ports; on Kubernetes
 the server reached the started kernel on its shell port), running to the first kernel_info
-reply. The node agents of both planes probe readiness as a kubelet does, every periodSeconds.
+reply; for the kubernetes kinds, when the plane's objects reached each of `STEPS`, watched on a
+connection of the benchmark's own. The node agents of both planes probe readiness as a kubelet
+does, every periodSeconds.
 Usage: python benchmarks/launch_overhead.py [--runs 7] [--plane fake|real|both] [--no-kubernetes]
 """
 
@@ -132,6 +134,82 @@ async def start_to_ready(
     return ready - started
 
 
+STEPS = ("pod", "workload", "admitted", "ungated", "bound", "container")
+"""A kubernetes start's steps as the plane's objects show them: the head pod made (gated),
+Kueue's Workload made, then admitted, the pod ungated, bound to the node, and its kernel
+container running (then the launcher and the kernel start in it)."""
+
+
+class Steps:
+    """When each of `STEPS` was first seen in one start, by watches of the plane's namespace on
+    a connection of their own (an observer beside the server's). One start at a time: objects
+    first added after `begin` are that start's."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.samples: dict[str, list[float]] = {}
+        self._started = 0.0
+        self._seen: dict[str, float] = {}
+        self._ours: set[str] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._api: Any = None
+
+    async def start(self) -> None:
+        from kernel_queue.kube import kueue
+        from kernel_queue.kube.client.api import KubernetesApi
+        from kernel_queue.kube.objects import preflight
+
+        self._api = await KubernetesApi.connect(self.kubeconfig)
+        workloads = (await preflight.Discovery().versions(self._api)).workloads
+        for kind in (kueue.PODS, workloads):
+            self._tasks.append(asyncio.create_task(self._follow(kind)))
+
+    async def _follow(self, kind: Any) -> None:
+        while True:
+            _, version = await self._api.list(kind, "default")
+            async for event, obj in self._api.watch(kind, "default", resource_version=version):
+                if event in ("ADDED", "MODIFIED"):
+                    self._observe(event, obj, pod=kind.plural == "pods")
+
+    def _observe(self, event: str, obj: dict[str, Any], *, pod: bool) -> None:
+        from kernel_queue.kube import kueue
+
+        uid = str(obj["metadata"].get("uid", ""))
+        if event == "ADDED" and self._started:
+            self._ours.add(uid)
+        if uid not in self._ours:
+            return
+        if not pod:
+            reached = ["workload"] + (["admitted"] if kueue.workload_admitted(obj) else [])
+        else:
+            status = obj.get("status") or {}
+            running = any(
+                (c.get("state") or {}).get("running") is not None
+                for c in status.get("containerStatuses") or []
+            )
+            reached = ["pod"] + (["ungated"] if not kueue.is_gated(obj) else [])
+            reached += ["bound"] if (obj.get("spec") or {}).get("nodeName") else []
+            reached += ["container"] if running else []
+        for step in reached:
+            self._seen.setdefault(step, time.perf_counter() - self._started)
+
+    def begin(self) -> None:
+        self._started, self._seen, self._ours = time.perf_counter(), {}, set()
+
+    def end(self) -> None:
+        """Keep this start's steps."""
+        for step, seconds in self._seen.items():
+            self.samples.setdefault(step, []).append(seconds)
+        self._started = 0.0
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._api is not None:
+            await self._api.aclose()
+
+
 def owner(kubeconfig: str) -> Any:
     """What a kind's kernel managers hang from: its config (the plane's kubeconfig) and the
     owner of its own kubernetes backend, as a server's multi-kernel manager is (kernel managers
@@ -151,31 +229,40 @@ async def main(runs: int, planes: list[str], root: Path) -> None:
     # the local backend without its spare launcher: a backend of its own (its own owner)
     cold = Config({"LocalBackend": {"spare_launcher": False}})
     parents: dict[str, Any] = {"cold": LoggingConfigurable(config=cold)}
+    kubeconfigs: dict[str, str] = {}
+    steps: dict[str, Steps] = {}
     fake, real = ClusterProcess(__file__), RealPlane()
     try:
         if "fake" in planes:
-            parents["fake"] = owner(await fake.start(root / "cluster"))
+            kubeconfigs["fake"] = await fake.start(root / "cluster")
         if "real" in planes:
             from kernel_queue_fake_cluster.control_plane.plane import NodeSpec
 
             # the pod's `python` is this environment's, as the fake's kubelet runs it
             node = NodeSpec(gpus=8, image_paths={IMAGE: str(Path(sys.executable).parent)})
-            parents["real"] = owner(await real.start(root, node=node, queues=queues(QUOTA)))
-        for kind in ("fake", "real"):
-            if kind in parents:
-                times[kind], phases[kind] = [], {}
+            kubeconfigs["real"] = await real.start(root, node=node, queues=queues(QUOTA))
+        for kind, kubeconfig in kubeconfigs.items():
+            parents[kind], steps[kind] = owner(kubeconfig), Steps(kubeconfig)
+            times[kind], phases[kind] = [], {}
+            await steps[kind].start()
         for _ in range(runs):
             for kind in times:
+                if kind in steps:
+                    steps[kind].begin()
                 times[kind].append(
                     await start_to_ready(KERNELS[kind], parents.get(kind), phases.get(kind))
                 )
+                if kind in steps:
+                    steps[kind].end()
     finally:
+        for watcher in steps.values():
+            await watcher.aclose()
         await backends.aclose_all(asyncio.get_running_loop())
         for parent in parents.values():
             await backends.aclose_all(parent)
         await fake.stop()
         await real.stop()
-    report(times, phases)
+    report(times, phases, {kind: watcher.samples for kind, watcher in steps.items()})
 
 
 LABELS = {
@@ -189,9 +276,14 @@ TARGETS = {"queued": 1.05, "fake": 1.10, "real": 1.10}
 """The most a kind's median start-to-ready may be, as a multiple of the plain kernel's."""
 
 
-def report(times: dict[str, list[float]], phases: dict[str, dict[str, list[float]]]) -> None:
-    """Each kind's min/median/max start-to-ready, its ratio of medians to plain, and where a
-    queued kind's time went (the median of each phase)."""
+def report(
+    times: dict[str, list[float]],
+    phases: dict[str, dict[str, list[float]]],
+    steps: dict[str, dict[str, list[float]]],
+) -> None:
+    """Each kind's min/median/max start-to-ready, its ratio of medians to plain, where a
+    queued kind's time went (the median of each phase) and, for a kubernetes kind, when its
+    objects reached each of `STEPS` (medians from the start)."""
     plain = statistics.median(times["plain"])
     print(f"start-to-ready, {len(times['plain'])} runs per kind (min / median / max)")
     where = {"fake": "the fake cluster in a child process", "real": "the real control plane"}
@@ -209,6 +301,14 @@ def report(times: dict[str, list[float]], phases: dict[str, dict[str, list[float
         if spent:
             parts = ", ".join(phase_text(spent.get(p, []), len(times[name]), p) for p in PHASES)
             print(f"  {LABELS[name]} phases (median ms): {parts}")
+    for name, seen in steps.items():
+        parts = ", ".join(
+            f"{step} {statistics.median(seen[step]) * 1000:.0f}"
+            + ("" if len(seen[step]) == len(times[name]) else f" (in {len(seen[step])} runs)")
+            for step in STEPS
+            if seen.get(step)
+        )
+        print(f"  {LABELS[name]} steps (median ms from the start): {parts}")
 
 
 def phase_text(samples: list[float], runs: int, phase: str) -> str:
