@@ -413,13 +413,9 @@ def server(jp_fetch: Any, jp_ws_fetch: Any, jp_serverapp: Any) -> Server:
     return Server(jp_fetch, jp_ws_fetch, jp_serverapp)
 
 
-def launcher_pids(kernel_ids: tuple[str, ...] = ()) -> set[int]:
-    """Launcher processes that are children of this test process (of these kernels, if given).
-
-    A spare launcher (`--spare`, started ahead by the local backend) counts once it runs a
-    kernel, and is known by that kernel's KERNEL_ID: its own /proc environ is the one it
-    started with, before it took its kernel's."""
-    processes = {}  # pid -> (ppid, cmdline, environ)
+def processes() -> dict[int, tuple[int, list[bytes], list[bytes]]]:
+    """Every process this user can read: pid -> (parent pid, command line, environ at start)."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -429,12 +425,33 @@ def launcher_pids(kernel_ids: tuple[str, ...] = ()) -> set[int]:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        processes[int(entry.name)] = (int(stat.rsplit(")", 1)[1].split()[1]), cmdline, environ)
+        found[int(entry.name)] = (int(stat.rsplit(")", 1)[1].split()[1]), cmdline, environ)
+    return found
+
+
+def spare_launchers() -> set[int]:
+    """Spare launchers of this test process that wait for a kernel (no child yet)."""
+    running = processes()
+    busy = {parent for parent, _, _ in running.values()}
+    return {
+        pid
+        for pid, (parent, cmdline, _) in running.items()
+        if parent == os.getpid() and b"--spare" in cmdline and pid not in busy
+    }
+
+
+def launcher_pids(kernel_ids: tuple[str, ...] = ()) -> set[int]:
+    """Launcher processes that are children of this test process (of these kernels, if given).
+
+    A spare launcher (`--spare`, started ahead by the local backend) counts once it runs a
+    kernel, and is known by that kernel's KERNEL_ID: its own /proc environ is the one it
+    started with, before it took its kernel's."""
+    running = processes()
     found = set()
-    for pid, (ppid, cmdline, environ) in processes.items():
-        if ppid != os.getpid() or b"kernel_queue.launcher" not in cmdline:
+    for pid, (parent, cmdline, environ) in running.items():
+        if parent != os.getpid() or b"kernel_queue.launcher" not in cmdline:
             continue
-        kernels = [env for p, (parent, _, env) in processes.items() if parent == pid]
+        kernels = [env for p, (up, _, env) in running.items() if up == pid]
         if b"--spare" in cmdline and not kernels:
             continue  # a spare waiting for a kernel
         if kernel_ids and not any(

@@ -19,7 +19,7 @@ import pytest
 
 from kernel_queue.backends.local import launcher_process, spare_launcher
 from kernel_queue.launcher import contract
-from tests.conftest import KernelspecFactory, Server, launcher_pids
+from tests.conftest import KernelspecFactory, Server, launcher_pids, spare_launchers
 from tests.launcher.processes import is_gone
 from tests.polling import until
 
@@ -181,25 +181,6 @@ async def test_a_spare_starting_while_the_keeper_closes_is_ended(
     assert all(s.process.returncode is not None for s in started)
 
 
-def waiting_spares() -> set[int]:
-    """Spare launchers of this process that wait for a kernel (no child yet)."""
-    parents = {}
-    spares = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-        if b"--spare" in cmdline and b"kernel_queue.launcher" in cmdline:
-            spares.add(int(entry.name))
-    busy = set(parents.values())
-    return {pid for pid in spares if parents.get(pid) == os.getpid() and pid not in busy}
-
-
 VISIBLE = "import os; (os.getcwd(), os.environ['KERNEL_ID'], os.environ['CUDA_VISIBLE_DEVICES'])"
 
 
@@ -209,8 +190,8 @@ async def test_the_next_kernel_runs_in_the_spare_started_after_the_first(
     name = kernelspec(gpus=1)
     first = await server.start(name)
     seen = {first: (await server.execute(first, VISIBLE))["data"]}
-    await server.wait_for(lambda: bool(waiting_spares()), what="a spare launcher")
-    (spare,) = waiting_spares()
+    await server.wait_for(lambda: bool(spare_launchers()), what="a spare launcher")
+    (spare,) = spare_launchers()
     second = await server.start(name)
     seen[second] = (await server.execute(second, VISIBLE))["data"]
     assert launcher_pids((second,)) == {spare}
@@ -228,8 +209,8 @@ async def test_a_kernel_whose_python_starts_otherwise_gets_a_launcher_of_its_own
 ) -> None:
     first = await server.start(kernelspec(gpus=1))
     assert (await server.execute(first, "1+1"))["data"] == "2"
-    await server.wait_for(lambda: bool(waiting_spares()), what="a spare launcher")
-    (spare,) = waiting_spares()
+    await server.wait_for(lambda: bool(spare_launchers()), what="a spare launcher")
+    (spare,) = spare_launchers()
     other = kernelspec("other", gpus=1)
     spec_file = jp_kernel_dir / other / "kernel.json"
     spec = json.loads(spec_file.read_text())
@@ -250,5 +231,5 @@ async def test_with_spare_launcher_off_no_launcher_waits_ahead(
     kernel = await server.start(kernelspec(gpus=1))
     assert (await server.execute(kernel, "1+1"))["data"] == "2"
     await asyncio.sleep(spare_launcher.SPARE_DELAY * 2)
-    assert waiting_spares() == set()
+    assert spare_launchers() == set()
     await server.shutdown_and_wait(kernel)
