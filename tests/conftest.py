@@ -18,6 +18,7 @@ import pytest
 from kernel_queue_fake_cluster.apiserver import crds as crd_files
 from tornado.httpclient import HTTPClientError
 
+from kernel_queue import model
 from kernel_queue.events import SCHEMA_ID
 from tests import polling
 from tests.messages import execute_request
@@ -440,12 +441,21 @@ def spare_launchers() -> set[int]:
     }
 
 
+def _log_of(pid: int) -> str:
+    """The file a launcher writes its stderr to (the local backend: the kernel's log)."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/2")
+    except OSError:
+        return ""
+
+
 def launcher_pids(kernel_ids: tuple[str, ...] = ()) -> set[int]:
     """Launcher processes that are children of this test process (of these kernels, if given).
 
-    A spare launcher (`--spare`, started ahead by the local backend) counts once it runs a
-    kernel, and is known by that kernel's KERNEL_ID: its own /proc environ is the one it
-    started with, before it took its kernel's."""
+    A launcher is known by its KERNEL_ID, or its kernel's. A spare launcher (`--spare`, started
+    ahead by the local backend) counts once it runs a kernel, and is known by the log it writes
+    to, named for the kernel's group: its /proc environ is the one it started with, before it
+    took its kernel's, and so is that of the kernel it forks (`supervisor.fork_arguments`)."""
     running = processes()
     found = set()
     for pid, (parent, cmdline, environ) in running.items():
@@ -457,7 +467,9 @@ def launcher_pids(kernel_ids: tuple[str, ...] = ()) -> set[int]:
         if kernel_ids and not any(
             f"KERNEL_ID={k}".encode() in env for env in [environ, *kernels] for k in kernel_ids
         ):
-            continue
+            log = os.path.basename(_log_of(pid))
+            if not any(log == f"{model.group_name(k)}.log" for k in kernel_ids):
+                continue
         found.add(pid)
     return found
 

@@ -30,6 +30,8 @@ ENV_PARENT_DEATH = PREFIX + "PARENT_DEATH"
 ENV_STOP_TIMEOUT = PREFIX + "STOP_TIMEOUT"
 ENV_MODE = PREFIX + "MODE"
 """``kernel`` (the default) or ``worker``; ``--worker`` on the command line wins."""
+ENV_FORK = PREFIX + "FORK"
+"""``0``: start kernel-queue's kernel as a new program, not in a fork of the launcher."""
 ENV_TERMINATION_LOG = PREFIX + "TERMINATION_LOG"
 ENV_STOP_NOTE = PREFIX + "STOP_NOTE"
 """A file where the backend says, just before its SIGTERM, why the kernel stops ("preempted

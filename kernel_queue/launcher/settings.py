@@ -54,6 +54,9 @@ class LaunchSettings(NamedTuple):
     """The kernel saves its state on SIGTERM (``KERNEL_QUEUE_LAUNCH_CHECKPOINT_DIR`` is set)."""
     termination_log: str | None = None
     """File for the checkpoint sentence after a preemption (Kubernetes' termination message)."""
+    fork: bool = True
+    """Fork kernel-queue's kernel from the launcher where it runs on the launcher's interpreter
+    (``supervisor.fork_arguments``), instead of starting it as a new program."""
 
 
 KERNEL_MODULE = ("-m", "kernel_queue.launcher.kernel")
@@ -134,6 +137,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> LaunchSet
         # Parsed here too, so a bad checkpoint input stops the launcher before any kernel runs.
         checkpointing=contract.parse_checkpointing(environ) is not None,
         termination_log=_termination_log(pick(args.termination_log, contract.ENV_TERMINATION_LOG)),
+        fork=contract.parse_flag(environ.get(contract.ENV_FORK) or "1", contract.ENV_FORK),
     )
 
 

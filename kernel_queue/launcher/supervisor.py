@@ -21,12 +21,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any
 
 from kernel_queue import launcher
-from kernel_queue.launcher import contract, worker
+from kernel_queue.launcher import contract, origin, worker
 from kernel_queue.launcher import settings as launch_settings
 
 LOG_PREFIX = "[kernel-queue launcher] "
@@ -110,8 +110,13 @@ class Supervisor:
     def __init__(self, config: launch_settings.LaunchSettings) -> None:
         self.config = config
         self.generation = -1
-        self.child: subprocess.Popen[bytes] | None = None
+        self.child: subprocess.Popen[bytes] | Forked | None = None
         self._argv: list[str] = []
+        self._fork: list[str] | None = None
+        """The kernel's own arguments where it is forked (`fork_arguments`), else None."""
+        self._in_kernel = False
+        """True in a forked kernel: the launcher's clean-up is not its to run."""
+        self._wakeup: _Wakeup | None = None
         self._env = {
             name: value
             for name, value in os.environ.items()
@@ -144,10 +149,13 @@ class Supervisor:
                     arg.replace(launch_settings.CONNECTION_FILE_PLACEHOLDER, connection_file)
                     for arg in self.config.kernel_argv
                 ]
+                if self.config.fork:
+                    self._fork = fork_arguments(self._argv, self._env.get("PATH"))
                 return self._supervise(wakeup)
             finally:
-                self._kill_child(wakeup)
-                shutil.rmtree(workdir, ignore_errors=True)
+                if not self._in_kernel:  # a forked kernel leaves through here: nothing to undo
+                    self._kill_child(wakeup)
+                    shutil.rmtree(workdir, ignore_errors=True)
 
     def _supervise(self, wakeup: selectors.BaseSelector) -> int:
         if not self._start_child():
@@ -182,6 +190,22 @@ class Supervisor:
                 return START_FAILED_EXIT_CODE
 
     def _start_child(self) -> bool:
+        env = dict(self._env)
+        env[contract.ENV_GENERATION] = str(self.generation + 1)
+        if self._report is not None:
+            env[contract.ENV_CHECKPOINT_REPORT] = self._report
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._report)
+        child = self._fork_kernel(env) if self._fork is not None else self._exec_kernel(env)
+        if child is None:
+            return False
+        self.child = child
+        self.generation += 1
+        self._emit(event="started", generation=self.generation, pid=child.pid)
+        return True
+
+    def _exec_kernel(self, env: dict[str, str]) -> subprocess.Popen[bytes] | None:
+        """Start the kernel command as a new program, in its own session."""
         parent = os.getpid()
 
         def before_exec() -> None:  # runs in the child, after setsid
@@ -189,22 +213,58 @@ class Supervisor:
             if os.getppid() != parent:  # the launcher died before prctl took effect
                 os._exit(1)
 
-        env = dict(self._env)
-        env[contract.ENV_GENERATION] = str(self.generation + 1)
-        if self._report is not None:
-            env[contract.ENV_CHECKPOINT_REPORT] = self._report
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._report)
         try:
-            self.child = subprocess.Popen(
+            return subprocess.Popen(
                 self._argv, env=env, start_new_session=True, preexec_fn=before_exec
             )
         except (OSError, subprocess.SubprocessError) as exc:
             log(f"cannot start the kernel {self._argv[0]!r}: {exc}")
-            return False
-        self.generation += 1
-        self._emit(event="started", generation=self.generation, pid=self.child.pid)
-        return True
+            return None
+
+    def _fork_kernel(self, env: dict[str, str]) -> Forked | None:
+        """Start kernel-queue's kernel in a fork of this launcher: it skips Python's start and
+        the imports the launcher has done (~60 ms of a kernel's start). The child leaves as the
+        program it became would: through the launcher's frames, which it does not clean up."""
+        parent = os.getpid()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            log(f"cannot start the kernel: fork failed ({exc})")
+            return None
+        if pid:
+            return Forked(pid)
+        self._in_kernel = True
+        try:
+            os.setsid()
+            set_parent_death_signal(signal.SIGKILL)
+            if os.getppid() != parent:  # the launcher died before prctl took effect
+                os._exit(1)
+            self._release()
+        except BaseException:  # nothing of the kernel has run: end as a failed exec would
+            os._exit(START_FAILED_EXIT_CODE)
+        os.environ.clear()
+        os.environ.update(env)
+        arguments = self._fork or []
+        from kernel_queue.launcher import kernel
+
+        program = kernel.__file__ if self._argv[1] == "-m" else self._argv[1]
+        sys.argv = [program or self._argv[1], *arguments]  # as the kernel's own start sets it
+        raise SystemExit(kernel.main(arguments))
+
+    def _release(self) -> None:
+        """In a forked kernel: what an exec would have given it. Every signal the launcher
+        catches back at its default (SIGINT at Python's), and of the launcher's files only the
+        standard streams (its wakeup pipe and selector, its status stream and what it
+        inherited are closed, as ``close_fds`` would)."""
+        self._status_broken = True
+        if self._wakeup is not None:
+            self._wakeup.close()
+        for signum in HANDLED_SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
 
     def _on_signal(self, signum: int) -> None:
         if signum == signal.SIGTERM and not self._stopping:
@@ -305,22 +365,61 @@ class Supervisor:
     @contextlib.contextmanager
     def _signals(self) -> Iterator[selectors.BaseSelector]:
         """Install handlers whose only job is to wake the selector; restore everything after."""
-        read_fd, write_fd = os.pipe()
-        os.set_blocking(read_fd, False)
-        os.set_blocking(write_fd, False)
-        selector = selectors.DefaultSelector()
-        selector.register(read_fd, selectors.EVENT_READ)
-        previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-        previous = {signum: signal.signal(signum, _wake) for signum in HANDLED_SIGNALS}
+        self._wakeup = _Wakeup()
         try:
-            yield selector
+            yield self._wakeup.selector
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
-            signal.set_wakeup_fd(previous_fd)
-            selector.close()
-            os.close(read_fd)
-            os.close(write_fd)
+            if not self._in_kernel:  # a forked kernel closed its copy before it began
+                self._wakeup.close()
+
+
+class Forked:
+    """A kernel forked from this launcher: its pid and, once reaped, its status (what the
+    supervisor reads of a ``subprocess.Popen``)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+
+class _Wakeup:
+    """The launcher's signal handlers, which only wake its selector through a pipe, and what
+    they replaced; ``close`` puts those back and closes the pipe and the selector."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        os.set_blocking(self.write_fd, False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.read_fd, selectors.EVENT_READ)
+        self.previous_fd = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        self.previous = {signum: signal.signal(signum, _wake) for signum in HANDLED_SIGNALS}
+
+    def close(self) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        signal.set_wakeup_fd(self.previous_fd)
+        self.selector.close()
+        os.close(self.read_fd)
+        os.close(self.write_fd)
+
+
+def fork_arguments(argv: Sequence[str], search_path: str | None) -> list[str] | None:
+    """The kernel's own arguments where ``argv`` runs kernel-queue's kernel on this very
+    interpreter, with no options of its own (``python -m kernel_queue.launcher.kernel ARGS``, or
+    ``python ARCHIVE kernel ARGS`` from the archive this launcher runs from): such a kernel
+    can be forked from the launcher and start as it would after an exec. None otherwise."""
+    if len(argv) < 3:
+        return None
+    program = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=search_path)
+    if program is None or os.path.abspath(program) != os.path.abspath(sys.executable):
+        return None
+    if tuple(argv[1:3]) == launch_settings.KERNEL_MODULE:
+        return list(argv[3:])
+    archive = origin.path()
+    if archive is not None and argv[1] == archive and argv[2] == origin.KERNEL_COMMAND:
+        return list(argv[3:])
+    return None
 
 
 def _read_report(path: str | None) -> dict[str, Any] | None:
