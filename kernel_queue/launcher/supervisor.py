@@ -1,8 +1,10 @@
 """The supervisor loop: owns the connection file, the kernel child and the launcher's signals.
 
-It starts the kernel in its own session, forwards signals, restarts the kernel in place (same
-connection file) on exit status 75 or SIGHUP, and otherwise exits with the kernel's status; after
-SIGTERM it always exits 143 and passes on the kernel's checkpoint report. Signals arrive through
+It starts the kernel in its own session (kernel-queue's kernel on this interpreter as a fork of
+the launcher, which spares it Python's start and the imports done here; any other command as a
+new program), forwards signals, restarts the kernel in place (same connection file) on exit
+status 75 or SIGHUP, and otherwise exits with the kernel's status; after SIGTERM it always
+exits 143 and passes on the kernel's checkpoint report. Signals arrive through
 ``signal.set_wakeup_fd`` and a selector, so nothing sleeps or polls; worker-mode settings hand over
 to ``worker.run``. Stdlib only, and of it only what the kernel's start needs (paths are
 strings: ``pathlib`` would cost the start ~5 ms).
