@@ -20,6 +20,11 @@ server meets its API server in production (never in its own process), with insta
   service account; the node agent runs the pod's launcher archive with this environment's
   python (the kernelspec's image mapped to its bin dir), as the fake's kubelet does.
 `--plane both` runs both, each a kind of its own with its own backend; `--no-kubernetes` neither.
+Beside each plane's kind, "plain pod" is a plain kernel in a pod of that plane (`PlainPods`: no
+kernel-queue, no Kueue; `python -m ipykernel_launcher` as soon as the scheduler and the node agent
+run it, reached with its connection file): what the plane alone adds to a kernel's start. Each
+kubernetes kind's line gives its ratio to that pod's median too: what kernel-queue and Kueue add
+to a kernel in a pod.
 kernel_queue's bytecode is written first, as pip writes it at install: under
 PYTHONDONTWRITEBYTECODE the local backend's launcher and kernel would otherwise compile an edited
 checkout's modules from source at every launch, which the plain kernel's installed ipykernel never
@@ -210,6 +215,84 @@ class Steps:
             await self._api.aclose()
 
 
+class PlainPods:
+    """A plain kernel in a pod of the plane, one start at a time: no kernel-queue and no Kueue
+    (the pod names no queue, so Kueue leaves it alone), `python -m ipykernel_launcher` on a
+    connection file made beside it, reached as a client holding that file reaches it. What
+    the plane itself costs a kernel's start, with nothing of ours in it."""
+
+    def __init__(self, kubeconfig: str, folder: Path) -> None:
+        self.kubeconfig, self.folder = kubeconfig, folder
+        self._api: Any = None
+        self._count = 0
+
+    async def start(self) -> None:
+        from kernel_queue.kube.client.api import KubernetesApi
+
+        self._api = await KubernetesApi.connect(self.kubeconfig)
+
+    async def start_to_ready(self) -> float:
+        """One start: the pod created to the kernel's first kernel_info reply, with
+        jupyter_client's own client as for the plain kernel; then the pod is deleted and gone."""
+        from jupyter_client.asynchronous import AsyncKernelClient
+        from jupyter_client.connect import write_connection_file
+
+        from kernel_queue.kube import kueue
+        from kernel_queue.kube.objects import manifests
+
+        self._count += 1
+        name = f"plain-kernel-{self._count}"
+        connection, _ = write_connection_file(
+            str(self.folder / f"{name}.json"), ip="0.0.0.0", key=os.urandom(16).hex().encode()
+        )
+        container = {
+            "name": "kernel",
+            "image": IMAGE,
+            "command": ["python", "-m", "ipykernel_launcher", "-f", connection],
+            "securityContext": manifests.CONTAINER_SECURITY,
+        }
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "containers": [container],
+                "restartPolicy": "Never",
+                "securityContext": manifests.POD_SECURITY,
+            },
+        }
+        client = AsyncKernelClient()
+        client.load_connection_file(connection)
+        client.ip = "127.0.0.1"
+        started = time.perf_counter()
+        await self._api.create(kueue.PODS, "default", pod)
+        client.start_channels()
+        try:
+            await client.wait_for_ready(timeout=120)
+            ready = time.perf_counter()
+        finally:
+            client.stop_channels()
+            await self._api.delete(kueue.PODS, "default", name, grace_seconds=0)
+            await self._gone(name)
+        return ready - started
+
+    async def _gone(self, name: str) -> None:
+        from kernel_queue import errors
+        from kernel_queue.kube import kueue
+
+        for _ in range(600):
+            try:
+                await self._api.get(kueue.PODS, "default", name)
+            except errors.ClusterNotFound:
+                return
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"pod {name} was not gone 30 s after its delete")
+
+    async def aclose(self) -> None:
+        if self._api is not None:
+            await self._api.aclose()
+
+
 def owner(kubeconfig: str) -> Any:
     """What a kind's kernel managers hang from: its config (the plane's kubeconfig) and the
     owner of its own kubernetes backend, as a server's multi-kernel manager is (kernel managers
@@ -231,6 +314,7 @@ async def main(runs: int, planes: list[str], root: Path) -> None:
     parents: dict[str, Any] = {"cold": LoggingConfigurable(config=cold)}
     kubeconfigs: dict[str, str] = {}
     steps: dict[str, Steps] = {}
+    plain_pods: dict[str, PlainPods] = {}
     fake, real = ClusterProcess(__file__), RealPlane()
     try:
         if "fake" in planes:
@@ -245,8 +329,14 @@ async def main(runs: int, planes: list[str], root: Path) -> None:
             parents[kind], steps[kind] = owner(kubeconfig), Steps(kubeconfig)
             times[kind], phases[kind] = [], {}
             await steps[kind].start()
+            plain_pods[kind] = PlainPods(kubeconfig, root)
+            times[f"{kind}-pod"] = []
+            await plain_pods[kind].start()
         for _ in range(runs):
             for kind in times:
+                if kind.endswith("-pod"):
+                    times[kind].append(await plain_pods[kind[: -len("-pod")]].start_to_ready())
+                    continue
                 if kind in steps:
                     steps[kind].begin()
                 times[kind].append(
@@ -255,7 +345,7 @@ async def main(runs: int, planes: list[str], root: Path) -> None:
                 if kind in steps:
                     steps[kind].end()
     finally:
-        for watcher in steps.values():
+        for watcher in [*steps.values(), *plain_pods.values()]:
             await watcher.aclose()
         await backends.aclose_all(asyncio.get_running_loop())
         for parent in parents.values():
@@ -271,6 +361,8 @@ LABELS = {
     "cold": "queued, no spare launcher",
     "fake": "kubernetes (fake cluster)",
     "real": "kubernetes (real plane)",
+    "fake-pod": "plain pod (fake cluster)",
+    "real-pod": "plain pod (real plane)",
 }
 TARGETS = {"queued": 1.05, "fake": 1.10, "real": 1.10}
 """The most a kind's median start-to-ready may be, as a multiple of the plain kernel's."""
@@ -296,6 +388,11 @@ def report(
         line = f"{LABELS[name]:27} {spread:>16} ms"
         if name in TARGETS:
             line += f"   ratio to plain {median / plain:.2f} (target <= {TARGETS[name]:.2f})"
+        elif name.endswith("-pod"):
+            line += f"   ratio to plain {median / plain:.2f}"
+        if times.get(f"{name}-pod"):
+            pod = statistics.median(times[f"{name}-pod"])
+            line += f", to a plain pod {median / pod:.2f}"
         print(line)
     for name, spent in phases.items():
         if spent:
