@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from kernel_queue_fake_cluster.control_plane import build, kueue_install, pki, releases
+from kernel_queue_fake_cluster.control_plane import build, kueue_install, pki, ports, releases
 from kernel_queue_fake_cluster.control_plane.client import AdminClient, ApiError
 
 SERVICE_RANGE = "127.20.0.0/16"
@@ -86,12 +86,6 @@ class NodeSpec:
     missing_images: tuple[str, ...] = ()
     """Images (fnmatch patterns) no registry has: pulling them fails (ErrImagePull, then
     ImagePullBackOff)."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -231,11 +225,11 @@ class ControlPlane:
 
     def _start(self) -> None:
         for name in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler"):
-            self.ports[name] = free_port()
+            self.ports[name] = ports.draw()
         for name in ("kueue-webhook", "kueue-health", "agent"):
-            self.ports[name] = free_port()
+            self.ports[name] = ports.draw()
         fixed = self.release.visibility_port
-        self.ports["kueue-visibility"] = fixed if fixed is not None else free_port()
+        self.ports["kueue-visibility"] = fixed if fixed is not None else ports.draw()
         if fixed is not None:
             _port_free(fixed, f"Kueue {self.release.name}'s visibility server")
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
