@@ -406,12 +406,18 @@ class _Wakeup:
         os.close(self.write_fd)
 
 
-def fork_arguments(argv: Sequence[str], search_path: str | None) -> list[str] | None:
+def fork_arguments(
+    argv: Sequence[str], search_path: str | None, launcher_argv: Sequence[str] | None = None
+) -> list[str] | None:
     """The kernel's own arguments where ``argv`` runs kernel-queue's kernel on this very
     interpreter, with no options of its own (``python -m kernel_queue.launcher.kernel ARGS``, or
-    ``python ARCHIVE kernel ARGS`` from the archive this launcher runs from): such a kernel
-    can be forked from the launcher and start as it would after an exec. None otherwise."""
-    if len(argv) < 3:
+    ``python ARCHIVE kernel ARGS`` from the archive this launcher runs from), and the launcher
+    itself was started without any either (``launcher_argv``, default ``sys.orig_argv``): such
+    a kernel can be forked from the launcher and start as it would after an exec. None
+    otherwise (``python -X dev -m kernel_queue.launcher`` would hand its options on)."""
+    started = sys.orig_argv if launcher_argv is None else launcher_argv
+    options = len(started) < 2 or (started[1].startswith("-") and started[1] != "-m")
+    if len(argv) < 3 or options:
         return None
     program = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=search_path)
     if program is None or os.path.abspath(program) != os.path.abspath(sys.executable):

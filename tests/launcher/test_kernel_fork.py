@@ -45,6 +45,12 @@ def test_only_our_kernel_on_this_very_interpreter_is_forked(
     assert fork([sys.executable, "-m", "ipykernel_launcher", "-f", "x"], None) is None
     assert fork(["/bin/sh", "-c", "true"], None) is None
     assert fork([sys.executable, "-m"], None) is None
+    # A launcher started with options of the interpreter's own would hand them on.
+    launched = [sys.executable, "-m", "kernel_queue.launcher"]
+    assert fork(KERNEL, None, launched) == ["-f", "{connection_file}"]
+    assert fork(KERNEL, None, [sys.executable, "/a/launcher.pyz", "--"]) is not None
+    assert fork(KERNEL, None, [sys.executable, "-X", "dev", *launched[1:]]) is None
+    assert fork(KERNEL, None, [sys.executable, "-I", *launched[1:]]) is None
     # From an archive: only the archive this launcher runs from, with `kernel`.
     monkeypatch.setattr(origin, "path", lambda: "/a/launcher.pyz")
     assert fork([sys.executable, "/a/launcher.pyz", "kernel", "-f", "x"], None) == ["-f", "x"]
