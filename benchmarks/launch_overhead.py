@@ -121,13 +121,9 @@ async def start_to_ready(
     km.event_logger = event_logger  # what jupyter_server's kernel manager has, and our events go to
     started = time.perf_counter()
     await km.start_kernel()
-    client = km.client()
-    client.start_channels()
     try:
-        await client.wait_for_ready(timeout=120)
-        ready = time.perf_counter()
+        ready = await first_reply(km.client())
     finally:
-        client.stop_channels()
         await km.shutdown_kernel(now=False)
     if phases is not None:
         seen["ready"] = ready
@@ -137,6 +133,17 @@ async def start_to_ready(
                 phases.setdefault(phase, []).append(seen[phase] - previous)
                 previous = seen[phase]
     return ready - started
+
+
+async def first_reply(client: Any) -> float:
+    """When the kernel of `client` first answers kernel_info (`time.perf_counter`), the client's
+    channels started for it and stopped after."""
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=120)
+        return time.perf_counter()
+    finally:
+        client.stop_channels()
 
 
 STEPS = ("pod", "workload", "admitted", "ungated", "bound", "container")
@@ -266,12 +273,9 @@ class PlainPods:
         client.ip = "127.0.0.1"
         started = time.perf_counter()
         await self._api.create(kueue.PODS, "default", pod)
-        client.start_channels()
         try:
-            await client.wait_for_ready(timeout=120)
-            ready = time.perf_counter()
+            ready = await first_reply(client)
         finally:
-            client.stop_channels()
             await self._api.delete(kueue.PODS, "default", name, grace_seconds=0)
             await self._gone(name)
         return ready - started

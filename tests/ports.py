@@ -12,34 +12,19 @@ import os
 import random
 import socket
 
+from kernel_queue_fake_cluster.control_plane.ports import bindable, ephemeral_lowest
+
 LOWEST = 10_000
 BLOCK = 2_500
 """Ports per worker: 8 workers' blocks lie within 10000-29999."""
 _cursor: int | None = None
 
 
-def _ephemeral_lowest() -> int:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
-            return int(ranges.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32_768
-
-
 def _block() -> range:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
     index = int(worker) % 8 if worker.isdigit() else 0
     start = LOWEST + index * BLOCK
-    return range(start, min(start + BLOCK, _ephemeral_lowest()))
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+    return range(start, min(start + BLOCK, ephemeral_lowest()))
 
 
 def free_ports(count: int = 5) -> list[int]:
@@ -61,7 +46,7 @@ def free_ports(count: int = 5) -> list[int]:
     for _ in range(len(block)):
         port = block[_cursor % len(block)]
         _cursor += 1
-        if _bindable(port):
+        if bindable(port):
             found.append(port)
             if len(found) == count:
                 return found

@@ -100,6 +100,9 @@ def test_a_forked_kernel_starts_as_an_executed_one_would(launch: LaunchFactory) 
         launched = launch(env={contract.ENV_FORK: fork}, wrapper=WRAPPER)
         pid = launched.started(0)
         client = launched.client()
+        # Before any cell: ipykernel catches SIGINT while a cell runs, and puts SIG_IGN back
+        # after its reply.
+        signals = _signals(pid)
         launcher_pid = launched.proc.pid
         status_pipe = os.readlink(f"/proc/{launcher_pid}/fd/{_status_fd(launcher_pid)}")
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -107,7 +110,7 @@ def test_a_forked_kernel_starts_as_an_executed_one_would(launch: LaunchFactory) 
         seen[fork] = {
             "forked": b"kernel_queue.launcher.kernel" not in cmdline,
             "argv": [Path(argv[0]).name, argv[1]],
-            "signals": _signals(pid),
+            "signals": signals,
             "key": value_of(client, f"__import__('os').environ.get({contract.ENV_KEY!r})"),
             "generation": value_of(
                 client, f"__import__('os').environ[{contract.ENV_GENERATION!r}]"

@@ -55,13 +55,14 @@ def draw() -> int:
         at = random.randrange(len(ports))
     for step in range(len(ports)):
         port = ports[(at + step) % len(ports)]
-        if _bindable(port):
+        if bindable(port):
             _cursor[ports.start] = (at + step + 1) % len(ports)
             return port
     raise OSError(f"no free loopback port in {ports.start}-{ports.stop - 1}")
 
 
-def _bindable(port: int) -> bool:
+def bindable(port: int) -> bool:
+    """Whether a loopback listener could bind `port` now."""
     with socket.socket() as probe:
         try:
             probe.bind(("127.0.0.1", port))
