@@ -12,6 +12,7 @@ import ast
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,11 @@ def test_only_our_kernel_on_this_very_interpreter_is_forked(
     (bin_dir / "python").symlink_to(sys.executable)
     here = os.path.dirname(sys.executable)
     name = os.path.basename(sys.executable)
-    fork = supervisor.fork_arguments
+    launched = [sys.executable, "-m", "kernel_queue.launcher"]
+
+    def fork(argv: list[str], path: str | None, launcher: list[str] = launched) -> Any:
+        # the launcher's own start given: this test process was not started as a launcher
+        return supervisor.fork_arguments(argv, path, launcher)
 
     assert fork(KERNEL, None) == ["-f", "{connection_file}"]
     # A bare name is looked for on the kernel's PATH, as an exec would.
@@ -46,8 +51,6 @@ def test_only_our_kernel_on_this_very_interpreter_is_forked(
     assert fork(["/bin/sh", "-c", "true"], None) is None
     assert fork([sys.executable, "-m"], None) is None
     # A launcher started with options of the interpreter's own would hand them on.
-    launched = [sys.executable, "-m", "kernel_queue.launcher"]
-    assert fork(KERNEL, None, launched) == ["-f", "{connection_file}"]
     assert fork(KERNEL, None, [sys.executable, "/a/launcher.pyz", "--"]) is not None
     assert fork(KERNEL, None, [sys.executable, "-X", "dev", *launched[1:]]) is None
     assert fork(KERNEL, None, [sys.executable, "-I", *launched[1:]]) is None
