@@ -230,12 +230,19 @@ class Supervisor:
         parent = os.getpid()
         sys.stdout.flush()
         sys.stderr.flush()
+        # The launcher signals the kernel as soon as it has its pid; until the child has put
+        # the signals' defaults back, the launcher's handlers would only wake the launcher's
+        # pipe, and the kernel would run on. Held (blocked) across the fork, a signal waits
+        # for the disposition an exec would have given.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
         try:
             pid = os.fork()
         except OSError as exc:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             log(f"cannot start the kernel: fork failed ({exc})")
             return None
         if pid:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             return Forked(pid)
         self._in_kernel = True
         try:
@@ -244,6 +251,7 @@ class Supervisor:
             if os.getppid() != parent:  # the launcher died before prctl took effect
                 os._exit(1)
             self._release()
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # an exec keeps the mask
         except BaseException:  # nothing of the kernel has run: end as a failed exec would
             os._exit(START_FAILED_EXIT_CODE)
         os.environ.clear()
