@@ -249,8 +249,9 @@ class Continuous:
         self._start()
 
     def _coalesced(self) -> None:
-        """Main thread, on the event loop: the save that cells ending meanwhile asked for."""
-        if not self._running:
+        """Main thread, on the event loop: the save that cells ending meanwhile asked for,
+        unless a cell that ended since started one of its own (it saved the newer state)."""
+        if not self._running and self._pending:
             self._start()
 
     def _start(self) -> None:

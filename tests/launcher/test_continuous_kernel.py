@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from kernel_queue import checkpoint
+from kernel_queue.checkpoint import candidates
 from kernel_queue.launcher import continuous, page_writes
 from tests.launcher.kernels import (
     Kernel,
@@ -143,6 +144,28 @@ def test_a_kill_while_the_next_save_is_in_flight_restores_the_previous_cell(
     assert "as of cell [5] (saved" in text, text
     assert "before the kernel stopped without warning; later cells were lost" in text, text
     assert values == "(5, 7.0, 1.0, 9)"
+
+
+def test_a_cell_that_ends_while_a_coalesced_save_waits_to_start_is_saved_once(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    """A save that cells asked for while another ran starts once the kernel's loop is free; a
+    cell ending first starts its own save, and the one still queued then started a second save
+    of the same cell (seen failing first: four saves, of cells 1, 3, 3 and 4)."""
+    store, release = tmp_path / "store", tmp_path / "release"
+    _, _, client = started(start_kernel, store)
+    assert run(client, f"{SLOW}\nslow = Slow({str(release)!r})").reply["status"] == "ok"
+    until_sync(lambda: Path(f"{release}.waiting").exists(), "the slow save started", within=WAIT)
+    assert run(client, "y = 2").reply["status"] == "ok"  # one more save is due after it
+    # The slow save ends while this cell runs: the save due waits for the loop, behind it.
+    releasing = f"pathlib.Path({str(release)!r}).touch()\ntime.sleep(2)\ny = 3"
+    assert run(client, releasing).reply["status"] == "ok"
+    until_sync(lambda: newest_cell(store) == 3, "the save of cell [3]", within=WAIT)
+    assert run(client, "y = 4").reply["status"] == "ok"
+    until_sync(lambda: newest_cell(store) == 4, "the save of cell [4]", within=WAIT)
+    # The store keeps the newest two; a checkpoint's number counts every save before it.
+    saved = [(candidates.seq(c.path.name), c.manifest.get("cell")) for c in committed(store)]
+    assert saved == [(2, 3), (3, 4)], f"(save, cell): {saved}"
 
 
 def test_the_next_cell_never_waits_for_a_slow_save(
