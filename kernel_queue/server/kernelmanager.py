@@ -181,6 +181,15 @@ class QueuedMappingKernelManager(AsyncMappingKernelManager):
         # jupyter_server marks a failed pending launch dead only when a websocket connects;
         # mark it here so the REST API and `jupyter kernel-queue status` show the error too.
         km: Any = self.get_kernel(kernel_id)
+        # jupyter_server cancels this task when the kernel is shut down before its start
+        # ended (`_cancel_start` waits only so long). The base class awaits the start's future
+        # itself, so that cancel cancelled the future: the start's own end then found it
+        # cancelled (InvalidStateError logged) and jupyter_client shut down a kernel that had
+        # never started. Waiting on it leaves the future to the start.
+        started = km.ready
+        if not isinstance(started, asyncio.Future):
+            started = asyncio.wrap_future(started)
+        await asyncio.wait({started})
         await super()._finish_kernel_start(kernel_id)
         ready = km.ready
         if parking.park_after(km) > 0:
