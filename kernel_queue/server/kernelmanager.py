@@ -2,7 +2,8 @@
 
 jupyter_server waits for a pending kernel's launch before shutting it down, so deleting a kernel
 that waits in a queue would wait for its admission. This subclass first asks the provisioner to
-cancel the wait (the launch then fails at once), never culls a kernel that is waiting, answers an
+cancel the wait (the launch then fails at once; a shutdown that goes on before it ended leaves the
+start's future to the start), never culls a kernel that is waiting, answers an
 interrupt or a restart of a waiting kernel by leaving it queued, marks a kernel whose launch
 failed as dead with the error as its `reason`, and logs a failed start once (`OnceFilter`).
 It parks idle kernels (`parking.IdleParker`, started with the first kernel whose `park_after`
