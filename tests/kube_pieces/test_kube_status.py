@@ -62,7 +62,7 @@ PLACE = QueuePlace("user-queue", 2, 3)
             [pod("Failed", exit_code=1)],
             {"was_running": True},
             P.FINISHED,
-            "the kernel ended",
+            "the kernel ended with exit code 1",
             id="kernel-crashed-after-ready",
         ),
         pytest.param(
@@ -280,4 +280,4 @@ def test_a_head_kueue_stopped_is_no_end_of_the_kernel_while_its_replacement_is_n
     assert status.phase is P.ADMITTED
     # a head that ended by itself is still the kernel's end
     crashed = group_status(workload(*ADMITTED), [pod("Failed", exit_code=1)], was_running=True)
-    assert (crashed.phase, crashed.message) == (P.FINISHED, "the kernel ended")
+    assert (crashed.phase, crashed.message) == (P.FINISHED, "the kernel ended with exit code 1")

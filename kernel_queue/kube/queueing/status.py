@@ -141,7 +141,8 @@ def group_status(
             return admitted  # yet (the Workload is admitted again), not the kernel's end
         code = kueue.container_exit_code(lead, "kernel")
         if was_running:
-            return GroupStatus(GroupPhase.FINISHED, message="the kernel ended", exit_code=code)
+            ended = "the kernel ended" + ("" if code is None else f" with exit code {code}")
+            return GroupStatus(GroupPhase.FINISHED, message=ended, exit_code=code)
         return GroupStatus(GroupPhase.FAILED, message=launch_failures.ended(lead), exit_code=code)
     waiting = kueue.waiting_reason(lead)
     if waiting is not None:
