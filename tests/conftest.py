@@ -183,6 +183,11 @@ class Server:
         """DELETE the kernels and wait until they and their launchers are gone."""
         for kernel_id in kernel_ids:
             await self.shutdown(kernel_id)
+        await self.wait_gone(*kernel_ids)
+
+    async def wait_gone(self, *kernel_ids: str) -> None:
+        """Wait until the kernels have left `/api/kernels` and their launchers are gone (a
+        kernel that ran when its DELETE came stays listed until its shutdown ends)."""
 
         async def gone() -> bool:
             return not (await self.kernel_ids()) & set(kernel_ids)

@@ -43,13 +43,10 @@ async def test_a_delete_while_the_admitted_kernel_starts_answers_and_leaves_noth
     outcomes = await cancel_race.race(url, token, name, (*cancel_race.OFFSETS, 0.3), REPEAT // 4)
 
     assert not _failures(outcomes), _failures(outcomes)
-
-    async def none_listed() -> bool:
-        return not await server.kernel_ids()
-
     # A kernel that already ran when its DELETE came is listed until its shutdown ends:
     # jupyter_server answers such a DELETE at once (pending kernels). A cancelled one is not.
-    await server.wait_for(none_listed, what="no kernel listed")
+    await server.wait_gone(*(o.kernel_id for o in outcomes))
+    assert not await server.kernel_ids()
     await server.wait_for(lambda: not launcher_pids(), what="no launcher left")
     # The GPU is free again: the next kernel runs.
     kernel = await server.start(name)

@@ -89,11 +89,8 @@ async def test_a_shutdown_that_goes_on_before_the_cancelled_start_ends_logs_no_e
     outcomes = await cancel_race.race(url, token, name, (*cancel_race.OFFSETS, 0.2), 3)
 
     assert [str(o) for o in outcomes if o.status != 204] == []
-
-    async def none_listed() -> bool:
-        return not await server.kernel_ids()
-
-    await server.wait_for(none_listed, what="no kernel listed")
+    await server.wait_gone(*(o.kernel_id for o in outcomes))
+    assert not await server.kernel_ids()
     await server.wait_for(lambda: not launcher_pids(), what="no launcher left")
     assert errors_in(caplog) == []
     assert tracebacks_in(caplog) == []
