@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import tempfile
 import uuid
@@ -452,6 +453,16 @@ def _log_of(pid: int) -> str:
         return os.readlink(f"/proc/{pid}/fd/2")
     except OSError:
         return ""
+
+
+def errors_in(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The server log's ERROR (and worse) lines a test captured."""
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def tracebacks_in(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The captured lines above DEBUG that carry a traceback."""
+    return [r.getMessage() for r in caplog.records if r.exc_info and r.levelno > logging.DEBUG]
 
 
 def launcher_pids(kernel_ids: tuple[str, ...] = ()) -> set[int]:

@@ -13,17 +13,15 @@ import pytest
 
 from kernel_queue.server import kernelmanager
 from tests import cancel_race
-from tests.conftest import KernelspecFactory, Server, launcher_pids
+from tests.conftest import (
+    KernelspecFactory,
+    Server,
+    errors_in,
+    launcher_pids,
+    tracebacks_in,
+)
 
 EMPTY = re.compile(r"^kernel [0-9a-f]{8}: *$")
-
-
-def errors_in(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-
-
-def tracebacks_in(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.exc_info and r.levelno > logging.DEBUG]
 
 
 async def test_shutting_down_a_waiting_kernel_logs_info_without_a_traceback(
