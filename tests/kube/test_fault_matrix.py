@@ -3,7 +3,8 @@ through a real jupyter_server and the real Kubernetes client, on both planes: th
 on the fake cluster, and on the real control plane (its faults from the FaultProxy in front of
 its API server) the cases of `REAL_PLANE`, at least one of every fault kind in every phase.
 
-For every case: the fault is met, no object of the kernel is left (by its own id label), the
+For every case: the fault is met (a fallback site, where Kueue may have done the work first, in
+one of `FALLBACK_TRIES` runs), no object of the kernel is left (by its own id label), the
 kernel leaves `/api/kernels` after its DELETE, and a kernel that failed says why in a sentence
 (a transient fault never fails it; someone else's object in the way always does). One server
 and cluster per phase run its cases one after the other; a case's problems are collected and
@@ -28,7 +29,20 @@ pytestmark = pytest.mark.timeout(400)
 # Retries, not the reaper, must make every case clean: the reaper sweeps rarely here.
 BACKEND = {"reap_interval": 30.0}
 LATENCY = 0.2
+FALLBACK_TRIES = 3
+"""Runs of a case at a fallback site (`Case.fallback`) until the server reaches it."""
 FOREIGN = {"app": "someone-else"}
+
+
+@pytest.fixture
+def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
+    """A kernel that exits on its shutdown_request, as every kernel here does, is waited for: on
+    a loaded machine its pod's end can take longer than half of jupyter_client's 5 s
+    `shutdown_wait_time`, and the SIGTERM that follows (the provisioner's terminate: the
+    Workload deleted while its pods still run, so Kueue deletes them) is not the clean-up the
+    shutdown phase means to fault."""
+    jp_server_config["KernelManager"] = {"shutdown_wait_time": 60.0}
+    return jp_server_config
 
 
 @dataclass(frozen=True)
@@ -44,6 +58,14 @@ class Case:
 
     def __str__(self) -> str:
         return f"{self.kind} on {self.verb} {self.plural}".replace(" on latency ", " ")
+
+    @property
+    def fallback(self) -> bool:
+        """Whether the site is one the server reaches only when Kueue has not done its work:
+        Kueue deletes the pods of a group whose Workload is deleted before it is Finished (even
+        ended ones), so a DELETE of a pod is the server's only once Kueue saw the kernel end
+        first, which it mostly does, not always (`FALLBACK_TRIES`)."""
+        return (self.verb, self.plural) == ("delete", "pods")
 
     @property
     def fails(self) -> bool:
@@ -203,16 +225,21 @@ class Run:
             self.problems.append(f"{case}: left behind {left}")
 
     async def one(self, case: Case, drive: Callable[[Case], Awaitable[None]]) -> None:
-        try:
-            async with asyncio.timeout(120):
-                await drive(case)
-        except Exception as exc:
-            self.problems.append(f"{case}: {type(exc).__name__}: {exc}")
-        finally:
-            self.plane.latency = 0.0
-            if self.plane.faults_pending:
-                self.problems.append(f"{case}: the fault was never met")
+        tries = FALLBACK_TRIES if case.fallback else 1
+        for _ in range(tries):
+            try:
+                async with asyncio.timeout(120):
+                    await drive(case)
+            except Exception as exc:
+                self.problems.append(f"{case}: {type(exc).__name__}: {exc}")
+            finally:
+                self.plane.latency = 0.0
+                pending = self.plane.faults_pending
                 self.plane.clear_faults()
+            if not pending:
+                return
+        why = f" in {tries} tries (Kueue deleted the pods first)" if case.fallback else ""
+        self.problems.append(f"{case}: the fault was never met{why}")
 
 
 async def run_start(run: Run, case: Case) -> None:
