@@ -9,10 +9,12 @@ The public API: records, protocols, errors and `summary` are defined here; `snap
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from kernel_queue.errors import KernelQueueError
 
@@ -230,12 +232,42 @@ def _age(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
+LAZY = ("restore", "save")
+"""`snapshot`'s functions, imported at their first use (`__getattr__`, `load`): the serializer
+(dill) and the payload writers cost a kernel about 20 ms at start, which one with nothing to
+restore need not wait for."""
+NEEDS = ("dill",)
+"""What `load` imports beyond the standard library (numpy and torch only where values are
+theirs): `missing` tells a kernel at start, without importing it."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in LAZY:
+        return getattr(load(), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def load() -> ModuleType:
+    """Import what saving and restoring need, once: at the first save or restore, or when a
+    kernel that restored nothing is idle (so a SIGTERM's save does not spend its grace on it)."""
+    from kernel_queue.checkpoint import snapshot
+
+    return snapshot
+
+
+def missing() -> str | None:
+    """The first of `NEEDS` this environment cannot import, else None."""
+    return next((name for name in NEEDS if importlib.util.find_spec(name) is None), None)
+
+
 # The implementations use the records above, so they are imported last.
 from kernel_queue.checkpoint import recovery  # noqa: E402
 from kernel_queue.checkpoint.recovery import recover  # noqa: E402
 from kernel_queue.checkpoint.signatures import derive as derive_secret  # noqa: E402
-from kernel_queue.checkpoint.snapshot import restore, save  # noqa: E402
 from kernel_queue.checkpoint.stores import DirectoryStore  # noqa: E402
+
+if TYPE_CHECKING:
+    from kernel_queue.checkpoint.snapshot import restore, save
 
 __all__ = [
     "FORMAT_VERSION",
@@ -252,6 +284,8 @@ __all__ = [
     "RestoreReport",
     "SaveReport",
     "derive_secret",
+    "load",
+    "missing",
     "recover",
     "restore",
     "save",

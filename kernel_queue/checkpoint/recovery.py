@@ -21,7 +21,7 @@ from kernel_queue.checkpoint import (
     Problem,
     Recovery,
     _age,
-    snapshot,
+    load,
     summary,
 )
 
@@ -50,7 +50,7 @@ def recover(module: ModuleType, store: CheckpointStore, *, mark: bool = True) ->
         else:
             original = dict(vars(module))
             try:
-                report = snapshot.restore(module, checkpoint)
+                report = load().restore(module, checkpoint)
             except CheckpointDamaged as exc:
                 _reset(module, original)
                 reason = str(exc.__cause__ or exc)

@@ -17,8 +17,6 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
-import dill  # type: ignore[import-untyped]
-
 from kernel_queue.checkpoint import arrays
 
 if TYPE_CHECKING:
@@ -65,6 +63,8 @@ class Globals:
         if _walk(sys.modules[module], qualname) is not obj:
             return None
         if module not in self._dill_finds:
+            import dill  # type: ignore[import-untyped]  # a save's, never a kernel's start
+
             found = dill._dill._import_module(module, safe=True)
             self._dill_finds[module] = found is sys.modules[module]
         return None if self._dill_finds[module] else ("global", module, qualname)

@@ -40,6 +40,10 @@ UNQUEUED = (
 )
 """Said (with exit status 2) when the kernelspec's command runs without the launcher."""
 USAGE_ERROR_EXIT_CODE = 2
+LOAD_DELAY = 1.0
+"""Seconds after its start when a kernel with checkpoints imports what its saves need and its
+start did not (`checkpoint.load`: about 20 ms): after its first replies, before a SIGTERM's save
+would spend its grace on it, or each cell's save (a forked child) would import it again."""
 SUBSCRIPTIONS = subscriptions.Subscriptions()
 """This process's IOPub subscriptions, reported through ipykernel 7's XPUB welcome."""
 
@@ -62,9 +66,12 @@ class RestartAwareKernel(IPythonKernel):
         return type(self).preset_module
 
     def start(self) -> None:
-        """ipykernel's, then `idle` once IOPub subscriptions settle (``_say_idle``)."""
+        """ipykernel's, then `idle` once IOPub subscriptions settle (``_say_idle``); with
+        checkpoints, the rest of their library `LOAD_DELAY` later (``Preemption.load``)."""
         super().start()  # type: ignore[no-untyped-call]
         self.io_loop.add_callback(self._say_idle)
+        if self.preemption is not None:
+            self.io_loop.call_later(LOAD_DELAY, self.preemption.load)
 
     async def _say_idle(self) -> None:
         """Publish `idle` (without parent) unless a shell request began first. ipykernel says
@@ -185,13 +192,19 @@ def _watch_iopub_subscribers() -> None:
 def _restore_first(environ: Mapping[str, str], argv: Sequence[str] = ()) -> Preemption | None:
     """With checkpointing on: restore the state and return the hooks.
 
-    Only then is the checkpoint library (dill, numpy) imported. The checkpoint secret is
-    derived from the key in the connection file (``-f FILE``).
+    Only then is the checkpoint library imported; its serializer (dill) only where there is a
+    checkpoint to restore, else once the kernel runs (`RestartAwareKernel.start`). The
+    checkpoint secret is derived from the key in the connection file (``-f FILE``).
     """
     try:
+        from kernel_queue import checkpoint
         from kernel_queue.launcher import checkpointing
-    except ImportError as exc:  # the image lacks the checkpoint library (dill)
+    except ImportError as exc:  # the image lacks part of the checkpoint library
         _without_checkpoints(environ, exc.name or str(exc))
+        return None
+    missing = checkpoint.missing()  # dill: imported at the first restore or save, not here
+    if missing is not None:
+        _without_checkpoints(environ, missing)
         return None
     options = checkpointing.Options.from_env(environ, _connection_file(argv))
     if options is None:

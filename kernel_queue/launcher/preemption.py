@@ -139,6 +139,14 @@ class Preemption:
             self.continuous = Continuous(self)
             self.continuous.install(kernel)
 
+    def load(self) -> None:
+        """Import what saving needs (`checkpoint.load`), which the start left out where there
+        was nothing to restore; a failure is logged, and the save meets it again."""
+        try:
+            checkpoint.load()
+        except Exception as exc:
+            log(f"the checkpoint library did not load: {exc!r}")
+
     def _unhide_restored(self, shell: Any) -> None:
         """Make the restored names the user's again. IPython hides every name the user module
         holds when the kernel starts (`hide_initial_ns`), so `%who` would not list them and the

@@ -7,7 +7,10 @@ fd. Every wait is bounded, and the fixture kills every launcher, kernel and clie
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 import types
 from pathlib import Path
 from queue import Empty
@@ -29,8 +32,10 @@ from tests.launcher.kernels import (
     streams,
 )
 from tests.launcher.processes import (
+    KEY,
     WAIT,
     execute,
+    launcher_env,
     value_of,
 )
 from tests.polling import until_sync
@@ -204,6 +209,51 @@ def test_an_idle_kernel_saves_on_sigterm_and_a_new_launcher_restores_before_any_
     assert printed == f"42 [64, 64] ({NUMBERS},) {total} 49 25 Point True\n"
     assert run(client, "print('again')").streams() == ["again\n"]
     assert error_name(client, "sock") == "NameError"
+
+
+RESTORE_FIRST = """
+import json, sys
+from kernel_queue.launcher import kernel
+hooks = kernel._restore_first(kernel.os.environ, ["-f", sys.argv[1]])
+names = sorted(name for name in vars(hooks.module) if not name.startswith("__"))
+print(json.dumps([names, "dill" in sys.modules]))
+"""
+
+
+def test_a_kernel_imports_the_serializer_at_start_only_when_it_has_a_checkpoint_to_restore(
+    tmp_path: Path,
+) -> None:
+    """dill and the payload writers cost every kernel with checkpoints about 20 ms before it
+    binds its ports, which a first start, with nothing to restore, does not need."""
+    connection = tmp_path / "kernel.json"
+    connection.write_text(json.dumps({"key": KEY}))
+
+    def restore_first(store: Path) -> list[Any]:
+        env = launcher_env(tmp_path, **{contract.ENV_CHECKPOINT_DIR: str(store)})
+        env[contract.ENV_GENERATION] = "0"
+        argv = [sys.executable, "-c", RESTORE_FIRST, str(connection)]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=WAIT)
+        assert done.returncode == 0, done.stderr
+        result: list[Any] = json.loads(done.stdout)
+        return result
+
+    assert restore_first(tmp_path / "empty") == [[], False]
+    store = checkpoint.DirectoryStore(
+        tmp_path / "saved", secret=checkpoint.derive_secret(KEY.encode())
+    )
+    saved = types.ModuleType("__main__")
+    saved.x = 42
+    assert checkpoint.save(saved, store).checkpoint is not None
+    assert restore_first(tmp_path / "saved") == [["x"], True]
+
+
+def test_a_kernel_that_restored_nothing_loads_the_serializer_once_running(
+    start_kernel: StartKernel, tmp_path: Path
+) -> None:
+    """So that a SIGTERM's save does not spend its grace importing it."""
+    _, client = with_client(start_kernel, tmp_path / "store")
+    loaded = "'kernel_queue.checkpoint.snapshot' in __import__('sys').modules"
+    until_sync(lambda: value_of(client, loaded) == "True", "the serializer loaded", within=WAIT)
 
 
 def error_name(client: BlockingKernelClient, expression: str) -> str:
