@@ -155,7 +155,7 @@ class KubernetesBackend(settings.BackendSettings):
                 launcher=launcher,
             )
         except BaseException as exc:
-            after = await self._undo(api, spec, progress.created)  # the first cause is raised
+            after = await self._undo(api, spec, name, progress.created)  # the first cause
             if isinstance(exc, errors.ClusterApiError):
                 raise explain.failure(exc, who=who, doing=progress.doing, after=after) from exc
             raise
@@ -368,9 +368,11 @@ class KubernetesBackend(settings.BackendSettings):
         return await ownership.create_owned(api, kind, namespace, body, who=who, policy=self.retry)
 
     async def _undo(
-        self, api: KubeApi, spec: GroupSpec, created: list[tuple[kueue.Kind, str]]
+        self, api: KubeApi, spec: GroupSpec, group: str, created: list[tuple[kueue.Kind, str]]
     ) -> str:
-        """Delete what a failed submit created; the end of the user's sentence says how it went."""
+        """Delete what a failed submit created, and the Workload of `group` Kueue made for a pod
+        it created (after the pods: Kueue would make another for pods still there; one it makes
+        later goes with its pods, its owners); the end of the user's sentence says how it went."""
         namespace = spec.namespace or self.namespace
 
         async def undo(api: KubeApi) -> list[str]:
@@ -378,6 +380,14 @@ class KubernetesBackend(settings.BackendSettings):
             for kind, name in reversed(created):
                 if await api.delete(kind, namespace, name, grace_seconds=0):
                     deleted.append(f"{ownership.WORDS.get(kind.plural, kind.plural)} {name}")
+            workloads = await self._discovery.workloads(api)
+            made_pods = any(kind is kueue.PODS for kind, _ in created)
+            if (
+                made_pods
+                and workloads is not None
+                and await api.delete(workloads, namespace, group)
+            ):
+                deleted.append(f"Workload {group}")
             return deleted
 
         if not created:

@@ -90,10 +90,9 @@ async def create_launch(
                 raise result
             made[body["metadata"]["name"]] = result
 
-    # The Secret and Services first, then the pods: a pod once made gets a Workload from Kueue,
-    # and a failed start's clean-up deletes what it made, not that Workload.
-    await together(ours)
-    await together([(kueue.PODS, pod, "pod") for pod in pods])
+    # All at once: Kueue's steps start with the pod. A pod made before a Secret or Service is
+    # refused is deleted by the failed start's clean-up, then the Workload Kueue made for it.
+    await together([*ours, *((kueue.PODS, pod, "pod") for pod in pods)])
     address = _address(spec, made[names.service_name(spec.kernel_id)], who)
     labels = (made[pods[0]["metadata"]["name"]].get("metadata") or {}).get("labels") or {}
     progress.priority_class = labels.get(kueue.PRIORITY_CLASS_LABEL) or None
