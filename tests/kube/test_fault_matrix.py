@@ -41,7 +41,7 @@ def jp_server_config(jp_server_config: dict[str, Any]) -> dict[str, Any]:
     `shutdown_wait_time`, and the SIGTERM that follows (the provisioner's terminate: the
     Workload deleted while its pods still run, so Kueue deletes them) is not the clean-up the
     shutdown phase means to fault."""
-    jp_server_config["KernelManager"] = {"shutdown_wait_time": 60.0}
+    jp_server_config.setdefault("KernelManager", {})["shutdown_wait_time"] = 60.0
     return jp_server_config
 
 
