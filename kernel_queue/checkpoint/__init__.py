@@ -248,8 +248,9 @@ def __getattr__(name: str) -> Any:
 
 
 def load() -> ModuleType:
-    """Import what saving and restoring need, once: at the first save or restore, or when a
-    kernel that restored nothing is idle (so a SIGTERM's save does not spend its grace on it)."""
+    """Import what saving and restoring need, once: at the first save or restore, or a second
+    after a kernel that restored nothing started (so a SIGTERM's save does not spend its grace
+    on it: `launcher.kernel.LOAD_DELAY`)."""
     from kernel_queue.checkpoint import snapshot
 
     return snapshot
