@@ -97,6 +97,10 @@ class Host(Protocol):
         """SIGTERM or a shutdown_request came: no more continuous saves."""
         ...
 
+    def load(self) -> None:
+        """Import what a save needs, if the kernel has not yet (`checkpoint.load`)."""
+        ...
+
     def publish(self, text: str) -> None:
         """A stderr stream message to the user, under the running request."""
         ...
@@ -259,6 +263,10 @@ class Continuous:
         preemption = self.preemption
         if preemption.stopping():
             return
+        # The save's library is imported here, never in the child: a module lock another thread
+        # held at the fork would stay held in the child for ever (a cell ending before the
+        # kernel's delayed load pays that import once, about 20 ms).
+        preemption.load()
         with self._lock:
             if self._stopped:
                 return
