@@ -290,8 +290,9 @@ class KernelTracker:
                 admitted_at = None  # back in the queue: a later admission starts a new clock
                 if admission_timeout > 0:
                     timeout = started + admission_timeout - now
-            try:
-                await asyncio.wait_for(self._changed.wait(), timeout)
+            try:  # not asyncio.wait_for: in 3.11 it lost a cancel that came with a change
+                async with asyncio.timeout(timeout):
+                    await self._changed.wait()
             except TimeoutError:
                 self.waited = time.monotonic() - started
                 await self.observe(command)

@@ -127,7 +127,8 @@ class QueuedWebsocketConnection(ZMQChannelsWebsocketConnection):
         self.session.key = km.session.key
         info = self.request_kernel_info()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(info), self.kernel_info_timeout)
+            async with asyncio.timeout(self.kernel_info_timeout):
+                await asyncio.shield(info)
         self._joined = True
         connected = super().connect()
         if connected is not None:

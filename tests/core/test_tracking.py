@@ -154,3 +154,21 @@ async def test_a_request_the_queue_can_never_admit_fails_at_once_as_never_fits()
     assert failed.value.has == {"gpus": 2}  # the status event's `has`
     assert tracker.describe(needs="3 GPUs", restored=False) == f"kernel kernel1 {never}"
     assert backend.released == 1
+
+
+async def test_a_wait_cancelled_as_the_status_changes_is_cancelled() -> None:
+    """A launch's wait is cancelled (a DELETE of a starting kernel) in the same turn of the
+    loop as a change wakes it: Python 3.11's asyncio.wait_for then returned instead of raising,
+    and the wait went on for the next change or its timeout."""
+    tracker = tracked(ScriptedBackend(GroupStatus(GroupPhase.QUEUED)), [])
+    try:
+        waiting = asyncio.create_task(tracker.wait_live(admission_timeout=60, startup_timeout=60))
+        await asyncio.sleep(0.1)  # queued, waiting for a change
+        assert not waiting.done()
+        tracker._changed.set()  # a change (a position, say) wakes the wait ...
+        waiting.cancel()  # ... as the launch is cancelled
+        await asyncio.wait({waiting}, timeout=5)
+        assert waiting.done(), "the cancelled wait went on"
+        assert waiting.cancelled()
+    finally:
+        await tracker.aclose()

@@ -134,7 +134,8 @@ class Group:
         process = self.process
         try:
             kill_after = max(grace, 0) + contract.LOCAL_KILL_MARGIN_SECONDS
-            await asyncio.wait_for(process.exited.wait(), timeout=kill_after)
+            async with asyncio.timeout(kill_after):
+                await process.exited.wait()
         except TimeoutError:
             process.signal(signal.SIGKILL)
             await process.exited.wait()
@@ -329,6 +330,7 @@ def hold_ports(
 async def kill_after(process: launcher_process.LauncherProcess, seconds: float) -> None:
     """SIGKILL the launcher if it still runs `seconds` from now."""
     try:
-        await asyncio.wait_for(process.exited.wait(), timeout=seconds)
+        async with asyncio.timeout(seconds):
+            await process.exited.wait()
     except TimeoutError:
         process.signal(signal.SIGKILL)

@@ -101,7 +101,8 @@ class Spare:
             with contextlib.suppress(OSError):
                 os.close(self.status_read)
         try:
-            await asyncio.wait_for(asyncio.shield(self.process.wait()), CLOSE_TIMEOUT)
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await asyncio.shield(self.process.wait())
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGKILL)

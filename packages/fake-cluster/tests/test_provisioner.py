@@ -173,3 +173,27 @@ async def test_where_persistent_volumes_are_not_served_it_does_nothing(tmp_path:
             assert not made.served
             assert provisioner.made == 0
             assert not (tmp_path / "pvc").exists()
+
+
+async def test_it_stops_when_cancelled_as_a_change_wakes_it(tmp_path: Path) -> None:
+    """Python 3.11's asyncio.wait_for lost a cancel that came in the same turn of the loop as
+    the change it waited for, and the provisioner went on: a teardown awaiting it hung."""
+    async with serving() as (store, _, client):
+        store.register(VOLUMES)
+        claims = Informer(client, "persistentvolumeclaims")
+        made = Informer(client, "persistentvolumes")
+        provisioner = Provisioner(client, claims, made, tmp_path, "node-1")
+        claims.start()
+        made.start()
+        try:
+            task = asyncio.get_running_loop().create_task(provisioner.run())
+            await until(lambda: made.synced.is_set() and claims.synced.is_set())
+            await asyncio.sleep(0.1)  # past its first pass, waiting for a change
+            assert not task.done()
+            provisioner.notify()
+            task.cancel()
+            await asyncio.wait({task}, timeout=5)
+            assert task.cancelled(), "the provisioner went on after its cancel"
+        finally:
+            await claims.stop()
+            await made.stop()

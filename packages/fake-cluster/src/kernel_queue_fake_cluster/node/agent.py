@@ -510,7 +510,8 @@ async def _reap(record: PodRecord) -> None:
     for container in record.containers.values():
         if container.process is not None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(container.process.wait(), 10)
+                async with asyncio.timeout(10):
+                    await container.process.wait()
             for _ in range(200):
                 if not _group_alive(container.process.pid):
                     break

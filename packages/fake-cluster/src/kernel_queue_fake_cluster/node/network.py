@@ -263,7 +263,8 @@ class ServiceNetwork:
             if remaining <= 0 or state is None:
                 return None
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), min(remaining, 1.0))
+                async with asyncio.timeout(min(remaining, 1.0)):
+                    await changed.wait()
         return None
 
 

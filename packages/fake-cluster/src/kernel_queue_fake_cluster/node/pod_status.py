@@ -295,7 +295,8 @@ class StatusManager:
         """Stop writing; give the Events already posted a moment to go out."""
         if self._sender is not None and not self._sender.done():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._sender), 1.0)
+                async with asyncio.timeout(1.0):
+                    await asyncio.shield(self._sender)
             self._sender.cancel()
         self.closed = True
         for task in list(self._tasks):

@@ -117,8 +117,9 @@ class Provisioner:
                 await self.sync()
             except (ApiError, aiohttp.ClientError, TimeoutError, OSError) as exc:
                 log.debug("provisioner: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), RESYNC_SECONDS)
+            with contextlib.suppress(TimeoutError):  # not wait_for: 3.11's lost a cancel
+                async with asyncio.timeout(RESYNC_SECONDS):
+                    await self._changed.wait()
 
     async def sync(self) -> None:
         """One pass: a volume for each claim that waits for one, and none left of a claim
